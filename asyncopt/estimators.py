@@ -1,0 +1,257 @@
+"""scikit-learn style estimators on the DDSS solver.
+
+    Lasso:                    (1/2n) ||y - X w - b||^2 + alpha sum_j w_j |x_j|
+    GroupLasso:               (1/2n) ||y - X w - b||^2 + alpha sum_g w_g ||x_g||_2
+    SparseLogisticRegression: (1/n) sum_i log(1 + exp(-y_i (x_i^T w + b))) + alpha Omega(w)
+
+The optimisation stops when the duality gap G <= tol * P(0); ``dual_gap_`` is that
+certificate (an upper bound on P(coef_) - P*).
+"""
+import warnings
+
+import numpy as np
+from scipy.special import expit
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model._base import LinearClassifierMixin
+from sklearn.utils.extmath import safe_sparse_dot
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .penalties import L1, GroupL1
+from .problem import Problem, check_lam, encode_binary_labels
+from .solvers import solve_ddss
+
+METHODS = {"ddss": {"screening": True, "variance_reduced": True},
+           "ddss_naive": {"screening": True, "variance_reduced": False}}
+BACKENDS = ("serial",)
+
+
+def _check_choice(value, choices, what):
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}: expected one of {sorted(choices)}")
+
+
+class _DDSSModel(BaseEstimator):
+    """Shared fit logic: validation, problem set-up, solve, fitted attributes."""
+
+    _loss = "squared"
+
+    def _penalty(self, n_features):
+        return L1(n_features, self.weights)
+
+    def _check_params(self):
+        check_lam(self.alpha)
+        _check_choice(self.method, METHODS, "method")
+        _check_choice(self.backend, BACKENDS, "backend")
+        if not (np.isfinite(self.tol) and self.tol > 0):
+            raise ValueError(f"tol must be > 0, got {self.tol}")
+        if int(self.max_epochs) < 0:
+            raise ValueError(f"max_epochs must be >= 0, got {self.max_epochs}")
+        if not (np.isfinite(self.step_scale) and self.step_scale > 0):
+            raise ValueError(f"step_scale must be > 0, got {self.step_scale}")
+
+    def _solve(self, X, y):
+        self._check_params()
+        problem = Problem(X, y, self._loss, self._penalty(X.shape[1]), self.alpha,
+                          self.fit_intercept)
+        method = METHODS[self.method]
+        warm = self.warm_start and hasattr(self, "coef_") and \
+            np.ravel(self.coef_).shape[0] == X.shape[1]
+        result = solve_ddss(
+            problem, tol=self.tol, max_epochs=int(self.max_epochs),
+            screening=self.screening and method["screening"],
+            variance_reduced=method["variance_reduced"],
+            coef_init=np.ravel(self.coef_) if warm else None,
+            intercept_init=float(np.ravel(self.intercept_)[0]) if warm else 0.0,
+            step_scale=self.step_scale, random_state=self.random_state,
+            verbose=self.verbose, label=self.method)
+        if not result.converged and self.max_epochs > 0:
+            warnings.warn(
+                f"{type(self).__name__} did not reach tol={self.tol:g} in {self.max_epochs} "
+                f"epochs (relative gap {result.history[-1]['rel_gap']:.2e}); increase "
+                "max_epochs", ConvergenceWarning, stacklevel=3)
+        self.n_iter_ = result.n_iter
+        self.dual_gap_ = result.gap
+        self.objective_ = result.primal
+        self.active_set_ = np.sort(result.active_features)
+        self.history_ = result.history
+        return result
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+
+_COMMON_DOC = """
+    alpha : float > 0, the regularization lam.
+    fit_intercept : fit an unpenalized intercept b.
+    tol : relative duality gap target: stop when G <= tol * P(0).
+    max_epochs : maximum number of outer iterations (each about one pass over the rows).
+    method : "ddss" (sparse prox-SVRG) or "ddss_naive" (plain stochastic prox steps).
+    backend : "serial".
+    screening : apply the gap-safe screening test every outer iteration.
+    warm_start : start from the previous coef_ / intercept_.
+    step_scale : multiplier of the default step 1 / (3 L_max).
+    random_state : seed of the row sampling.
+    verbose : 0 silent, 1 live progress line, 2 one line per outer iteration.
+"""
+
+
+class Lasso(RegressorMixin, _DDSSModel):
+    __doc__ = """Lasso: (1/2n) ||y - X w - b||^2 + alpha sum_j weights_j |w_j|, solved by DDSS.
+
+    weights : optional positive per-feature weights (weighted L1).""" + _COMMON_DOC
+
+    def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
+                 method="ddss", backend="serial", screening=True, weights=None,
+                 warm_start=False, step_scale=1.0, random_state=None, verbose=0):
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.tol = tol
+        self.max_epochs = max_epochs
+        self.method = method
+        self.backend = backend
+        self.screening = screening
+        self.weights = weights
+        self.warm_start = warm_start
+        self.step_scale = step_scale
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def fit(self, X, y):
+        """Fit on X (n, p) dense or sparse and y (n,); returns self."""
+        X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], dtype=np.float64,
+                             y_numeric=True)
+        result = self._solve(X, y)
+        self.coef_ = result.coef
+        self.intercept_ = result.intercept
+        return self
+
+    def predict(self, X):
+        """X w + b."""
+        check_is_fitted(self)
+        X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=np.float64,
+                          reset=False)
+        return safe_sparse_dot(X, self.coef_) + self.intercept_
+
+
+class GroupLasso(Lasso):
+    __doc__ = """Group Lasso: (1/2n) ||y - X w - b||^2 + alpha sum_g weights_g ||w_g||_2.
+
+    groups : int (consecutive groups of that size) or a list of index arrays partitioning
+        the features.
+    weights : optional positive per-group weights (default sqrt(group size)).""" + _COMMON_DOC
+
+    def __init__(self, alpha=1.0, *, groups=1, fit_intercept=True, tol=1e-4,
+                 max_epochs=200, method="ddss", backend="serial", screening=True,
+                 weights=None, warm_start=False, step_scale=1.0, random_state=None,
+                 verbose=0):
+        super().__init__(alpha, fit_intercept=fit_intercept, tol=tol,
+                         max_epochs=max_epochs, method=method, backend=backend,
+                         screening=screening, weights=weights, warm_start=warm_start,
+                         step_scale=step_scale, random_state=random_state, verbose=verbose)
+        self.groups = groups
+
+    def _penalty(self, n_features):
+        return GroupL1(n_features, self.groups, self.weights)
+
+
+class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSModel):
+    __doc__ = """L1 (or group) penalized binary logistic regression solved by DDSS:
+    (1/n) sum_i log(1 + exp(-y_i (x_i^T w + b))) + alpha Omega(w), labels of any two values.
+
+    groups : None for L1, else as in GroupLasso.
+    weights : optional positive per-feature (per-group) weights.""" + _COMMON_DOC
+
+    _loss = "logistic"
+
+    def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
+                 method="ddss", backend="serial", screening=True, groups=None,
+                 weights=None, warm_start=False, step_scale=1.0, random_state=None,
+                 verbose=0):
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.tol = tol
+        self.max_epochs = max_epochs
+        self.method = method
+        self.backend = backend
+        self.screening = screening
+        self.groups = groups
+        self.weights = weights
+        self.warm_start = warm_start
+        self.step_scale = step_scale
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _penalty(self, n_features):
+        if self.groups is None:
+            return L1(n_features, self.weights)
+        return GroupL1(n_features, self.groups, self.weights)
+
+    def fit(self, X, y):
+        """Fit on X (n, p) and binary labels y; returns self."""
+        X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], dtype=np.float64)
+        y_pm, self.classes_ = encode_binary_labels(y)
+        result = self._solve(X, y_pm)
+        self.coef_ = result.coef[np.newaxis, :]
+        self.intercept_ = np.array([result.intercept])
+        return self
+
+    def predict_proba(self, X):
+        """[P(classes_[0] | x), P(classes_[1] | x)] = [1 - s, s], s = sigmoid(x^T w + b)."""
+        p1 = expit(self.decision_function(X))
+        return np.column_stack([1.0 - p1, p1])
+
+    def predict_log_proba(self, X):
+        return np.log(self.predict_proba(X))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
+
+
+def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
+               tol=1e-4, max_epochs=200, method="ddss", screening=True, groups=None,
+               weights=None, loss="squared", random_state=None, verbose=0,
+               return_results=False):
+    """Solutions along decreasing alphas with warm starts (sklearn's lasso_path layout).
+
+    Default grid: n_alphas values log-spaced from alpha_max down to eps * alpha_max.
+    Each solve starts from the previous solution, so its first gap-safe test (at the warm
+    start, with the dual point of the previous solution) already removes most features:
+    screening is carried along the path. Returns (alphas, coefs (p, n_alphas),
+    dual_gaps), plus the SolverResults when return_results.
+    """
+    _check_choice(method, METHODS, "method")
+    if loss == "logistic":
+        y = encode_binary_labels(y)[0]
+    n_features = np.shape(X)[1]
+    penalty = L1(n_features, weights) if groups is None else \
+        GroupL1(n_features, groups, weights)
+    problem = Problem(X, y, loss, penalty, 1.0, fit_intercept)
+    if alphas is None:
+        top = problem.lam_max()
+        if top <= 0:
+            raise ValueError("alpha_max is 0 (y is constant or X is zero): nothing to fit")
+        alphas = np.geomspace(top, top * eps, n_alphas)
+    else:
+        alphas = np.sort(np.asarray(alphas, dtype=np.float64))[::-1]
+    coefs = np.zeros((n_features, len(alphas)))
+    gaps = np.zeros(len(alphas))
+    results = []
+    coef, intercept = None, 0.0
+    for k, alpha in enumerate(alphas):
+        result = solve_ddss(problem.with_lam(alpha), tol=tol, max_epochs=max_epochs,
+                            screening=screening and METHODS[method]["screening"],
+                            variance_reduced=METHODS[method]["variance_reduced"],
+                            coef_init=coef, intercept_init=intercept,
+                            random_state=random_state, verbose=verbose, label=method)
+        coef, intercept = result.coef, result.intercept
+        coefs[:, k] = coef
+        gaps[k] = result.gap
+        results.append(result)
+    if return_results:
+        return alphas, coefs, gaps, results
+    return alphas, coefs, gaps

@@ -1,0 +1,1 @@
+"""numba hot loops: sparse linear algebra and the stochastic inner loops."""

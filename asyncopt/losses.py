@@ -1,0 +1,147 @@
+"""Per-sample losses f_i(z) of the datafit F(x) = (1/n) sum_i f_i(a_i^T x + b) (DESIGN 1).
+
+Each loss is identified by an integer code so that one numba kernel serves both
+(``loss_value(code, z, y)`` etc. branch on the code; the branch is perfectly predicted).
+
+- squared  (code 0): f(z) = (y - z)^2 / 2,        f'(z) = z - y,          L_f = 1,
+                     f*(u) = u^2 / 2 + u y
+- logistic (code 1): f(z) = log(1 + exp(-y z)),   f'(z) = -y / (1 + exp(y z)),  L_f = 1/4,
+                     f*(u) = (-u y) log(-u y) + (1 + u y) log(1 + u y),  -u y in [0, 1]
+                     (labels y in {-1, +1}; 0 log 0 = 0; +inf outside the domain)
+"""
+import math
+
+import numpy as np
+from numba import njit
+
+SQUARED = 0
+LOGISTIC = 1
+
+
+@njit(cache=True, inline="always")
+def loss_value(code, z, y):
+    """f(z) for one sample with label/target y."""
+    if code == SQUARED:
+        r = y - z
+        return 0.5 * r * r
+    t = -y * z
+    if t > 0.0:
+        return t + math.log1p(math.exp(-t))
+    return math.log1p(math.exp(t))
+
+
+@njit(cache=True, inline="always")
+def loss_derivative(code, z, y):
+    """f'(z) for one sample."""
+    if code == SQUARED:
+        return z - y
+    t = y * z
+    if t > 0.0:
+        e = math.exp(-t)
+        return -y * e / (1.0 + e)
+    return -y / (1.0 + math.exp(t))
+
+
+@njit(cache=True, inline="always")
+def loss_second_derivative(code, z, y):
+    """f''(z) for one sample (used by the intercept's Newton steps)."""
+    if code == SQUARED:
+        return 1.0
+    t = abs(z)
+    e = math.exp(-t)
+    return e / ((1.0 + e) * (1.0 + e))
+
+
+@njit(cache=True, inline="always")
+def _xlogx(t):
+    if t <= 0.0:
+        return 0.0
+    return t * math.log(t)
+
+
+@njit(cache=True, inline="always")
+def loss_conjugate(code, u, y):
+    """Fenchel conjugate f*(u) for one sample (+inf outside its domain)."""
+    if code == SQUARED:
+        return 0.5 * u * u + u * y
+    s = -u * y
+    if s < -1e-15 or s > 1.0 + 1e-15:
+        return np.inf
+    s = min(max(s, 0.0), 1.0)
+    return _xlogx(s) + _xlogx(1.0 - s)
+
+
+@njit(cache=True)
+def mean_loss(code, z, y):
+    """(1/n) sum_i f(z_i, y_i)."""
+    total = 0.0
+    for i in range(z.shape[0]):
+        total += loss_value(code, z[i], y[i])
+    return total / z.shape[0]
+
+
+@njit(cache=True)
+def generalized_residual(code, z, y, out):
+    """rho_i = -f'(z_i) into ``out`` (the dual point before scaling, DESIGN 1)."""
+    for i in range(z.shape[0]):
+        out[i] = -loss_derivative(code, z[i], y[i])
+    return out
+
+
+@njit(cache=True)
+def mean_neg_conjugate(code, theta, y):
+    """D(theta) = -(1/n) sum_i f*(-theta_i)."""
+    total = 0.0
+    for i in range(theta.shape[0]):
+        total += loss_conjugate(code, -theta[i], y[i])
+    return -total / theta.shape[0]
+
+
+class Loss:
+    """A per-sample loss: its code for the kernels, L_f, and vectorised helpers."""
+
+    code = -1
+    lipschitz = np.nan
+    name = ""
+
+    def value(self, z, y):
+        return mean_loss(self.code, np.asarray(z, np.float64), np.asarray(y, np.float64))
+
+    def derivative(self, z, y):
+        z = np.asarray(z, np.float64)
+        return -generalized_residual(self.code, z, np.asarray(y, np.float64), np.empty_like(z))
+
+    def dual(self, theta, y):
+        return mean_neg_conjugate(self.code, np.asarray(theta, np.float64), np.asarray(y, np.float64))
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
+
+class Squared(Loss):
+    """f(z) = (y - z)^2 / 2; with lam = alpha this is scikit-learn's Lasso scaling."""
+
+    code = SQUARED
+    lipschitz = 1.0
+    name = "squared"
+
+
+class Logistic(Loss):
+    """f(z) = log(1 + exp(-y z)) for labels y in {-1, +1}."""
+
+    code = LOGISTIC
+    lipschitz = 0.25
+    name = "logistic"
+
+
+LOSSES = {"squared": Squared, "logistic": Logistic}
+
+
+def get_loss(loss):
+    """A Loss instance from a Loss or its name ('squared', 'logistic')."""
+    if isinstance(loss, Loss):
+        return loss
+    try:
+        return LOSSES[loss]()
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown loss {loss!r}: expected one of {sorted(LOSSES)}") from None

@@ -1,0 +1,189 @@
+"""Block penalties Omega(x) = sum_g w_g ||x_g|| (DESIGN 1).
+
+Blocks partition the features and are given by two int arrays: ``indptr`` (n_blocks + 1)
+and ``ids`` (the features of block g are ``ids[indptr[g]:indptr[g+1]]``), plus positive
+weights ``w``. L1 is blocks of size one (|.|, dual norm |.|); the group penalty uses the
+block l2 norm (self-dual) with default weight sqrt(|g|).
+
+- prox of t w ||.|| on a block (block soft-thresholding):
+      prox(u) = u * max(0, 1 - t w / ||u||)      (soft-thresholding for size-one blocks)
+- block dual norm of u:   Omega^D(u) = max_g ||u_g|| / w_g
+"""
+import math
+from numbers import Integral
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, inline="always")
+def soft_threshold(u, threshold):
+    """prox of threshold * |.| at u: sign(u) max(|u| - threshold, 0)."""
+    if u > threshold:
+        return u - threshold
+    if u < -threshold:
+        return u + threshold
+    return 0.0
+
+
+@njit(cache=True)
+def block_soft_threshold_(x, ids, start, end, threshold):
+    """In place on x[ids[start:end]]: x_g <- x_g max(0, 1 - threshold / ||x_g||_2)."""
+    sq = 0.0
+    for k in range(start, end):
+        sq += x[ids[k]] * x[ids[k]]
+    norm = math.sqrt(sq)
+    scale = 0.0 if norm <= threshold else 1.0 - threshold / norm
+    for k in range(start, end):
+        x[ids[k]] *= scale
+
+
+@njit(cache=True)
+def block_norms(u, indptr, ids):
+    """||u_g||_2 for every block g."""
+    n_blocks = indptr.shape[0] - 1
+    out = np.empty(n_blocks)
+    for g in range(n_blocks):
+        sq = 0.0
+        for k in range(indptr[g], indptr[g + 1]):
+            sq += u[ids[k]] * u[ids[k]]
+        out[g] = math.sqrt(sq)
+    return out
+
+
+@njit(cache=True)
+def penalty_value(x, indptr, ids, weights):
+    """Omega(x) = sum_g w_g ||x_g||_2."""
+    return np.dot(block_norms(x, indptr, ids), weights)
+
+
+@njit(cache=True)
+def block_prox_(x, indptr, ids, thresholds):
+    """In place: every block g gets prox of thresholds[g] * ||.||_2."""
+    for g in range(indptr.shape[0] - 1):
+        block_soft_threshold_(x, ids, indptr[g], indptr[g + 1], thresholds[g])
+
+
+class BlockPenalty:
+    """Omega(x) = sum_g w_g ||x_g||_2 over blocks that partition the features."""
+
+    is_l1 = False
+
+    def __init__(self, indptr, ids, weights):
+        self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+        self.ids = np.ascontiguousarray(ids, dtype=np.int64)
+        self.weights = np.ascontiguousarray(weights, dtype=np.float64)
+
+    @property
+    def n_blocks(self):
+        return self.indptr.shape[0] - 1
+
+    def value(self, x):
+        return penalty_value(np.asarray(x, np.float64), self.indptr, self.ids, self.weights)
+
+    def block_norms(self, u):
+        """||u_g||_2 for every block (the dual norm of the L1 and group penalties)."""
+        return block_norms(np.asarray(u, np.float64), self.indptr, self.ids)
+
+    def dual_norm(self, u):
+        """Omega^D(u) = max_g ||u_g|| / w_g."""
+        return float(np.max(self.block_norms(u) / self.weights, initial=0.0))
+
+    def prox(self, x, step):
+        """prox_{step * Omega}(x) (a new array)."""
+        out = np.array(x, dtype=np.float64, copy=True)
+        block_prox_(out, self.indptr, self.ids, step * self.weights)
+        return out
+
+    def feature_blocks(self):
+        """block index of every feature."""
+        out = np.empty(self.ids.shape[0], dtype=np.int64)
+        out[self.ids] = np.repeat(np.arange(self.n_blocks), np.diff(self.indptr))
+        return out
+
+    def restricted(self, blocks):
+        """The penalty on the given blocks, features renumbered 0.. block by block."""
+        sizes = np.diff(self.indptr)[blocks]
+        indptr = np.concatenate(([0], np.cumsum(sizes)))
+        return type(self)._from_blocks(indptr, np.arange(indptr[-1]), self.weights[blocks])
+
+    @classmethod
+    def _from_blocks(cls, indptr, ids, weights):
+        obj = cls.__new__(cls)
+        BlockPenalty.__init__(obj, indptr, ids, weights)
+        return obj
+
+    def active_features(self, blocks):
+        """original feature ids of the given blocks, in block order (matches ``restricted``)."""
+        blocks = np.asarray(blocks, dtype=np.int64)
+        starts = self.indptr[blocks]
+        sizes = self.indptr[blocks + 1] - starts
+        offsets = np.cumsum(sizes) - sizes
+        positions = np.repeat(starts - offsets, sizes) + np.arange(sizes.sum())
+        return self.ids[positions]
+
+
+def _check_weights(weights, n_blocks, what):
+    weights = np.asarray(weights, dtype=np.float64)
+    if weights.shape != (n_blocks,):
+        raise ValueError(f"{what} weights must have shape ({n_blocks},), got {weights.shape}")
+    if not np.all(np.isfinite(weights)) or np.any(weights <= 0):
+        raise ValueError(f"{what} weights must be finite and > 0")
+    return weights
+
+
+class L1(BlockPenalty):
+    """Omega(x) = sum_j w_j |x_j| (plain L1 when weights is None)."""
+
+    is_l1 = True
+
+    def __init__(self, n_features, weights=None):
+        weights = np.ones(n_features) if weights is None else \
+            _check_weights(weights, n_features, "L1")
+        ar = np.arange(n_features + 1)
+        super().__init__(ar, ar[:-1], weights)
+
+
+class GroupL1(BlockPenalty):
+    """Omega(x) = sum_g w_g ||x_g||_2, default w_g = sqrt(|g|) (group Lasso).
+
+    ``groups`` is an int (consecutive groups of that size; the last may be smaller) or a
+    list of index arrays that partition range(n_features).
+    """
+
+    def __init__(self, n_features, groups, weights=None):
+        indptr, ids = make_groups(n_features, groups)
+        sizes = np.diff(indptr)
+        weights = np.sqrt(sizes) if weights is None else \
+            _check_weights(weights, len(sizes), "group")
+        super().__init__(indptr, ids, weights)
+
+
+def make_groups(n_features, groups):
+    """(indptr, ids) of a partition of range(n_features) given as a size or index arrays."""
+    if isinstance(groups, Integral):
+        if groups < 1:
+            raise ValueError(f"group size must be >= 1, got {groups}")
+        indptr = np.append(np.arange(0, n_features, groups), n_features)
+        return indptr.astype(np.int64), np.arange(n_features, dtype=np.int64)
+    groups = [np.asarray(g).ravel() for g in groups]
+    if len(groups) == 0:
+        raise ValueError("groups is empty")
+    for k, g in enumerate(groups):
+        if g.size == 0:
+            raise ValueError(f"group {k} is empty")
+        if not np.issubdtype(g.dtype, np.integer):
+            raise ValueError(f"group {k} must hold integer feature indices")
+        if g.min() < 0 or g.max() >= n_features:
+            bad = g[(g < 0) | (g >= n_features)][0]
+            raise ValueError(
+                f"group {k} has feature index {bad} out of range [0, {n_features})")
+    ids = np.concatenate(groups).astype(np.int64)
+    counts = np.bincount(ids, minlength=n_features)
+    if np.any(counts > 1):
+        raise ValueError(f"feature {int(np.argmax(counts > 1))} belongs to more than one group")
+    if np.any(counts == 0):
+        raise ValueError(f"feature {int(np.argmax(counts == 0))} belongs to no group: "
+                         "groups must partition the features")
+    indptr = np.concatenate(([0], np.cumsum([g.size for g in groups]))).astype(np.int64)
+    return indptr, ids

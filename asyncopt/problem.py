@@ -1,0 +1,310 @@
+"""The regularized problem, its dual and the duality gap (DESIGN 1).
+
+    P(x, b) = (1/n) sum_i f_i(a_i^T x + b) + lam * Omega(x)
+    rho_i   = -f_i'(a_i^T x + b)                   (generalized residual)
+    theta   = rho / max(1, Omega^D(A^T rho) / (n lam))
+    D(theta) = -(1/n) sum_i f_i*(-theta_i)          G = P - D >= 0
+    lam_max = Omega^D(A^T rho(0)) / n               (x = 0 is optimal iff lam >= lam_max)
+
+Before every dual computation the intercept b is set to its exact optimum for the current x,
+so sum_i rho_i = 0 and theta is feasible for the intercept's constraint.
+
+``ActiveSet`` is the problem restricted to the blocks that survived screening, with the data
+compacted to those columns (features renumbered block by block, blocks contiguous); every
+solver and backend works on it.
+"""
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from numba import njit
+
+from .kernels.linalg import (csr_column_stats, csr_compact_columns, csr_margins,
+                             csr_rmatvec, csr_row_sq_norms)
+from .losses import (LOGISTIC, SQUARED, generalized_residual, get_loss, loss_derivative,
+                     loss_second_derivative, loss_value, mean_loss, mean_neg_conjugate)
+from .penalties import L1, BlockPenalty, block_norms
+
+
+@njit(cache=True)
+def intercept_optimum(code, z0, y, b):
+    """argmin_b (1/n) sum_i f(z0_i + b, y_i): closed form (squared) or damped Newton
+    (logistic, to |derivative| <= 1e-13 or 100 steps), starting from b."""
+    n = z0.shape[0]
+    if code == SQUARED:
+        return np.mean(y - z0)
+    for _ in range(100):
+        grad = 0.0
+        hess = 0.0
+        value = 0.0
+        for i in range(n):
+            grad += loss_derivative(code, z0[i] + b, y[i])
+            hess += loss_second_derivative(code, z0[i] + b, y[i])
+            value += loss_value(code, z0[i] + b, y[i])
+        grad /= n
+        hess /= n
+        if abs(grad) <= 1e-13:
+            break
+        step = grad / max(hess, 1e-12)
+        for _ in range(60):
+            new_value = 0.0
+            for i in range(n):
+                new_value += loss_value(code, z0[i] + b - step, y[i])
+            if new_value <= value:
+                break
+            step *= 0.5
+        b -= step
+    return b
+
+
+@njit(cache=True)
+def csr_block_row_counts(indptr, indices, feature_block, n_blocks):
+    """n_g: the number of rows with a non-zero in block g."""
+    counts = np.zeros(n_blocks, dtype=np.int64)
+    stamp = np.full(n_blocks, -1, dtype=np.int64)
+    for i in range(indptr.shape[0] - 1):
+        for k in range(indptr[i], indptr[i + 1]):
+            g = feature_block[indices[k]]
+            if stamp[g] != i:
+                stamp[g] = i
+                counts[g] += 1
+    return counts
+
+
+def check_finite_data(X, y):
+    """X as CSR float64 and y as float64, with clear errors for bad input."""
+    if sp.issparse(X):
+        X = sp.csr_matrix(X, dtype=np.float64)
+        values = X.data
+    else:
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-dimensional, got shape {X.shape}")
+        values = X
+        X = sp.csr_matrix(X)
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim != 1:
+        raise ValueError(f"y must be 1-dimensional, got shape {y.shape}")
+    n, p = X.shape
+    if n == 0 or p == 0:
+        raise ValueError(f"empty data: X has shape {X.shape}")
+    if y.shape[0] != n:
+        raise ValueError(f"X has {n} rows but y has {y.shape[0]} entries")
+    if not np.all(np.isfinite(values)):
+        raise ValueError("X contains NaN or infinity")
+    if not np.all(np.isfinite(y)):
+        raise ValueError("y contains NaN or infinity")
+    X.sum_duplicates()
+    return X, y
+
+
+def check_lam(lam):
+    lam = float(lam)
+    if not np.isfinite(lam) or lam <= 0:
+        raise ValueError(f"the regularization alpha must be finite and > 0, got {lam}")
+    return lam
+
+
+@dataclass
+class Certificate:
+    """What one dual pass computes at (x, b): margins z (with b), refitted intercept b,
+    generalized residual rho, A^T rho on the active set, the dual scaling, P, D and G."""
+
+    z: np.ndarray
+    intercept: float
+    rho: np.ndarray
+    correlation: np.ndarray
+    block_correlation: np.ndarray
+    dual_scale: float
+    primal: float
+    dual: float
+
+    @property
+    def gap(self):
+        return max(self.primal - self.dual, 0.0)
+
+    @property
+    def theta(self):
+        return self.rho / self.dual_scale
+
+
+class ActiveSet:
+    """The problem restricted to some blocks, data compacted to their columns.
+
+    Features are renumbered block by block (block g holds features
+    ``block_indptr[g]:block_indptr[g+1]``); ``features`` maps them back to the original ids.
+    """
+
+    def __init__(self, problem, blocks, indptr, indices, data, column_sq_norms,
+                 block_row_counts):
+        self.problem = problem
+        self.blocks = blocks
+        self.indptr, self.indices, self.data = indptr, indices, data
+        self.penalty = problem.penalty.restricted(blocks)
+        self.features = problem.penalty.active_features(blocks)
+        self.column_sq_norms = column_sq_norms
+        self.block_row_counts = block_row_counts
+        self.block_indptr = self.penalty.indptr
+        self.feature_block = np.repeat(np.arange(len(blocks)), np.diff(self.block_indptr))
+        self.weights = self.penalty.weights
+
+    @property
+    def n_features(self):
+        return self.features.shape[0]
+
+    @property
+    def nnz(self):
+        return int(self.indptr[-1])
+
+    def block_column_norms(self):
+        """||A_g||: column norm for L1, Frobenius norm (spectral-norm bound) for a group."""
+        return np.sqrt(np.add.reduceat(self.column_sq_norms, self.block_indptr[:-1])) \
+            if self.n_features else np.zeros(0)
+
+    def reweighting(self):
+        """d_g = n / n_g per block (eq. 3-6); blocks touching no row get d_g = n."""
+        return self.problem.n_samples / np.maximum(self.block_row_counts, 1)
+
+    def max_row_sq_norm(self):
+        """max_i ||a_i||^2 on the active columns (plus 1 for the intercept's column)."""
+        norms = csr_row_sq_norms(self.indptr, self.data)
+        return float(norms.max(initial=0.0)) + (1.0 if self.problem.fit_intercept else 0.0)
+
+    def margins(self, x, b):
+        return csr_margins(self.indptr, self.indices, self.data, x, b,
+                           np.empty(self.problem.n_samples))
+
+    def certificate(self, x, b, z=None):
+        """Refit the intercept, then compute the dual point, P, D and the gap (DESIGN 1).
+        ``z`` may pass precomputed margins a_i^T x + b."""
+        prob = self.problem
+        code = prob.loss.code
+        z = self.margins(x, b) if z is None else z.copy()
+        if prob.fit_intercept:
+            new_b = intercept_optimum(code, z - b, prob.y, b)
+            z += new_b - b
+            b = new_b
+        rho = generalized_residual(code, z, prob.y, np.empty_like(z))
+        correlation = csr_rmatvec(self.indptr, self.indices, self.data, rho, self.n_features)
+        block_corr = block_norms(correlation, self.block_indptr,
+                                 np.arange(self.n_features))
+        n_lam = prob.n_samples * prob.lam
+        dual_norm = float(np.max(block_corr / self.weights, initial=0.0))
+        scale = max(1.0, dual_norm / n_lam)
+        primal = mean_loss(code, z, prob.y) + prob.lam * self.penalty.value(x)
+        dual = mean_neg_conjugate(code, rho / scale, prob.y)
+        return Certificate(z, b, rho, correlation, block_corr, scale, primal, dual)
+
+    def compact(self, keep_blocks, x):
+        """(ActiveSet on the kept blocks, x restricted to them, whether a dropped
+        coordinate was non-zero)."""
+        feature_keep = np.repeat(keep_blocks, np.diff(self.block_indptr))
+        column_map = np.where(feature_keep, np.cumsum(feature_keep) - 1, -1)
+        indptr, indices, data = csr_compact_columns(self.indptr, self.indices, self.data,
+                                                    column_map)
+        new = ActiveSet(self.problem, self.blocks[keep_blocks], indptr, indices, data,
+                        self.column_sq_norms[feature_keep],
+                        self.block_row_counts[keep_blocks])
+        return new, x[feature_keep], bool(np.any(x[~feature_keep] != 0))
+
+    def expand(self, x):
+        """x on the active set -> vector over all original features (zeros elsewhere)."""
+        out = np.zeros(self.problem.n_features)
+        out[self.features] = x
+        return out
+
+
+class Problem:
+    """P(x, b) = (1/n) sum_i f(a_i^T x + b, y_i) + lam * Omega(x) on CSR data.
+
+    X: array or scipy sparse (n, p); y: targets (labels in {-1, +1} for the logistic
+    loss); loss: 'squared' | 'logistic' | a Loss; penalty: a BlockPenalty (L1 when None).
+    """
+
+    def __init__(self, X, y, loss="squared", penalty=None, lam=1.0, fit_intercept=True):
+        self.X, self.y = check_finite_data(X, y)
+        self.loss = get_loss(loss)
+        if self.loss.code == LOGISTIC and not np.all(np.abs(self.y) == 1.0):
+            raise ValueError("the logistic loss needs labels in {-1, +1}")
+        self.n_samples, self.n_features = self.X.shape
+        self.penalty = L1(self.n_features) if penalty is None else penalty
+        if not isinstance(self.penalty, BlockPenalty):
+            raise ValueError(f"penalty must be a BlockPenalty, got {type(penalty).__name__}")
+        if self.penalty.ids.shape[0] != self.n_features:
+            raise ValueError(f"the penalty covers {self.penalty.ids.shape[0]} features but "
+                             f"X has {self.n_features}")
+        self.fit_intercept = bool(fit_intercept)
+        self.lam = check_lam(lam)
+        self._full = None
+
+    def full_active_set(self):
+        """The ActiveSet of all blocks (computed once and cached)."""
+        if self._full is None:
+            pen = self.penalty
+            column_map = np.empty(self.n_features, dtype=np.int64)
+            column_map[pen.ids] = np.arange(self.n_features)
+            X = self.X
+            indptr, indices, data = csr_compact_columns(
+                X.indptr.astype(np.int64), X.indices, X.data, column_map)
+            sq, _ = csr_column_stats(indptr, indices, data, self.n_features)
+            feature_block = np.repeat(np.arange(pen.n_blocks), np.diff(pen.indptr))
+            counts = csr_block_row_counts(indptr, indices, feature_block, pen.n_blocks)
+            self._full = ActiveSet(self, np.arange(pen.n_blocks), indptr, indices, data,
+                                   sq, counts)
+        return self._full
+
+    def with_lam(self, lam):
+        """The same data, loss and penalty at another lam (shares the cached data)."""
+        other = copy.copy(self)
+        other.lam = check_lam(lam)
+        if self._full is not None:
+            other._full = copy.copy(self._full)
+            other._full.problem = other
+        return other
+
+    def zero_certificate(self):
+        """Certificate at x = 0 with the optimal intercept."""
+        active = self.full_active_set()
+        return active.certificate(np.zeros(active.n_features), 0.0)
+
+    def lam_max(self):
+        """Omega^D(A^T rho(0)) / n: the smallest lam for which x = 0 is optimal."""
+        cert = self.zero_certificate()
+        return float(np.max(cert.block_correlation / self.full_active_set().weights,
+                            initial=0.0)) / self.n_samples
+
+    def objective(self, coef, intercept=0.0):
+        """P(x, b) at a full-length coefficient vector (no intercept refit)."""
+        coef = np.asarray(coef, dtype=np.float64)
+        z = csr_margins(self.X.indptr, self.X.indices, self.X.data, coef, float(intercept),
+                        np.empty(self.n_samples))
+        return mean_loss(self.loss.code, z, self.y) + self.lam * self.penalty.value(coef)
+
+    def certificate(self, coef, intercept=0.0):
+        """Certificate of a full-length coefficient vector on the whole problem."""
+        active = self.full_active_set()
+        return active.certificate(np.asarray(coef, np.float64)[active.features],
+                                  float(intercept))
+
+
+def encode_binary_labels(y):
+    """(labels mapped to -1/+1, the two original classes sorted); ValueError unless y
+    takes exactly two values."""
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"y must be 1-dimensional, got shape {y.shape}")
+    classes = np.unique(y)
+    if classes.shape[0] != 2:
+        raise ValueError(f"logistic regression needs labels with exactly two values, "
+                         f"got {classes.shape[0]}: {classes[:5].tolist()}")
+    return np.where(y == classes[1], 1.0, -1.0), classes
+
+
+def lam_max(X, y, loss="squared", fit_intercept=True, penalty=None):
+    """The smallest alpha (lam) for which the all-zero coefficient vector is optimal.
+    For the logistic loss any two label values are accepted (mapped to -1/+1)."""
+    loss = get_loss(loss)
+    if loss.code == LOGISTIC:
+        y = encode_binary_labels(y)[0]
+    return Problem(X, y, loss, penalty, 1.0, fit_intercept).lam_max()

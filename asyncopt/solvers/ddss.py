@@ -1,0 +1,112 @@
+"""DDSS: the outer loop of thesis Algorithm 4, shared by every backend (DESIGN 1-2).
+
+Outer iteration s:
+  1. margins z = A x + b on the active set, intercept refitted to its optimum;
+  2. generalized residual rho, A^T rho (full gradient mu = -A^T rho / n), dual point theta,
+     P, D and the gap G; stop when G <= tol * P(0);
+  3. gap-safe screening and compaction of the data to the surviving columns;
+  4. one inner epoch (about n steps) of sparse prox-SVRG from the snapshot (x, z, mu)
+     with step eta = 1 / (3 L_max) (DDSS), or plain sparse stochastic prox steps with
+     the decaying step eta / (1 + s) (DDSS-Naive).
+"""
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..screening import screen_active_set
+from .serial import SerialInnerLoop
+
+
+@dataclass
+class SolverResult:
+    """What a solve returns; ``history`` holds one record per outer iteration."""
+
+    coef: np.ndarray
+    intercept: float
+    n_iter: int
+    primal: float
+    dual: float
+    gap: float
+    active_features: np.ndarray
+    converged: bool
+    history: list = field(default_factory=list)
+
+
+def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_reduced=True,
+               coef_init=None, intercept_init=0.0, step_scale=1.0, inner_steps=None,
+               random_state=None, verbose=0, inner_loop=None, label="ddss"):
+    """Solve ``problem`` (a Problem) with DDSS; returns a SolverResult.
+
+    tol is relative: stop at G <= tol * P(0). step_scale multiplies eta = 1/(3 L_max).
+    inner_steps defaults to n (one pass over the rows per outer iteration).
+    """
+    from ..progress import ProgressLine
+
+    start = time.perf_counter()
+    rng = np.random.default_rng(random_state)
+    inner_loop = SerialInnerLoop() if inner_loop is None else inner_loop
+    n = problem.n_samples
+    lam = problem.lam
+    lipschitz = problem.loss.lipschitz
+    active = problem.full_active_set()
+    x = np.zeros(active.n_features) if coef_init is None else \
+        np.array(coef_init, dtype=np.float64)[active.features]
+    intercept = np.array([float(intercept_init) if problem.fit_intercept else 0.0])
+    reference = problem.zero_certificate().primal
+    n_steps = n if inner_steps is None else int(inner_steps)
+    history = []
+    total_steps = 0
+    converged = False
+    cert = active.certificate(x, intercept[0])
+    epoch = 0
+    staleness_mean, staleness_max = 0.0, 0
+    with ProgressLine(verbose, label=label) as progress:
+        while True:
+            intercept[0] = cert.intercept
+            record = {
+                "epoch": epoch, "time": time.perf_counter() - start,
+                "primal": cert.primal, "dual": cert.dual, "gap": cert.gap,
+                "rel_gap": cert.gap / reference if reference > 0 else 0.0,
+                "n_active": active.n_features, "n_features": problem.n_features,
+                "active_nnz": active.nnz, "inner_steps": total_steps,
+                "bytes_sent": 0, "bytes_recv": 0,
+                "staleness_mean": staleness_mean, "staleness_max": staleness_max}
+            history.append(record)
+            progress.update(record)
+            if cert.gap <= tol * reference:
+                converged = True
+                break
+            if epoch >= max_epochs:
+                break
+            if screening:
+                keep = screen_active_set(active, cert)
+                if not np.all(keep):
+                    active, x, dropped_nonzero = active.compact(keep, x)
+                    cert = active.certificate(x, intercept[0],
+                                              None if dropped_nonzero else cert.z)
+            eta0 = step_scale / (3.0 * lipschitz * max(active.max_row_sq_norm(), 1e-300))
+            eta = eta0 if variance_reduced else eta0 / (1.0 + epoch)
+            block_reweight = active.reweighting()
+            if variance_reduced:
+                reweight = np.repeat(block_reweight, np.diff(active.block_indptr))
+                weighted_mu = -reweight * cert.correlation / n
+                mu_intercept = -float(np.sum(cert.rho)) / n
+            else:
+                weighted_mu = np.zeros(active.n_features)
+                mu_intercept = 0.0
+            thresholds = eta * lam * block_reweight * active.weights
+            samples = rng.integers(0, n, n_steps)
+            staleness_mean, staleness_max = inner_loop.run(
+                active, x, intercept, cert.z, weighted_mu, mu_intercept, thresholds, eta,
+                samples, variance_reduced)
+            total_steps += n_steps
+            epoch += 1
+            if not np.all(np.isfinite(x)) or not np.isfinite(intercept[0]):
+                raise FloatingPointError(
+                    "the iterates diverged (non-finite coefficients); try a smaller step_scale")
+            cert = active.certificate(x, intercept[0])
+    coef = active.expand(x)
+    return SolverResult(coef, float(cert.intercept), epoch, cert.primal, cert.dual,
+                        cert.gap, active.features.copy(), converged, history)
