@@ -18,12 +18,8 @@ from numba import njit
 
 @njit(cache=True, inline="always")
 def soft_threshold(u, threshold):
-    """prox of threshold * |.| at u: sign(u) max(|u| - threshold, 0)."""
-    if u > threshold:
-        return u - threshold
-    if u < -threshold:
-        return u + threshold
-    return 0.0
+    """prox of threshold * |.| at u: sign(u) max(|u| - threshold, 0) (branch-free form)."""
+    return max(u - threshold, 0.0) + min(u + threshold, 0.0)
 
 
 @njit(cache=True)

@@ -20,8 +20,8 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from .kernels.linalg import (csr_column_stats, csr_compact_columns, csr_margins,
-                             csr_rmatvec, csr_row_sq_norms)
+from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_margins,
+                             csr_rmatvec, csr_row_sq_norms, csr_select)
 from .losses import (LOGISTIC, SQUARED, generalized_residual, get_loss, loss_derivative,
                      loss_second_derivative, loss_value, mean_loss, mean_neg_conjugate)
 from .penalties import L1, BlockPenalty, block_norms
@@ -134,12 +134,17 @@ class ActiveSet:
 
     Features are renumbered block by block (block g holds features
     ``block_indptr[g]:block_indptr[g+1]``); ``features`` maps them back to the original ids.
+    Rows are stored in a fixed shuffled order (``y`` follows it), so that a run of
+    consecutive rows is a random subset: the inner loop reads rows in chunks.
+    An ActiveSet made by ``compact`` owns its arrays and is compacted in place again.
     """
 
     def __init__(self, problem, blocks, indptr, indices, data, column_sq_norms,
-                 block_row_counts):
+                 block_row_counts, y, owns_data):
         self.problem = problem
         self.blocks = blocks
+        self.y = y
+        self.owns_data = owns_data
         self.indptr, self.indices, self.data = indptr, indices, data
         self.penalty = problem.penalty.restricted(blocks)
         self.features = problem.penalty.active_features(blocks)
@@ -173,39 +178,44 @@ class ActiveSet:
 
     def margins(self, x, b):
         return csr_margins(self.indptr, self.indices, self.data, x, b,
-                           np.empty(self.problem.n_samples))
+                           np.empty(self.y.shape[0]))
 
     def certificate(self, x, b, z=None):
         """Refit the intercept, then compute the dual point, P, D and the gap (DESIGN 1).
         ``z`` may pass precomputed margins a_i^T x + b."""
         prob = self.problem
         code = prob.loss.code
+        y = self.y
         z = self.margins(x, b) if z is None else z.copy()
         if prob.fit_intercept:
-            new_b = intercept_optimum(code, z - b, prob.y, b)
+            new_b = intercept_optimum(code, z - b, y, b)
             z += new_b - b
             b = new_b
-        rho = generalized_residual(code, z, prob.y, np.empty_like(z))
+        rho = generalized_residual(code, z, y, np.empty_like(z))
         correlation = csr_rmatvec(self.indptr, self.indices, self.data, rho, self.n_features)
         block_corr = block_norms(correlation, self.block_indptr,
                                  np.arange(self.n_features))
         n_lam = prob.n_samples * prob.lam
         dual_norm = float(np.max(block_corr / self.weights, initial=0.0))
         scale = max(1.0, dual_norm / n_lam)
-        primal = mean_loss(code, z, prob.y) + prob.lam * self.penalty.value(x)
-        dual = mean_neg_conjugate(code, rho / scale, prob.y)
+        primal = mean_loss(code, z, y) + prob.lam * self.penalty.value(x)
+        dual = mean_neg_conjugate(code, rho / scale, y)
         return Certificate(z, b, rho, correlation, block_corr, scale, primal, dual)
 
     def compact(self, keep_blocks, x):
         """(ActiveSet on the kept blocks, x restricted to them, whether a dropped
-        coordinate was non-zero)."""
+        coordinate was non-zero). When this set owns its arrays they are reused in place
+        and this set must not be used afterwards."""
         feature_keep = np.repeat(keep_blocks, np.diff(self.block_indptr))
         column_map = np.where(feature_keep, np.cumsum(feature_keep) - 1, -1)
-        indptr, indices, data = csr_compact_columns(self.indptr, self.indices, self.data,
-                                                    column_map)
-        new = ActiveSet(self.problem, self.blocks[keep_blocks], indptr, indices, data,
-                        self.column_sq_norms[feature_keep],
-                        self.block_row_counts[keep_blocks])
+        if self.owns_data:
+            indptr, indices, data = self.indptr, self.indices, self.data
+        else:
+            indptr, indices, data = self.indptr.copy(), self.indices.copy(), self.data.copy()
+        nnz = csr_compact_columns_(indptr, indices, data, column_map)
+        new = ActiveSet(self.problem, self.blocks[keep_blocks], indptr, indices[:nnz],
+                        data[:nnz], self.column_sq_norms[feature_keep],
+                        self.block_row_counts[keep_blocks], self.y, True)
         return new, x[feature_keep], bool(np.any(x[~feature_keep] != 0))
 
     def expand(self, x):
@@ -239,19 +249,20 @@ class Problem:
         self._full = None
 
     def full_active_set(self):
-        """The ActiveSet of all blocks (computed once and cached)."""
+        """The ActiveSet of all blocks, rows shuffled once with seed 0 (cached)."""
         if self._full is None:
             pen = self.penalty
             column_map = np.empty(self.n_features, dtype=np.int64)
             column_map[pen.ids] = np.arange(self.n_features)
+            row_order = np.random.default_rng(0).permutation(self.n_samples)
             X = self.X
-            indptr, indices, data = csr_compact_columns(
-                X.indptr.astype(np.int64), X.indices, X.data, column_map)
+            indptr, indices, data = csr_select(
+                X.indptr.astype(np.int64), X.indices, X.data, column_map, row_order)
             sq, _ = csr_column_stats(indptr, indices, data, self.n_features)
             feature_block = np.repeat(np.arange(pen.n_blocks), np.diff(pen.indptr))
             counts = csr_block_row_counts(indptr, indices, feature_block, pen.n_blocks)
             self._full = ActiveSet(self, np.arange(pen.n_blocks), indptr, indices, data,
-                                   sq, counts)
+                                   sq, counts, self.y[row_order], False)
         return self._full
 
     def with_lam(self, lam):

@@ -52,13 +52,10 @@ def csr_row_sq_norms(indptr, data):
 
 
 @njit(cache=True)
-def csr_compact_columns(indptr, indices, data, column_map):
-    """Keep the columns j with column_map[j] >= 0, renumbered to column_map[j].
-
-    One pass over the non-zeros; column order inside a row follows the new numbering
-    only if column_map is increasing on the kept columns (callers sort when they need it).
-    """
-    n = indptr.shape[0] - 1
+def csr_select(indptr, indices, data, column_map, row_order):
+    """New CSR with rows in ``row_order`` and only the columns j with column_map[j] >= 0,
+    renumbered to column_map[j]."""
+    n = row_order.shape[0]
     new_indptr = np.zeros(n + 1, dtype=np.int64)
     kept = 0
     for k in range(indptr[-1]):
@@ -67,12 +64,32 @@ def csr_compact_columns(indptr, indices, data, column_map):
     new_indices = np.empty(kept, dtype=np.int32)
     new_data = np.empty(kept)
     pos = 0
-    for i in range(n):
+    for r in range(n):
+        i = row_order[r]
         for k in range(indptr[i], indptr[i + 1]):
             j = column_map[indices[k]]
             if j >= 0:
                 new_indices[pos] = j
                 new_data[pos] = data[k]
                 pos += 1
-        new_indptr[i + 1] = pos
+        new_indptr[r + 1] = pos
     return new_indptr, new_indices, new_data
+
+
+@njit(cache=True)
+def csr_compact_columns_(indptr, indices, data, column_map):
+    """In place: keep the columns with column_map[j] >= 0, renumbered; returns the new nnz
+    (indices[:nnz], data[:nnz] then hold the compacted matrix; one pass, no allocation)."""
+    pos = 0
+    start = indptr[0]
+    for i in range(indptr.shape[0] - 1):
+        end = indptr[i + 1]
+        for k in range(start, end):
+            j = column_map[indices[k]]
+            if j >= 0:
+                indices[pos] = j
+                data[pos] = data[k]
+                pos += 1
+        start = end
+        indptr[i + 1] = pos
+    return pos

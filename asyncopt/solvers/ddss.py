@@ -19,6 +19,28 @@ from ..screening import screen_active_set
 from .serial import SerialInnerLoop
 
 
+SAMPLINGS = ("chunked", "uniform")
+
+
+def epoch_rows(rng, n_samples, n_steps, sampling="chunked", chunk=32):
+    """Row indices visited by one inner epoch.
+
+    "uniform": i.i.d. uniform rows (the textbook sampling of Algorithm 4).
+    "chunked": random reshuffling at the granularity of ``chunk`` consecutive rows: chunks
+    in a fresh random order, rows in order inside a chunk, every row once per pass. The
+    ActiveSet stores rows in a fixed random order, so a chunk is a random subset, while
+    reading rows near-sequentially makes an epoch about 3x faster than random access.
+    """
+    if sampling == "uniform":
+        return rng.integers(0, n_samples, n_steps)
+    n_chunks = -(-n_samples // chunk)
+    passes = []
+    for _ in range(-(-n_steps // n_samples)):
+        rows = (rng.permutation(n_chunks)[:, None] * chunk + np.arange(chunk)).ravel()
+        passes.append(rows[rows < n_samples])
+    return np.concatenate(passes)[:n_steps]
+
+
 @dataclass
 class SolverResult:
     """What a solve returns; ``history`` holds one record per outer iteration."""
@@ -36,14 +58,18 @@ class SolverResult:
 
 def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_reduced=True,
                coef_init=None, intercept_init=0.0, step_scale=1.0, inner_steps=None,
-               random_state=None, verbose=0, inner_loop=None, label="ddss"):
+               sampling="chunked", random_state=None, verbose=0, inner_loop=None,
+               label="ddss"):
     """Solve ``problem`` (a Problem) with DDSS; returns a SolverResult.
 
     tol is relative: stop at G <= tol * P(0). step_scale multiplies eta = 1/(3 L_max).
     inner_steps defaults to n (one pass over the rows per outer iteration).
+    sampling: "chunked" (default) or "uniform", see ``epoch_rows``.
     """
     from ..progress import ProgressLine
 
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"unknown sampling {sampling!r}: expected one of {SAMPLINGS}")
     start = time.perf_counter()
     rng = np.random.default_rng(random_state)
     inner_loop = SerialInnerLoop() if inner_loop is None else inner_loop
@@ -97,7 +123,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 weighted_mu = np.zeros(active.n_features)
                 mu_intercept = 0.0
             thresholds = eta * lam * block_reweight * active.weights
-            samples = rng.integers(0, n, n_steps)
+            samples = epoch_rows(rng, n, n_steps, sampling)
             staleness_mean, staleness_max = inner_loop.run(
                 active, x, intercept, cert.z, weighted_mu, mu_intercept, thresholds, eta,
                 samples, variance_reduced)

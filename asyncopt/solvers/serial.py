@@ -13,7 +13,7 @@ class SerialInnerLoop:
             eta, samples, variance_reduced):
         """Update x and intercept (length-1 array) in place; returns staleness (0, 0)."""
         prob = active.problem
-        args = (active.indptr, active.indices, active.data, prob.y, prob.loss.code, x,
+        args = (active.indptr, active.indices, active.data, active.y, prob.loss.code, x,
                 intercept, prob.fit_intercept, z_snap, weighted_mu, mu_intercept,
                 thresholds, eta, samples, variance_reduced)
         if active.penalty.is_l1:
