@@ -29,8 +29,10 @@ from .penalties import L1, BlockPenalty, block_norms
 
 @njit(cache=True)
 def intercept_optimum(code, z0, y, b):
-    """argmin_b (1/n) sum_i f(z0_i + b, y_i): closed form (squared) or damped Newton
-    (logistic, to |derivative| <= 1e-13 or 100 steps), starting from b."""
+    """argmin_b (1/n) sum_i f(z0_i + b, y_i): closed form (squared) or Newton (logistic,
+    to |mean derivative| <= 1e-13 or 100 steps), starting from b. Newton steps are halved
+    while they increase the objective, except once the step is below rounding of the
+    objective (|step| <= 1e-6 (1 + |b|)), where the quadratic model is accurate."""
     n = z0.shape[0]
     if code == SQUARED:
         return np.mean(y - z0)
@@ -48,6 +50,8 @@ def intercept_optimum(code, z0, y, b):
             break
         step = grad / max(hess, 1e-12)
         for _ in range(60):
+            if abs(step) <= 1e-6 * (1.0 + abs(b)):
+                break
             new_value = 0.0
             for i in range(n):
                 new_value += loss_value(code, z0[i] + b - step, y[i])
@@ -300,15 +304,24 @@ class Problem:
 
 
 def encode_binary_labels(y):
-    """(labels mapped to -1/+1, the two original classes sorted); ValueError unless y
-    takes exactly two values."""
+    """(labels mapped to -1/+1, the two original classes sorted); ValueError unless y holds
+    exactly two classes (messages as scikit-learn's classifiers word them)."""
+    from sklearn.utils.multiclass import type_of_target
+
     y = np.asarray(y)
     if y.ndim != 1:
         raise ValueError(f"y must be 1-dimensional, got shape {y.shape}")
+    kind = type_of_target(y, input_name="y", raise_unknown=True)
+    if kind not in ("binary", "multiclass"):
+        raise ValueError(f"Unknown label type: {kind}: logistic regression needs labels "
+                         "with exactly two values")
     classes = np.unique(y)
-    if classes.shape[0] != 2:
-        raise ValueError(f"logistic regression needs labels with exactly two values, "
-                         f"got {classes.shape[0]}: {classes[:5].tolist()}")
+    if classes.shape[0] < 2:
+        raise ValueError(f"logistic regression needs 2 classes in the labels, got 1 class: "
+                         f"{classes.tolist()}")
+    if classes.shape[0] > 2:
+        raise ValueError(f"Only binary classification is supported. The labels have "
+                         f"{classes.shape[0]} values: {classes[:5].tolist()}")
     return np.where(y == classes[1], 1.0, -1.0), classes
 
 
