@@ -1,0 +1,43 @@
+# asyncopt — developer entry points.
+#   make lasso   set up .venv and run the Lasso demo (embedded a9a data)
+#   make test    set up .venv and run the test suite
+#   make bench   set up .venv and run the serial benchmark
+#   make clean   remove build artefacts (keeps .venv)
+
+PYTHON3 ?= python3
+VENV    := .venv
+PY      := $(VENV)/bin/python
+PIP     := $(PY) -m pip
+STAMP   := $(VENV)/.asyncopt-installed
+
+.PHONY: all install test lasso bench clean distclean
+
+all: test
+
+$(PY):
+	$(PYTHON3) -m venv $(VENV)
+
+# Re-installs only when requirements.txt or setup.py change.
+$(STAMP): requirements.txt setup.py pyproject.toml | $(PY)
+	$(PIP) install -r requirements.txt
+	$(PIP) install -e .
+	touch $@
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+# Serial for now; a later issue switches this to `mpirun -n 9`.
+lasso: $(STAMP)
+	$(VENV)/bin/asyncopt-lasso
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_serial.py
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .hypothesis
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

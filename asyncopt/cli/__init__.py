@@ -1,0 +1,5 @@
+"""Command-line front ends: ``asyncopt-lasso`` and ``asyncopt-logreg``.
+
+Each module exposes ``main(argv=None) -> int``; the console scripts installed
+by setup.py call it, and tests call it in-process with an argv list.
+"""

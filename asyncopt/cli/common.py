@@ -1,0 +1,399 @@
+"""Shared code of the ``asyncopt-lasso`` / ``asyncopt-logreg`` command lines.
+
+Error policy: a user's mistake (missing file, malformed LIBSVM line, bad
+argument value, non-binary labels, ...) prints exactly ONE line
+
+    <prog>: error: <message>
+
+to stderr and exits with status 2 (command-line usage errors) or 1 (data and
+value errors), never a traceback.  Ctrl-C exits with status 130 and one line.
+Anything else is a bug and is allowed to show its traceback.  Set the
+environment variable ``ASYNCOPT_DEBUG=1`` to get the traceback of a caught
+ValueError / OSError as well (to tell a library bug from a user error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import warnings
+
+__all__ = [
+    "CliUsageError",
+    "OneLineArgumentParser",
+    "build_parser",
+    "run_main",
+    "fit_and_report",
+]
+
+EXIT_OK = 0
+EXIT_DATA_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class CliUsageError(Exception):
+    """Command-line usage error (exit status 2)."""
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are a single line and do not exit.
+
+    ``error`` raises :class:`CliUsageError`; :func:`run_main` prints it as
+    ``prog: error: message`` and returns 2.  ``--help`` still exits 0.
+    """
+
+    def error(self, message):  # noqa: D401 - argparse API
+        raise CliUsageError(message)
+
+
+# -- argument types -----------------------------------------------------------
+
+def _positive_float(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return v
+
+
+def _positive_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return v
+
+
+def _nonneg_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return v
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Show defaults, except the uninformative ones (None / False)."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or action.default is argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser(prog, description, default_alpha_ratio=1e-2):
+    p = OneLineArgumentParser(
+        prog=prog,
+        description=description,
+        formatter_class=_HelpFormatter,
+        epilog="Errors in the input print one line and exit with status 1 "
+               "(2 for command-line mistakes). Set ASYNCOPT_DEBUG=1 for tracebacks.",
+    )
+    p.add_argument(
+        "data", nargs="?", default=None, metavar="DATA",
+        help="LIBSVM file to read; default: the embedded a9a (Adult) data set",
+    )
+    reg = p.add_mutually_exclusive_group()
+    reg.add_argument("--alpha", type=_positive_float, default=None,
+                     help="regularization strength alpha (> 0)")
+    reg.add_argument("--alpha-ratio", type=_positive_float, default=default_alpha_ratio,
+                     metavar="R", help="alpha = R * lam_max, the smallest alpha giving an all-zero model")
+    p.add_argument("--tol", type=_positive_float, default=1e-6,
+                   help="relative duality-gap tolerance: stop when gap <= tol * P(0)")
+    p.add_argument("--max-epochs", type=_positive_int, default=100, metavar="N",
+                   help="maximum number of outer iterations")
+    p.add_argument("--method", choices=["ddss", "ddss_naive"], default="ddss",
+                   help="inner solver: prox-SVRG (ddss) or plain prox-SGD (ddss_naive)")
+    p.add_argument("--no-screening", action="store_true",
+                   help="disable gap-safe screening")
+    p.add_argument("--no-intercept", action="store_true",
+                   help="do not fit an (unpenalized) intercept")
+    p.add_argument("--degree", type=int, choices=[1, 2, 3], default=1,
+                   help="feature-cross degree of the embedded a9a data set")
+    p.add_argument("--seed", type=_nonneg_int, default=0, metavar="S",
+                   help="random seed")
+    p.add_argument("--quiet", action="store_true",
+                   help="no live progress line (the summary is still printed)")
+    p.add_argument("--history-json", default=None, metavar="PATH",
+                   help="write the per-iteration history (list of records) as JSON")
+    p.add_argument("--save-coef", default=None, metavar="PATH",
+                   help="save coefficients: .npy (coef only), .txt/.csv (text), "
+                        "else .npz with coef, intercept, alpha")
+    return p
+
+
+# -- error handling -----------------------------------------------------------
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split())
+
+
+def _os_error_message(exc: OSError) -> str:
+    if getattr(exc, "filename", None) is not None and getattr(exc, "strerror", None):
+        return f"{exc.strerror}: {exc.filename}"
+    return str(exc) or type(exc).__name__
+
+
+def run_main(prog, body, argv=None) -> int:
+    """Run ``body(argv)`` with the CLI error policy; return the exit status."""
+    def fail(message, status):
+        try:
+            sys.stdout.flush()
+        except Exception:  # pragma: no cover
+            pass
+        sys.stderr.write(f"{prog}: error: {_one_line(message)}\n")
+        sys.stderr.flush()
+        return status
+
+    debug = os.environ.get("ASYNCOPT_DEBUG", "") not in ("", "0")
+    try:
+        status = body(argv)
+        return EXIT_OK if status is None else int(status)
+    except CliUsageError as exc:
+        return fail(exc, EXIT_USAGE)
+    except KeyboardInterrupt:
+        try:
+            tty = sys.stderr.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        # on a terminal, end a live progress line first
+        sys.stderr.write(("\n" if tty else "") + f"{prog}: interrupted\n")
+        sys.stderr.flush()
+        return EXIT_INTERRUPTED
+    except OSError as exc:  # FileNotFoundError, IsADirectoryError, PermissionError, ...
+        if debug:
+            raise
+        return fail(_os_error_message(exc), EXIT_DATA_ERROR)
+    except ValueError as exc:  # LibsvmFormatError, bad labels, bad values
+        if debug:
+            raise
+        return fail(str(exc) or type(exc).__name__, EXIT_DATA_ERROR)
+
+
+# -- data ---------------------------------------------------------------------
+
+def load_data(args):
+    """Return ``(X, y, description)`` for the parsed arguments."""
+    from asyncopt.data import load_a9a, load_libsvm
+
+    if args.data is None:
+        X, y = load_a9a(degree=args.degree)
+        name = "a9a (embedded)" if args.degree == 1 else f"a9a (embedded, degree {args.degree})"
+    else:
+        if args.degree != 1:
+            raise CliUsageError("--degree applies to the embedded a9a data set only")
+        path = args.data
+        if os.path.isdir(path):
+            raise IsADirectoryError(21, "Is a directory", path)
+        if not os.path.exists(path):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        X, y = load_libsvm(path)
+        name = path
+    n, p = X.shape
+    if n < 2:
+        raise ValueError(f"{name}: need at least 2 samples, got {n}")
+    if p < 1:
+        raise ValueError(f"{name}: no features")
+    return X, y, name
+
+
+def binary_labels(y, name):
+    """Map binary labels to {-1, +1}; returns (y_pm, classes)."""
+    import numpy as np
+
+    classes = np.unique(y)
+    if classes.size != 2:
+        shown = ", ".join(f"{c:g}" for c in classes[:5]) + (", ..." if classes.size > 5 else "")
+        raise ValueError(
+            f"{name}: logistic regression needs binary labels, "
+            f"found {classes.size} distinct label(s): {shown}"
+        )
+    y_pm = np.where(y == classes[1], 1.0, -1.0)
+    return y_pm, classes
+
+
+# -- output -------------------------------------------------------------------
+
+def _jsonable(obj):
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    return obj
+
+
+def write_history(path, history):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(_jsonable(list(history or [])), f, indent=1)
+        f.write("\n")
+
+
+def save_coef(path, est, alpha):
+    import numpy as np
+
+    coef = np.asarray(est.coef_).ravel()
+    intercept = float(np.ravel(getattr(est, "intercept_", 0.0))[0]) \
+        if np.size(getattr(est, "intercept_", 0.0)) else 0.0
+    low = path.lower()
+    if low.endswith(".npy"):
+        with open(path, "wb") as f:
+            np.save(f, coef)
+    elif low.endswith((".txt", ".csv")):
+        np.savetxt(path, coef, delimiter=",")
+    else:
+        with open(path, "wb") as f:
+            np.savez(f, coef=coef, intercept=intercept, alpha=alpha)
+
+
+def _null_objective(y, loss, fit_intercept):
+    """P(0): the objective at x = 0 with the intercept at its optimum."""
+    import numpy as np
+
+    y = np.asarray(y, dtype=float)
+    if loss == "squared":
+        r = y - y.mean() if fit_intercept else y
+        return 0.5 * float(np.mean(r * r))
+    # logistic, y in {-1, +1}
+    if fit_intercept:
+        q = float(np.mean(y > 0))
+        if q <= 0.0 or q >= 1.0:
+            return 0.0
+        return -(q * math.log(q) + (1 - q) * math.log(1 - q))
+    return math.log(2.0)
+
+
+def format_summary(rows, title):
+    width = max(len(k) for k, _ in rows)
+    lines = [title, "-" * len(title)]
+    lines += [f"  {k:<{width}}  {v}" for k, v in rows]
+    return "\n".join(lines)
+
+
+# -- the whole run ------------------------------------------------------------
+
+def fit_and_report(args, prog, estimator_cls, loss, title):
+    """Load the data, fit, write the outputs; print the summary to stdout."""
+    import numpy as np
+
+    from asyncopt.problem import lam_max
+
+    X, y, name = load_data(args)
+    n, p = X.shape
+    nnz = int(X.nnz) if hasattr(X, "nnz") else int(np.count_nonzero(X))
+    fit_intercept = not args.no_intercept
+
+    classes = None
+    if loss == "logistic":
+        y, classes = binary_labels(y, name)
+    else:
+        y = np.asarray(y, dtype=float)
+        if not np.all(np.isfinite(y)):
+            raise ValueError(f"{name}: targets contain NaN or infinity")
+
+    lmax = float(lam_max(X, y, loss=loss, fit_intercept=fit_intercept))
+    if args.alpha is not None:
+        alpha = float(args.alpha)
+        ratio = alpha / lmax if lmax > 0 else float("inf")
+    else:
+        if not lmax > 0:
+            raise ValueError(
+                f"{name}: lam_max is 0 (the all-zero model is already optimal); "
+                "give --alpha explicitly"
+            )
+        ratio = float(args.alpha_ratio)
+        alpha = ratio * lmax
+
+    est = estimator_cls(
+        alpha=alpha,
+        fit_intercept=fit_intercept,
+        tol=args.tol,
+        max_epochs=args.max_epochs,
+        method=args.method,
+        backend="serial",
+        screening=not args.no_screening,
+        random_state=args.seed,
+        verbose=0 if args.quiet else 1,
+    )
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        # Not converging within --max-epochs is reported in the summary instead.
+        warnings.filterwarnings("ignore", message=r".*did not reach tol.*")
+        try:
+            from sklearn.exceptions import ConvergenceWarning
+            warnings.simplefilter("ignore", ConvergenceWarning)
+        except ImportError:  # pragma: no cover
+            pass
+        est.fit(X, y)
+    wall = time.perf_counter() - t0
+
+    history = list(getattr(est, "history_", None) or [])
+    gap = float(getattr(est, "dual_gap_", float("nan")))
+    rel_gap = None
+    if history and history[-1].get("rel_gap") is not None:
+        rel_gap = float(history[-1]["rel_gap"])
+    else:
+        p0 = _null_objective(y, loss, fit_intercept)
+        rel_gap = gap / p0 if p0 > 0 else float("nan")
+    objective = getattr(est, "objective_", None)
+    if objective is None and history:
+        objective = history[-1].get("primal")
+    coef = np.asarray(est.coef_).ravel()
+    active = getattr(est, "active_set_", None)
+    n_kept = p if active is None else int(np.size(active))
+    n_iter = getattr(est, "n_iter_", None)
+    if n_iter is None:
+        n_iter = len(history)
+    intercept = np.ravel(getattr(est, "intercept_", 0.0))
+    intercept = float(intercept[0]) if intercept.size else 0.0
+    converged = rel_gap is not None and math.isfinite(rel_gap) and rel_gap <= args.tol
+
+    rows = [
+        ("data", f"{name}: {n:,} x {p:,}, nnz {nnz:,} ({nnz / max(1, n * p):.2%} dense)"),
+    ]
+    if classes is not None:
+        rows.append(("classes", f"{classes[0]:g} -> -1, {classes[1]:g} -> +1"))
+    rows += [
+        ("method", f"{args.method}, serial, screening {'off' if args.no_screening else 'on'}"),
+        ("alpha", f"{alpha:.4e}  (alpha/lam_max = {ratio:.3g}, lam_max = {lmax:.4e})"),
+        ("objective", f"{float(objective):.8e}" if objective is not None else "n/a"),
+        ("duality gap", f"{gap:.3e}  (relative {rel_gap:.3e}, tol {args.tol:g}"
+                        f"{'' if converged else ', NOT reached: raise --max-epochs'})"),
+        ("kept by screening", f"{n_kept:,} / {p:,} features"),
+        ("non-zero coef", f"{int(np.count_nonzero(coef)):,} / {p:,}"),
+    ]
+    if fit_intercept:
+        rows.append(("intercept", f"{intercept:.6g}"))
+    rows += [
+        ("outer iterations", f"{int(n_iter)}"),
+        ("wall time", f"{wall:.2f} s"),
+    ]
+
+    if args.history_json:
+        write_history(args.history_json, history)
+        rows.append(("history", args.history_json))
+    if args.save_coef:
+        save_coef(args.save_coef, est, alpha)
+        rows.append(("coefficients", args.save_coef))
+
+    sys.stdout.write(format_summary(rows, title) + "\n")
+    sys.stdout.flush()
+    return EXIT_OK

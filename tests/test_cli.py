@@ -1,0 +1,260 @@
+"""Command line (asyncopt-lasso / asyncopt-logreg) and the progress line."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asyncopt.progress import ProgressLine, format_bytes
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- helpers ------------------------------------------------------------------
+
+def write_libsvm(path, n=80, p=12, labels=(-1, 1), seed=0):
+    """A small sparse LIBSVM file whose labels depend on 3 of the features."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p)) * (rng.random((n, p)) < 0.5)
+    w = np.zeros(p)
+    w[:3] = [2.0, -1.5, 1.0]
+    score = X @ w + 0.1 * rng.standard_normal(n)
+    if len(labels) == 2:
+        y = np.where(score > 0, labels[1], labels[0])
+    else:
+        y = np.asarray(labels)[rng.integers(0, len(labels), n)]
+    with open(path, "w") as f:
+        for i in range(n):
+            feats = " ".join(f"{j + 1}:{X[i, j]:.6g}" for j in np.flatnonzero(X[i]))
+            f.write(f"{y[i]:g} {feats}\n".replace(" \n", "\n"))
+    return path
+
+
+def run_main(prog, argv, capsys):
+    if prog == "asyncopt-lasso":
+        from asyncopt.cli.lasso import main
+    else:
+        from asyncopt.cli.logreg import main
+    status = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def run_subprocess(module, argv):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONWARNINGS"] = "ignore"
+    return subprocess.run(
+        [sys.executable, "-m", module, *[str(a) for a in argv]],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )
+
+
+def assert_one_line_error(err, prog):
+    lines = err.strip("\n").splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got: {err!r}"
+    assert lines[0].startswith(f"{prog}: error: "), lines[0]
+    assert "Traceback" not in err
+
+
+PROGS = ["asyncopt-lasso", "asyncopt-logreg"]
+
+
+# -- successful runs ----------------------------------------------------------
+
+@pytest.mark.parametrize("prog", PROGS)
+def test_cli_success_prints_summary(prog, tmp_path, capsys):
+    data = write_libsvm(tmp_path / "small.svm", labels=(0, 1))
+    hist = tmp_path / "hist.json"
+    coef = tmp_path / "coef.npz"
+    status, out, err = run_main(
+        prog,
+        [data, "--alpha-ratio", "0.05", "--max-epochs", "50", "--tol", "1e-6",
+         "--seed", "1", "--quiet", "--history-json", hist, "--save-coef", coef],
+        capsys,
+    )
+    assert status == 0, err
+    assert f"{prog} summary" in out
+    for key in ("data", "alpha", "objective", "duality gap", "kept by screening",
+                "non-zero coef", "outer iterations", "wall time"):
+        assert key in out, (key, out)
+    assert "80 x 12" in out
+    assert "Traceback" not in err
+
+    history = json.loads(hist.read_text())
+    assert isinstance(history, list) and len(history) >= 1
+    assert {"epoch", "gap", "n_active"} <= set(history[-1])
+    saved = np.load(coef)
+    assert saved["coef"].shape == (12,)
+
+
+def test_cli_progress_goes_to_stderr(tmp_path, capsys):
+    data = write_libsvm(tmp_path / "small.svm")
+    status, out, err = run_main(
+        "asyncopt-lasso", [data, "--alpha-ratio", "0.1", "--max-epochs", "20"], capsys)
+    assert status == 0, err
+    assert "epoch" in err and "gap" in err
+    assert "epoch" not in out.split("summary")[0]
+
+
+def test_cli_explicit_alpha_and_options(tmp_path, capsys):
+    data = write_libsvm(tmp_path / "small.svm")
+    status, out, err = run_main(
+        "asyncopt-lasso",
+        [data, "--alpha", "0.05", "--no-screening", "--no-intercept",
+         "--method", "ddss_naive", "--max-epochs", "5", "--quiet"],
+        capsys,
+    )
+    assert status == 0, err
+    assert "5.0000e-02" in out
+    assert "screening off" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prog", PROGS)
+def test_cli_default_a9a(prog, capsys):
+    status, out, err = run_main(prog, ["--quiet"], capsys)
+    assert status == 0, err
+    assert "a9a" in out and "123" in out
+
+
+# -- user errors: one line, no traceback ----------------------------------------
+
+@pytest.mark.parametrize("prog", PROGS)
+def test_missing_file(prog, tmp_path, capsys):
+    missing = tmp_path / "does-not-exist.svm"
+    status, out, err = run_main(prog, [missing], capsys)
+    assert status == 1
+    assert_one_line_error(err, prog)
+    assert "does-not-exist.svm" in err
+
+
+@pytest.mark.parametrize("prog", PROGS)
+def test_malformed_line_names_file_and_line(prog, tmp_path, capsys):
+    bad = tmp_path / "bad.svm"
+    bad.write_text("1 1:0.5 2:1.0\n-1 2:0.25\n1 3:abc\n-1 1:1\n")
+    status, out, err = run_main(prog, [bad], capsys)
+    assert status == 1
+    assert_one_line_error(err, prog)
+    assert "bad.svm" in err
+    assert "line 3" in err or "bad.svm:3" in err, err
+
+
+@pytest.mark.parametrize("prog", PROGS)
+@pytest.mark.parametrize("argv", [["--alpha", "0"], ["--alpha=-1"], ["--alpha-ratio", "0"],
+                                  ["--tol", "-1e-3"], ["--max-epochs", "0"],
+                                  ["--method", "nope"], ["--alpha", "abc"]])
+def test_bad_argument_values(prog, argv, tmp_path, capsys):
+    data = write_libsvm(tmp_path / "small.svm")
+    status, out, err = run_main(prog, [data, *argv], capsys)
+    assert status == 2
+    assert_one_line_error(err, prog)
+
+
+def test_three_class_labels_for_logreg(tmp_path, capsys):
+    data = write_libsvm(tmp_path / "three.svm", labels=(0, 1, 2))
+    status, out, err = run_main("asyncopt-logreg", [data], capsys)
+    assert status == 1
+    assert_one_line_error(err, "asyncopt-logreg")
+    assert "binary" in err and "3" in err
+
+
+@pytest.mark.parametrize("module,prog,case", [
+    ("asyncopt.cli.lasso", "asyncopt-lasso", "missing"),
+    ("asyncopt.cli.lasso", "asyncopt-lasso", "malformed"),
+    ("asyncopt.cli.logreg", "asyncopt-logreg", "three-class"),
+    ("asyncopt.cli.logreg", "asyncopt-logreg", "alpha"),
+])
+def test_errors_in_a_real_process(module, prog, case, tmp_path):
+    """Same checks in a fresh interpreter: exit status and a one-line stderr."""
+    if case == "missing":
+        argv, want = [tmp_path / "nope.svm"], 1
+    elif case == "malformed":
+        bad = tmp_path / "bad.svm"
+        bad.write_text("1 1:0.5\n1 x:1\n")
+        argv, want = [bad], 1
+    elif case == "three-class":
+        argv, want = [write_libsvm(tmp_path / "three.svm", labels=(0, 1, 2))], 1
+    else:
+        argv, want = [write_libsvm(tmp_path / "ok.svm"), "--alpha", "-2"], 2
+    proc = run_subprocess(module, argv)
+    assert proc.returncode == want, proc.stderr
+    assert_one_line_error(proc.stderr, prog)
+
+
+# -- progress line --------------------------------------------------------------
+
+class TTYStringIO(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def record(epoch, gap=1e-3):
+    return dict(epoch=epoch, time=0.1 * epoch, primal=1.0 + gap, dual=1.0, gap=gap,
+                rel_gap=gap / 2.0, n_active=1234 - epoch, n_features=100_000,
+                active_nnz=5000, inner_steps=100, bytes_sent=0, bytes_recv=0)
+
+
+def test_progress_silent_at_verbose_0():
+    s = io.StringIO()
+    with ProgressLine(verbose=0, stream=s) as pl:
+        for k in range(5):
+            pl.update(record(k))
+    assert s.getvalue() == ""
+
+
+def test_progress_non_tty_is_plain_and_throttled():
+    s = io.StringIO()
+    with ProgressLine(verbose=1, stream=s, label="ddss") as pl:
+        for k in range(1, 6):
+            pl.update(record(k, gap=10.0 ** -k))
+    text = s.getvalue()
+    assert "\r" not in text
+    lines = text.splitlines()
+    # first update printed at once, the rest throttled; the last one on close
+    assert len(lines) == 2, lines
+    assert "epoch" in lines[0] and "gap" in lines[0]
+    assert "epoch   5" in lines[-1] and "1.0e-05" in lines[-1]
+    assert "1,229/100,000" in lines[-1]
+
+
+def test_progress_verbose_2_prints_every_update():
+    s = io.StringIO()
+    with ProgressLine(verbose=2, stream=s) as pl:
+        for k in range(4):
+            pl.update(record(k))
+    assert len(s.getvalue().splitlines()) == 4
+
+
+def test_progress_tty_rewrites_in_place():
+    s = TTYStringIO()
+    pl = ProgressLine(verbose=1, stream=s, label="ddss")
+    for k in range(3):
+        pl.update(record(k))
+    text = s.getvalue()
+    assert text.count("\r") == 3
+    assert "\n" not in text
+    pl.close()
+    assert s.getvalue().endswith("\n")
+    assert "ddss | epoch   2 | gap" in s.getvalue()
+    pl.close()  # idempotent
+    assert s.getvalue().count("\n") == 1
+
+
+def test_progress_bytes_human_readable():
+    assert format_bytes(0) == "0 B"
+    assert format_bytes(999) == "999 B"
+    assert format_bytes(1500) == "1.5 kB"
+    assert format_bytes(2_500_000) == "2.5 MB"
+    assert format_bytes(3.2e9) == "3.2 GB"
+    s = io.StringIO()
+    with ProgressLine(verbose=2, stream=s) as pl:
+        rec = record(1)
+        rec.update(bytes_sent=1_200_000, bytes_recv=3000)
+        pl.update(rec)
+    assert "sent 1.2 MB" in s.getvalue() and "recv 3.0 kB" in s.getvalue()
