@@ -176,8 +176,9 @@ class ActiveSet:
         return self.problem.n_samples / np.maximum(self.block_row_counts, 1)
 
     def max_row_sq_norm(self):
-        """max_i ||a_i||^2 on the active columns."""
-        return float(csr_row_sq_norms(self.indptr, self.data).max(initial=0.0))
+        """max_i ||a_i||^2 on the active columns (plus 1 for the intercept's column)."""
+        norms = csr_row_sq_norms(self.indptr, self.data)
+        return float(norms.max(initial=0.0)) + (1.0 if self.problem.fit_intercept else 0.0)
 
     def margins(self, x, b):
         return csr_margins(self.indptr, self.indices, self.data, x, b,

@@ -340,7 +340,7 @@ def test_svrg_direction_is_unbiased(loss, kind, seed, ref, make_data):
 @pytest.mark.parametrize("kind", ["l1", "group"])
 def test_svrg_step_is_prox_of_direction_on_touched_blocks(loss, kind, ref, make_data):
     """One inner step = prox_{eta lam d_g w_g}(x - eta v) on the blocks row i touches;
-    every other coordinate is untouched; the intercept is not written."""
+    every other coordinate is untouched; b <- b - eta (diff + mu_b)."""
     X, y, problem = _sparse_problem(5, loss, kind, make_data, explicit_zeros=False)
     active = problem.full_active_set()
     n = problem.n_samples
@@ -350,11 +350,12 @@ def test_svrg_step_is_prox_of_direction_on_touched_blocks(loss, kind, ref, make_
     b0 = 0.2
     z_snap = active.margins(rng.standard_normal(active.n_features), 0.1)
     weighted_mu = rng.standard_normal(active.n_features)
+    mu_b = 0.05
     eta, lam = 0.07, 0.3
     thresholds_block = eta * lam * active.reweighting() * active.weights
     out = np.empty(active.n_features)
     for i in range(0, n, 3):
-        svrg_direction(i, active.indptr, active.indices, active.data, active.y,
+        diff = svrg_direction(i, active.indptr, active.indices, active.data, active.y,
                               problem.loss.code, x0, b0, z_snap, weighted_mu,
                               active.block_indptr, active.feature_block, out)
         row_blocks = np.unique(active.feature_block[
@@ -367,9 +368,10 @@ def test_svrg_step_is_prox_of_direction_on_touched_blocks(loss, kind, ref, make_
             t = thresholds_block[g]
             expect[sl] = 0.0 if nrm <= t else u * (1 - t / nrm)
         x = x0.copy()
+        b = np.array([b0])
         samples = np.array([i])
         args = (active.indptr, active.indices, active.data, active.y, problem.loss.code,
-                x, b0, z_snap, weighted_mu)
+                x, b, True, z_snap, weighted_mu, mu_b)
         if kind == "l1":
             svrg_epoch_l1(*args, np.repeat(thresholds_block, 1), eta, samples, True)
         else:
@@ -379,6 +381,7 @@ def test_svrg_step_is_prox_of_direction_on_touched_blocks(loss, kind, ref, make_
                              np.arange(active.n_features), np.zeros(active.n_features),
                              np.full(nb, -1, dtype=np.int64))
         np.testing.assert_allclose(x, expect, rtol=1e-13, atol=1e-15)
+        assert b[0] == pytest.approx(b0 - eta * (diff + mu_b), rel=1e-14)
 
 
 # ---------------------------------------------------------------------------------------

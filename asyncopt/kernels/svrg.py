@@ -6,12 +6,8 @@ For a sampled row i with active support S_i, snapshot margins z~ and snapshot gr
     x_g <- prox_{eta lam d_g w_g ||.||}(x_g - eta v_g)      for those blocks only
 
 with d_g = n / n_g (n_g: rows touching block g), so that E_i[v] = grad F(x) and
-E_i[sum_{g touching S_i} d_g w_g ||x_g||] = Omega(x).
-
-The intercept b is held fixed during an inner epoch and refitted exactly by the outer loop
-(DESIGN 1). This is SVRG on (x, b/s) with an intercept column of constant s in the limit
-s -> 0: the step is set by max_i ||a_i||^2 alone instead of max_i ||a_i||^2 + 1 (twice as
-long on unit-norm rows), and no thread or worker ever writes a shared scalar on every step.
+E_i[sum_{g touching S_i} d_g w_g ||x_g||] = Omega(x). The intercept b is the coordinate
+whose feature is 1 in every row (d_b = 1, unpenalized).
 
 With ``variance_reduced=False`` this is DDSS-Naive: v_j = f'(a_i^T x + b) a_ij, same
 sparse prox (the caller passes a decaying step through the thresholds and eta).
@@ -46,8 +42,8 @@ def gradient_difference(code, z, z_snap_i, y_i, variance_reduced):
 @njit(cache=True)
 def svrg_direction(i, indptr, indices, data, y, code, x, b, z_snap, weighted_mu,
                    block_indptr, feature_block, out):
-    """Dense copy of the sparse estimate v (eq. 3-6) for row i into ``out``; returns
-    f'(z_i) - f'(z~_i), the intercept's component of the estimate. ``weighted_mu[j] = d_g mu_j`` (zero outside the touched blocks)."""
+    """Dense copy of the sparse estimate v (eq. 3-6) for row i into ``out``; returns the
+    intercept component. ``weighted_mu[j] = d_g mu_j`` (zero outside the touched blocks)."""
     out[:] = 0.0
     diff = gradient_difference(code, row_margin(indptr, indices, data, x, b, i),
                                z_snap[i], y[i], True)
@@ -61,10 +57,14 @@ def svrg_direction(i, indptr, indices, data, y, code, x, b, z_snap, weighted_mu,
 
 
 @njit(cache=True, nogil=True)
-def svrg_epoch_l1(indptr, indices, data, y, code, x, b, z_snap, weighted_mu, thresholds,
-                  eta, samples, variance_reduced):
-    """Run the sparse prox-SVRG steps for the rows in ``samples`` (L1: blocks of size 1),
-    updating x in place; thresholds[j] = eta lam d_j w_j, b the fixed intercept."""
+def svrg_epoch_l1(indptr, indices, data, y, code, x, intercept, fit_intercept,
+                  z_snap, weighted_mu, mu_intercept, thresholds, eta, samples,
+                  variance_reduced):
+    """Run the sparse prox-SVRG steps for the rows in ``samples`` (L1: blocks of size 1).
+
+    thresholds[j] = eta lam d_j w_j; intercept is a length-1 array updated in place.
+    """
+    b = intercept[0]
     for t in range(samples.shape[0]):
         i = samples[t]
         z = row_margin(indptr, indices, data, x, b, i)
@@ -73,17 +73,22 @@ def svrg_epoch_l1(indptr, indices, data, y, code, x, b, z_snap, weighted_mu, thr
             j = indices[k]
             x[j] = soft_threshold(x[j] - eta * (diff * data[k] + weighted_mu[j]),
                                   thresholds[j])
+        if fit_intercept:
+            b -= eta * (diff + mu_intercept)
+    intercept[0] = b
 
 
 @njit(cache=True, nogil=True)
-def svrg_epoch_group(indptr, indices, data, y, code, x, b, z_snap, weighted_mu,
-                     thresholds, eta, samples, variance_reduced, block_indptr,
-                     feature_block, feature_ids, scratch, stamp):
-    """Sparse prox-SVRG steps for contiguous blocks (group penalty), x updated in place.
+def svrg_epoch_group(indptr, indices, data, y, code, x, intercept, fit_intercept,
+                     z_snap, weighted_mu, mu_intercept, thresholds, eta, samples,
+                     variance_reduced, block_indptr, feature_block, feature_ids,
+                     scratch, stamp):
+    """Sparse prox-SVRG steps for contiguous blocks (group penalty).
 
     thresholds[g] = eta lam d_g w_g; ``scratch`` (n_features, zeros) and ``stamp``
     (n_blocks, any values < 0) are work arrays; feature_ids is arange(n_features).
     """
+    b = intercept[0]
     touched = np.empty(block_indptr.shape[0] - 1, dtype=np.int64)
     for t in range(samples.shape[0]):
         i = samples[t]
@@ -105,5 +110,8 @@ def svrg_epoch_group(indptr, indices, data, y, code, x, b, z_snap, weighted_mu,
                 x[j] -= eta * (scratch[j] + weighted_mu[j])
                 scratch[j] = 0.0
             block_soft_threshold_(x, feature_ids, start, end, thresholds[g])
+        if fit_intercept:
+            b -= eta * (diff + mu_intercept)
     for g in range(stamp.shape[0]):
         stamp[g] = -1
+    intercept[0] = b

@@ -6,10 +6,8 @@ Outer iteration s:
      P, D and the gap G; stop when G <= tol * P(0);
   3. gap-safe screening and compaction of the data to the surviving columns;
   4. one inner epoch (about n steps) of sparse prox-SVRG from the snapshot (x, z, mu)
-     with step eta = 1 / (3 L_max), L_max = L_f max_i ||a_i||^2 on the active set (DDSS),
-     or plain sparse stochastic prox steps with the decaying step eta / (1 + s)
-     (DDSS-Naive). The intercept stays at its refitted value during the epoch (see
-     kernels/svrg.py).
+     with step eta = 1 / (3 L_max) (DDSS), or plain sparse stochastic prox steps with
+     the decaying step eta / (1 + s) (DDSS-Naive).
 """
 import time
 import warnings
@@ -81,18 +79,18 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     active = problem.full_active_set()
     x = np.zeros(active.n_features) if coef_init is None else \
         np.array(coef_init, dtype=np.float64)[active.features]
-    intercept = float(intercept_init) if problem.fit_intercept else 0.0
+    intercept = np.array([float(intercept_init) if problem.fit_intercept else 0.0])
     reference = problem.zero_certificate().primal
     n_steps = n if inner_steps is None else int(inner_steps)
     history = []
     total_steps = 0
     converged = False
-    cert = active.certificate(x, intercept)
+    cert = active.certificate(x, intercept[0])
     epoch = 0
     staleness_mean, staleness_max = 0.0, 0
     with ProgressLine(verbose, label=label) as progress:
         while True:
-            intercept = cert.intercept
+            intercept[0] = cert.intercept
             record = {
                 "epoch": epoch, "time": time.perf_counter() - start,
                 "primal": cert.primal, "dual": cert.dual, "gap": cert.gap,
@@ -112,7 +110,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 keep = screen_active_set(active, cert)
                 if not np.all(keep):
                     active, x, dropped_nonzero = active.compact(keep, x)
-                    cert = active.certificate(x, intercept,
+                    cert = active.certificate(x, intercept[0],
                                               None if dropped_nonzero else cert.z)
             eta0 = step_scale / (3.0 * lipschitz * max(active.max_row_sq_norm(), 1e-300))
             eta = eta0 if variance_reduced else eta0 / (1.0 + epoch)
@@ -120,19 +118,21 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             if variance_reduced:
                 reweight = np.repeat(block_reweight, np.diff(active.block_indptr))
                 weighted_mu = -reweight * cert.correlation / n
+                mu_intercept = -float(np.sum(cert.rho)) / n
             else:
                 weighted_mu = np.zeros(active.n_features)
+                mu_intercept = 0.0
             thresholds = eta * lam * block_reweight * active.weights
             samples = epoch_rows(rng, n, n_steps, sampling)
             staleness_mean, staleness_max = inner_loop.run(
-                active, x, intercept, cert.z, weighted_mu, thresholds, eta, samples,
-                variance_reduced)
+                active, x, intercept, cert.z, weighted_mu, mu_intercept, thresholds, eta,
+                samples, variance_reduced)
             total_steps += n_steps
             epoch += 1
-            if not np.all(np.isfinite(x)):
+            if not np.all(np.isfinite(x)) or not np.isfinite(intercept[0]):
                 raise FloatingPointError(
                     "the iterates diverged (non-finite coefficients); try a smaller step_scale")
-            cert = active.certificate(x, intercept)
+            cert = active.certificate(x, intercept[0])
     coef = active.expand(x)
     return SolverResult(coef, float(cert.intercept), epoch, cert.primal, cert.dual,
                         cert.gap, active.features.copy(), converged, history)

@@ -9,12 +9,13 @@ class SerialInnerLoop:
 
     name = "serial"
 
-    def run(self, active, x, intercept, z_snap, weighted_mu, thresholds, eta, samples,
-            variance_reduced):
-        """Update x in place (intercept fixed); returns the staleness (mean, max): 0."""
-        args = (active.indptr, active.indices, active.data, active.y,
-                active.problem.loss.code, x, intercept, z_snap, weighted_mu, thresholds,
-                eta, samples, variance_reduced)
+    def run(self, active, x, intercept, z_snap, weighted_mu, mu_intercept, thresholds,
+            eta, samples, variance_reduced):
+        """Update x and intercept (length-1 array) in place; returns staleness (0, 0)."""
+        prob = active.problem
+        args = (active.indptr, active.indices, active.data, active.y, prob.loss.code, x,
+                intercept, prob.fit_intercept, z_snap, weighted_mu, mu_intercept,
+                thresholds, eta, samples, variance_reduced)
         if active.penalty.is_l1:
             svrg_epoch_l1(*args)
         else:
