@@ -272,6 +272,26 @@ def test_linear_convergence_strongly_convex_lasso(fmt, screening, make_data):
     assert res.n_iter <= 150
 
 
+def test_converges_when_a_feature_is_almost_collinear_with_the_intercept():
+    """A feature present in nearly every row (the most popular one of CTR data) is almost
+    collinear with the intercept: alternating exact intercept refits with epochs on x
+    stall there, the intercept as an SVRG coordinate does not."""
+    rng = np.random.default_rng(3)
+    n, p = 2000, 60
+    X = (rng.random((n, p)) < 0.1).astype(float)
+    X[:, 0] = rng.random(n) < 0.97
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+    y = X @ np.r_[3.0, rng.standard_normal(9), np.zeros(p - 10)] + 0.5 \
+        + 0.1 * rng.standard_normal(n)
+    problem = Problem(sp.csr_matrix(X), y, "squared", None, 1.0, True)
+    problem = problem.with_lam(0.01 * problem.lam_max())
+    res = solve_ddss(problem, tol=1e-8, max_epochs=300, random_state=0)
+    assert res.converged, res.history[-1]["rel_gap"]
+    sk = sklm.Lasso(alpha=problem.lam, tol=1e-14, max_iter=200000).fit(X, y)
+    p_sk = problem.objective(sk.coef_, sk.intercept_)
+    assert res.primal <= p_sk * (1 + 1e-7)
+
+
 # ---------------------------------------------------------------------------------------
 # 6. the sparse SVRG estimate is unbiased (exact identity)
 # ---------------------------------------------------------------------------------------
