@@ -175,10 +175,18 @@ class ActiveSet:
         """d_g = n / n_g per block (eq. 3-6); blocks touching no row get d_g = n."""
         return self.problem.n_samples / np.maximum(self.block_row_counts, 1)
 
+    def intercept_scale_sq(self):
+        """s^2 of the intercept's column in the inner loop (kernels/svrg.py): the mean
+        square of the stored entries (1 when there are none), 0 without intercept."""
+        if not self.problem.fit_intercept:
+            return 0.0
+        nnz = self.nnz
+        return float(np.dot(self.data, self.data) / nnz) if nnz else 1.0
+
     def max_row_sq_norm(self):
-        """max_i ||a_i||^2 on the active columns (plus 1 for the intercept's column)."""
+        """max_i ||a_i||^2 on the active columns plus s^2 for the intercept's column."""
         norms = csr_row_sq_norms(self.indptr, self.data)
-        return float(norms.max(initial=0.0)) + (1.0 if self.problem.fit_intercept else 0.0)
+        return float(norms.max(initial=0.0)) + self.intercept_scale_sq()
 
     def margins(self, x, b):
         return csr_margins(self.indptr, self.indices, self.data, x, b,

@@ -360,7 +360,7 @@ def test_svrg_direction_is_unbiased(loss, kind, seed, ref, make_data):
 @pytest.mark.parametrize("kind", ["l1", "group"])
 def test_svrg_step_is_prox_of_direction_on_touched_blocks(loss, kind, ref, make_data):
     """One inner step = prox_{eta lam d_g w_g}(x - eta v) on the blocks row i touches;
-    every other coordinate is untouched; b <- b - eta (diff + mu_b)."""
+    every other coordinate is untouched; b <- b - eta_intercept (diff + mu_b)."""
     X, y, problem = _sparse_problem(5, loss, kind, make_data, explicit_zeros=False)
     active = problem.full_active_set()
     n = problem.n_samples
@@ -391,7 +391,7 @@ def test_svrg_step_is_prox_of_direction_on_touched_blocks(loss, kind, ref, make_
         b = np.array([b0])
         samples = np.array([i])
         args = (active.indptr, active.indices, active.data, active.y, problem.loss.code,
-                x, b, True, z_snap, weighted_mu, mu_b)
+                x, b, 0.5 * eta, z_snap, weighted_mu, mu_b)
         if kind == "l1":
             svrg_epoch_l1(*args, np.repeat(thresholds_block, 1), eta, samples, True)
         else:
@@ -401,7 +401,7 @@ def test_svrg_step_is_prox_of_direction_on_touched_blocks(loss, kind, ref, make_
                              np.arange(active.n_features), np.zeros(active.n_features),
                              np.full(nb, -1, dtype=np.int64))
         np.testing.assert_allclose(x, expect, rtol=1e-13, atol=1e-15)
-        assert b[0] == pytest.approx(b0 - eta * (diff + mu_b), rel=1e-14)
+        assert b[0] == pytest.approx(b0 - 0.5 * eta * (diff + mu_b), rel=1e-14)
 
 
 # ---------------------------------------------------------------------------------------

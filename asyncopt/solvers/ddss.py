@@ -125,7 +125,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             thresholds = eta * lam * block_reweight * active.weights
             samples = epoch_rows(rng, n, n_steps, sampling)
             staleness_mean, staleness_max = inner_loop.run(
-                active, x, intercept, cert.z, weighted_mu, mu_intercept, thresholds, eta,
+                active, x, intercept, eta * active.intercept_scale_sq(), cert.z, weighted_mu, mu_intercept, thresholds, eta,
                 samples, variance_reduced)
             total_steps += n_steps
             epoch += 1

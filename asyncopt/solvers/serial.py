@@ -9,13 +9,12 @@ class SerialInnerLoop:
 
     name = "serial"
 
-    def run(self, active, x, intercept, z_snap, weighted_mu, mu_intercept, thresholds,
-            eta, samples, variance_reduced):
+    def run(self, active, x, intercept, eta_intercept, z_snap, weighted_mu, mu_intercept,
+            thresholds, eta, samples, variance_reduced):
         """Update x and intercept (length-1 array) in place; returns staleness (0, 0)."""
-        prob = active.problem
-        args = (active.indptr, active.indices, active.data, active.y, prob.loss.code, x,
-                intercept, prob.fit_intercept, z_snap, weighted_mu, mu_intercept,
-                thresholds, eta, samples, variance_reduced)
+        args = (active.indptr, active.indices, active.data, active.y,
+                active.problem.loss.code, x, intercept, eta_intercept, z_snap, weighted_mu,
+                mu_intercept, thresholds, eta, samples, variance_reduced)
         if active.penalty.is_l1:
             svrg_epoch_l1(*args)
         else:
