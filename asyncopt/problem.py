@@ -14,6 +14,7 @@ compacted to those columns (features renumbered block by block, blocks contiguou
 solver and backend works on it.
 """
 import copy
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -175,18 +176,23 @@ class ActiveSet:
         """d_g = n / n_g per block (eq. 3-6); blocks touching no row get d_g = n."""
         return self.problem.n_samples / np.maximum(self.block_row_counts, 1)
 
+    @functools.cached_property
     def intercept_scale_sq(self):
         """s^2 of the intercept's column in the inner loop (kernels/svrg.py): the mean
         square of the stored entries (1 when there are none), 0 without intercept."""
         if not self.problem.fit_intercept:
             return 0.0
-        nnz = self.nnz
-        return float(np.dot(self.data, self.data) / nnz) if nnz else 1.0
+        row_sq = self._row_sq_norms
+        return float(row_sq.sum() / self.nnz) if self.nnz else 1.0
 
+    @functools.cached_property
     def max_row_sq_norm(self):
         """max_i ||a_i||^2 on the active columns plus s^2 for the intercept's column."""
-        norms = csr_row_sq_norms(self.indptr, self.data)
-        return float(norms.max(initial=0.0)) + self.intercept_scale_sq()
+        return float(self._row_sq_norms.max(initial=0.0)) + self.intercept_scale_sq
+
+    @functools.cached_property
+    def _row_sq_norms(self):
+        return csr_row_sq_norms(self.indptr, self.data)
 
     def margins(self, x, b):
         return csr_margins(self.indptr, self.indices, self.data, x, b,

@@ -112,7 +112,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                     active, x, dropped_nonzero = active.compact(keep, x)
                     cert = active.certificate(x, intercept[0],
                                               None if dropped_nonzero else cert.z)
-            eta0 = step_scale / (3.0 * lipschitz * max(active.max_row_sq_norm(), 1e-300))
+            eta0 = step_scale / (3.0 * lipschitz * max(active.max_row_sq_norm, 1e-300))
             eta = eta0 if variance_reduced else eta0 / (1.0 + epoch)
             block_reweight = active.reweighting()
             if variance_reduced:
@@ -125,8 +125,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             thresholds = eta * lam * block_reweight * active.weights
             samples = epoch_rows(rng, n, n_steps, sampling)
             staleness_mean, staleness_max = inner_loop.run(
-                active, x, intercept, eta * active.intercept_scale_sq(), cert.z, weighted_mu, mu_intercept, thresholds, eta,
-                samples, variance_reduced)
+                active, x, intercept, eta * active.intercept_scale_sq, cert.z, weighted_mu,
+                mu_intercept, thresholds, eta, samples, variance_reduced)
             total_steps += n_steps
             epoch += 1
             if not np.all(np.isfinite(x)) or not np.isfinite(intercept[0]):
