@@ -64,7 +64,7 @@ class _DDSSModel(BaseEstimator):
             coef_init=np.ravel(self.coef_) if warm else None,
             intercept_init=float(np.ravel(self.intercept_)[0]) if warm else 0.0,
             step_scale=self.step_scale, random_state=self.random_state,
-            verbose=self.verbose, label=self.method)
+            verbose=self.verbose, label=self.method, checkpoint=self.checkpoint)
         if not result.converged and self.max_epochs > 0:
             warnings.warn(
                 f"{type(self).__name__} did not reach tol={self.tol:g} in {self.max_epochs} "
@@ -95,6 +95,8 @@ _COMMON_DOC = """
     step_scale : multiplier of the default step 1 / (3 L_max).
     random_state : seed of the row sampling.
     verbose : 0 silent, 1 live progress line, 2 one line per outer iteration.
+    checkpoint : optional .npz path: the solution so far and the history are written there
+        every minute and at the end; a fit that finds it resumes from it.
 """
 
 
@@ -105,7 +107,8 @@ class Lasso(RegressorMixin, _DDSSModel):
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
                  method="ddss", backend="serial", screening=True, weights=None,
-                 warm_start=False, step_scale=1.0, random_state=None, verbose=0):
+                 warm_start=False, step_scale=1.0, random_state=None, verbose=0,
+                 checkpoint=None):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.tol = tol
@@ -118,6 +121,7 @@ class Lasso(RegressorMixin, _DDSSModel):
         self.step_scale = step_scale
         self.random_state = random_state
         self.verbose = verbose
+        self.checkpoint = checkpoint
 
     def fit(self, X, y):
         """Fit on X (n, p) dense or sparse and y (n,); returns self."""
@@ -146,11 +150,12 @@ class GroupLasso(Lasso):
     def __init__(self, alpha=1.0, *, groups=1, fit_intercept=True, tol=1e-4,
                  max_epochs=200, method="ddss", backend="serial", screening=True,
                  weights=None, warm_start=False, step_scale=1.0, random_state=None,
-                 verbose=0):
+                 verbose=0, checkpoint=None):
         super().__init__(alpha, fit_intercept=fit_intercept, tol=tol,
                          max_epochs=max_epochs, method=method, backend=backend,
                          screening=screening, weights=weights, warm_start=warm_start,
-                         step_scale=step_scale, random_state=random_state, verbose=verbose)
+                         step_scale=step_scale, random_state=random_state, verbose=verbose,
+                         checkpoint=checkpoint)
         self.groups = groups
 
     def _penalty(self, n_features):
@@ -169,7 +174,7 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
     def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
                  method="ddss", backend="serial", screening=True, groups=None,
                  weights=None, warm_start=False, step_scale=1.0, random_state=None,
-                 verbose=0):
+                 verbose=0, checkpoint=None):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.tol = tol
@@ -183,6 +188,7 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
         self.step_scale = step_scale
         self.random_state = random_state
         self.verbose = verbose
+        self.checkpoint = checkpoint
 
     def _penalty(self, n_features):
         if self.groups is None:

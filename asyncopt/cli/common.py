@@ -127,6 +127,9 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
                    help="no live progress line (the summary is still printed)")
     p.add_argument("--history-json", default=None, metavar="PATH",
                    help="write the per-iteration history (list of records) as JSON")
+    p.add_argument("--checkpoint", default=None, metavar="PATH",
+                   help="write the solution so far to PATH (.npz) every minute and at the "
+                        "end; if PATH exists, resume from it")
     p.add_argument("--save-coef", default=None, metavar="PATH",
                    help="save coefficients: .npy (coef only), .txt/.csv (text), "
                         "else .npz with coef, intercept, alpha")
@@ -210,17 +213,12 @@ def load_data(args):
 
 def binary_labels(y, name):
     """Map binary labels to {-1, +1}; returns (y_pm, classes)."""
-    import numpy as np
+    from asyncopt.problem import encode_binary_labels
 
-    classes = np.unique(y)
-    if classes.size != 2:
-        shown = ", ".join(f"{c:g}" for c in classes[:5]) + (", ..." if classes.size > 5 else "")
-        raise ValueError(
-            f"{name}: logistic regression needs binary labels, "
-            f"found {classes.size} distinct label(s): {shown}"
-        )
-    y_pm = np.where(y == classes[1], 1.0, -1.0)
-    return y_pm, classes
+    try:
+        return encode_binary_labels(y)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
 
 
 # -- output -------------------------------------------------------------------
@@ -251,8 +249,7 @@ def save_coef(path, est, alpha):
     import numpy as np
 
     coef = np.asarray(est.coef_).ravel()
-    intercept = float(np.ravel(getattr(est, "intercept_", 0.0))[0]) \
-        if np.size(getattr(est, "intercept_", 0.0)) else 0.0
+    intercept = float(np.ravel(est.intercept_)[0])
     low = path.lower()
     if low.endswith(".npy"):
         with open(path, "wb") as f:
@@ -262,23 +259,6 @@ def save_coef(path, est, alpha):
     else:
         with open(path, "wb") as f:
             np.savez(f, coef=coef, intercept=intercept, alpha=alpha)
-
-
-def _null_objective(y, loss, fit_intercept):
-    """P(0): the objective at x = 0 with the intercept at its optimum."""
-    import numpy as np
-
-    y = np.asarray(y, dtype=float)
-    if loss == "squared":
-        r = y - y.mean() if fit_intercept else y
-        return 0.5 * float(np.mean(r * r))
-    # logistic, y in {-1, +1}
-    if fit_intercept:
-        q = float(np.mean(y > 0))
-        if q <= 0.0 or q >= 1.0:
-            return 0.0
-        return -(q * math.log(q) + (1 - q) * math.log(1 - q))
-    return math.log(2.0)
 
 
 def format_summary(rows, title):
@@ -332,6 +312,7 @@ def fit_and_report(args, prog, estimator_cls, loss, title):
         screening=not args.no_screening,
         random_state=args.seed,
         verbose=0 if args.quiet else 1,
+        checkpoint=args.checkpoint,
     )
     t0 = time.perf_counter()
     with warnings.catch_warnings():
@@ -345,26 +326,15 @@ def fit_and_report(args, prog, estimator_cls, loss, title):
         est.fit(X, y)
     wall = time.perf_counter() - t0
 
-    history = list(getattr(est, "history_", None) or [])
-    gap = float(getattr(est, "dual_gap_", float("nan")))
-    rel_gap = None
-    if history and history[-1].get("rel_gap") is not None:
-        rel_gap = float(history[-1]["rel_gap"])
-    else:
-        p0 = _null_objective(y, loss, fit_intercept)
-        rel_gap = gap / p0 if p0 > 0 else float("nan")
-    objective = getattr(est, "objective_", None)
-    if objective is None and history:
-        objective = history[-1].get("primal")
+    history = est.history_
+    gap = float(est.dual_gap_)
+    rel_gap = float(history[-1]["rel_gap"])
+    objective = float(est.objective_)
     coef = np.asarray(est.coef_).ravel()
-    active = getattr(est, "active_set_", None)
-    n_kept = p if active is None else int(np.size(active))
-    n_iter = getattr(est, "n_iter_", None)
-    if n_iter is None:
-        n_iter = len(history)
-    intercept = np.ravel(getattr(est, "intercept_", 0.0))
-    intercept = float(intercept[0]) if intercept.size else 0.0
-    converged = rel_gap is not None and math.isfinite(rel_gap) and rel_gap <= args.tol
+    n_kept = int(np.size(est.active_set_))
+    n_iter = est.n_iter_
+    intercept = float(np.ravel(est.intercept_)[0])
+    converged = rel_gap <= args.tol
 
     rows = [
         ("data", f"{name}: {n:,} x {p:,}, nnz {nnz:,} ({nnz / max(1, n * p):.2%} dense)"),
@@ -374,7 +344,7 @@ def fit_and_report(args, prog, estimator_cls, loss, title):
     rows += [
         ("method", f"{args.method}, serial, screening {'off' if args.no_screening else 'on'}"),
         ("alpha", f"{alpha:.4e}  (alpha/lam_max = {ratio:.3g}, lam_max = {lmax:.4e})"),
-        ("objective", f"{float(objective):.8e}" if objective is not None else "n/a"),
+        ("objective", f"{objective:.8e}"),
         ("duality gap", f"{gap:.3e}  (relative {rel_gap:.3e}, tol {args.tol:g}"
                         f"{'' if converged else ', NOT reached: raise --max-epochs'})"),
         ("kept by screening", f"{n_kept:,} / {p:,} features"),

@@ -9,13 +9,14 @@ Outer iteration s:
      with step eta = 1 / (3 L_max) (DDSS), or plain sparse stochastic prox steps with
      the decaying step eta / (1 + s) (DDSS-Naive).
 """
+import os
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..screening import screen_active_set
+from .checkpoint import load_checkpoint, save_checkpoint
 from .serial import SerialInnerLoop
 
 
@@ -59,12 +60,17 @@ class SolverResult:
 def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_reduced=True,
                coef_init=None, intercept_init=0.0, step_scale=1.0, inner_steps=None,
                sampling="chunked", random_state=None, verbose=0, inner_loop=None,
-               label="ddss"):
+               label="ddss", callback=None, max_time=None, checkpoint=None,
+               checkpoint_interval=60.0):
     """Solve ``problem`` (a Problem) with DDSS; returns a SolverResult.
 
     tol is relative: stop at G <= tol * P(0). step_scale multiplies eta = 1/(3 L_max).
     inner_steps defaults to n (one pass over the rows per outer iteration).
     sampling: "chunked" (default) or "uniform", see ``epoch_rows``.
+    callback(record) is called with every history record; returning True stops the run.
+    max_time: stop (not converged) once this many seconds have passed.
+    checkpoint: a .npz path written every checkpoint_interval seconds and at the end; if
+    it exists when the solve starts (and no coef_init is given), the solve resumes from it.
     """
     from ..progress import ProgressLine
 
@@ -77,13 +83,24 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     lam = problem.lam
     lipschitz = problem.loss.lipschitz
     active = problem.full_active_set()
+    history, first_epoch, time_offset, total_steps = [], 0, 0.0, 0
+    if checkpoint is not None and coef_init is None and os.path.exists(checkpoint):
+        coef_init, intercept_init, _, history = load_checkpoint(checkpoint,
+                                                                problem.n_features)
+        if history:
+            first_epoch = history[-1]["epoch"] + 1
+            time_offset = history[-1]["time"]
+            total_steps = history[-1]["inner_steps"]
     x = np.zeros(active.n_features) if coef_init is None else \
         np.array(coef_init, dtype=np.float64)[active.features]
     intercept = np.array([float(intercept_init) if problem.fit_intercept else 0.0])
     reference = problem.zero_certificate().primal
     n_steps = n if inner_steps is None else int(inner_steps)
-    history = []
-    total_steps = 0
+    last_saved = start
+
+    def save():
+        save_checkpoint(checkpoint, coef=active.expand(x), intercept=intercept[0],
+                        lam=lam, history=history)
     converged = False
     cert = active.certificate(x, intercept[0])
     epoch = 0
@@ -91,8 +108,9 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     with ProgressLine(verbose, label=label) as progress:
         while True:
             intercept[0] = cert.intercept
+            now = time.perf_counter()
             record = {
-                "epoch": epoch, "time": time.perf_counter() - start,
+                "epoch": first_epoch + epoch, "time": time_offset + now - start,
                 "primal": cert.primal, "dual": cert.dual, "gap": cert.gap,
                 "rel_gap": cert.gap / reference if reference > 0 else 0.0,
                 "n_active": active.n_features, "n_features": problem.n_features,
@@ -104,8 +122,12 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             if cert.gap <= tol * reference:
                 converged = True
                 break
-            if epoch >= max_epochs:
+            if epoch >= max_epochs or (callback is not None and callback(record)) or \
+                    (max_time is not None and now - start >= max_time):
                 break
+            if checkpoint is not None and now - last_saved >= checkpoint_interval:
+                save()
+                last_saved = now
             if screening:
                 keep = screen_active_set(active, cert)
                 if not np.all(keep):
@@ -133,6 +155,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 raise FloatingPointError(
                     "the iterates diverged (non-finite coefficients); try a smaller step_scale")
             cert = active.certificate(x, intercept[0])
+    if checkpoint is not None:
+        save()
     coef = active.expand(x)
     return SolverResult(coef, float(cert.intercept), epoch, cert.primal, cert.dual,
                         cert.gap, active.features.copy(), converged, history)

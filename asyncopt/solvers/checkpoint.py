@@ -1,0 +1,32 @@
+"""Checkpoints of a running solve: the full coefficient vector, the intercept, lam and the
+history so far, written atomically (temporary file + rename) to a .npz file, so that a
+stopped or killed run resumes from its last checkpoint instead of from zero."""
+import json
+import os
+import zipfile
+
+import numpy as np
+
+
+def save_checkpoint(path, *, coef, intercept, lam, history):
+    """Write the checkpoint to ``path`` atomically."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        np.savez(f, coef=np.asarray(coef, dtype=np.float64), intercept=float(intercept),
+                 lam=float(lam), history=json.dumps(history))
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path, n_features):
+    """(coef, intercept, lam, history) from ``path``; ValueError if it is not a checkpoint
+    of a problem with ``n_features`` features."""
+    try:
+        with np.load(path) as f:
+            coef, intercept = f["coef"], float(f["intercept"])
+            lam, history = float(f["lam"]), json.loads(str(f["history"]))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{path}: not a readable asyncopt checkpoint ({exc})") from None
+    if coef.shape != (n_features,):
+        raise ValueError(f"{path}: checkpoint has {coef.shape[0]} coefficients but the "
+                         f"problem has {n_features} features")
+    return coef, intercept, lam, history
