@@ -145,7 +145,7 @@ class ActiveSet:
     """
 
     def __init__(self, problem, blocks, indptr, indices, data, column_sq_norms,
-                 block_row_counts, y, owns_data):
+                 column_counts, block_row_counts, y, owns_data):
         self.problem = problem
         self.blocks = blocks
         self.y = y
@@ -154,6 +154,7 @@ class ActiveSet:
         self.penalty = problem.penalty.restricted(blocks)
         self.features = problem.penalty.active_features(blocks)
         self.column_sq_norms = column_sq_norms
+        self.column_counts = column_counts
         self.block_row_counts = block_row_counts
         self.block_indptr = self.penalty.indptr
         self.feature_block = np.repeat(np.arange(len(blocks)), np.diff(self.block_indptr))
@@ -220,6 +221,13 @@ class ActiveSet:
         dual = mean_neg_conjugate(code, rho / scale, y)
         return Certificate(z, b, rho, correlation, block_corr, scale, primal, dual)
 
+    def dropped_share(self, keep_blocks):
+        """(share of the stored non-zeros, share of the features) in the blocks that
+        ``keep_blocks`` drops."""
+        dropped = ~np.repeat(keep_blocks, np.diff(self.block_indptr))
+        nnz_share = self.column_counts[dropped].sum() / max(self.nnz, 1)
+        return float(nnz_share), float(dropped.mean()) if dropped.size else 0.0
+
     def compact(self, keep_blocks, x):
         """(ActiveSet on the kept blocks, x restricted to them, whether a dropped
         coordinate was non-zero). When this set owns its arrays they are reused in place
@@ -233,7 +241,8 @@ class ActiveSet:
         nnz = csr_compact_columns_(indptr, indices, data, column_map)
         new = ActiveSet(self.problem, self.blocks[keep_blocks], indptr, indices[:nnz],
                         data[:nnz], self.column_sq_norms[feature_keep],
-                        self.block_row_counts[keep_blocks], self.y, True)
+                        self.column_counts[feature_keep], self.block_row_counts[keep_blocks],
+                        self.y, True)
         return new, x[feature_keep], bool(np.any(x[~feature_keep] != 0))
 
     def expand(self, x):
@@ -276,11 +285,11 @@ class Problem:
             X = self.X
             indptr, indices, data = csr_select(
                 X.indptr.astype(np.int64), X.indices, X.data, column_map, row_order)
-            sq, _ = csr_column_stats(indptr, indices, data, self.n_features)
+            sq, column_counts = csr_column_stats(indptr, indices, data, self.n_features)
             feature_block = np.repeat(np.arange(pen.n_blocks), np.diff(pen.indptr))
             counts = csr_block_row_counts(indptr, indices, feature_block, pen.n_blocks)
             self._full = ActiveSet(self, np.arange(pen.n_blocks), indptr, indices, data,
-                                   sq, counts, self.y[row_order], False)
+                                   sq, column_counts, counts, self.y[row_order], False)
         return self._full
 
     def with_lam(self, lam):

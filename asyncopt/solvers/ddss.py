@@ -4,7 +4,10 @@ Outer iteration s:
   1. margins z = A x + b on the active set, intercept refitted to its optimum;
   2. generalized residual rho, A^T rho (full gradient mu = -A^T rho / n), dual point theta,
      P, D and the gap G; stop when G <= tol * P(0);
-  3. gap-safe screening and compaction of the data to the surviving columns;
+  3. gap-safe screening; the data is compacted to the surviving columns once the blocks
+     the test removes hold COMPACT_NNZ_SHARE of the stored non-zeros or COMPACT_FEATURE_SHARE
+     of the features (a compaction costs a pass over the data; removing a sliver of rare
+     columns does not repay it), and once more after the last iteration;
   4. one inner epoch (about n steps) of sparse prox-SVRG from the snapshot (x, z, mu)
      with step eta = 1 / (3 L_max) (DDSS), or plain sparse stochastic prox steps with
      the decaying step eta / (1 + s) (DDSS-Naive).
@@ -21,6 +24,8 @@ from .serial import SerialInnerLoop
 
 
 SAMPLINGS = ("chunked", "uniform")
+COMPACT_NNZ_SHARE = 0.05
+COMPACT_FEATURE_SHARE = 0.5
 
 
 def epoch_rows(rng, n_samples, n_steps, sampling="chunked", chunk=32):
@@ -130,7 +135,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 last_saved = now
             if screening:
                 keep = screen_active_set(active, cert)
-                if not np.all(keep):
+                nnz_share, feature_share = active.dropped_share(keep)
+                if nnz_share >= COMPACT_NNZ_SHARE or feature_share >= COMPACT_FEATURE_SHARE:
                     active, x, dropped_nonzero = active.compact(keep, x)
                     cert = active.certificate(x, intercept[0],
                                               None if dropped_nonzero else cert.z)
@@ -155,6 +161,13 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 raise FloatingPointError(
                     "the iterates diverged (non-finite coefficients); try a smaller step_scale")
             cert = active.certificate(x, intercept[0])
+    if screening:
+        keep = screen_active_set(active, cert)
+        if not np.all(keep):
+            active, x, dropped_nonzero = active.compact(keep, x)
+            if dropped_nonzero:
+                cert = active.certificate(x, cert.intercept)
+                converged = cert.gap <= tol * reference
     if checkpoint is not None:
         save()
     coef = active.expand(x)
