@@ -36,8 +36,29 @@ class _DDSSModel(BaseEstimator):
 
     _loss = "squared"
 
+    def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
+                 method="ddss", backend="serial", screening=True, weights=None,
+                 warm_start=False, step_scale=1.0, random_state=None, verbose=0,
+                 checkpoint=None):
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.tol = tol
+        self.max_epochs = max_epochs
+        self.method = method
+        self.backend = backend
+        self.screening = screening
+        self.weights = weights
+        self.warm_start = warm_start
+        self.step_scale = step_scale
+        self.random_state = random_state
+        self.verbose = verbose
+        self.checkpoint = checkpoint
+
     def _penalty(self, n_features):
-        return L1(n_features, self.weights)
+        groups = getattr(self, "groups", None)
+        if groups is None:
+            return L1(n_features, self.weights)
+        return GroupL1(n_features, groups, self.weights)
 
     def _check_params(self):
         check_lam(self.alpha)
@@ -105,24 +126,6 @@ class Lasso(RegressorMixin, _DDSSModel):
 
     weights : optional positive per-feature weights (weighted L1).""" + _COMMON_DOC
 
-    def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
-                 method="ddss", backend="serial", screening=True, weights=None,
-                 warm_start=False, step_scale=1.0, random_state=None, verbose=0,
-                 checkpoint=None):
-        self.alpha = alpha
-        self.fit_intercept = fit_intercept
-        self.tol = tol
-        self.max_epochs = max_epochs
-        self.method = method
-        self.backend = backend
-        self.screening = screening
-        self.weights = weights
-        self.warm_start = warm_start
-        self.step_scale = step_scale
-        self.random_state = random_state
-        self.verbose = verbose
-        self.checkpoint = checkpoint
-
     def fit(self, X, y):
         """Fit on X (n, p) dense or sparse and y (n,); returns self."""
         X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], dtype=np.float64,
@@ -158,9 +161,6 @@ class GroupLasso(Lasso):
                          checkpoint=checkpoint)
         self.groups = groups
 
-    def _penalty(self, n_features):
-        return GroupL1(n_features, self.groups, self.weights)
-
 
 class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSModel):
     __doc__ = """L1 (or group) penalized binary logistic regression solved by DDSS:
@@ -175,25 +175,12 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
                  method="ddss", backend="serial", screening=True, groups=None,
                  weights=None, warm_start=False, step_scale=1.0, random_state=None,
                  verbose=0, checkpoint=None):
-        self.alpha = alpha
-        self.fit_intercept = fit_intercept
-        self.tol = tol
-        self.max_epochs = max_epochs
-        self.method = method
-        self.backend = backend
-        self.screening = screening
+        super().__init__(alpha, fit_intercept=fit_intercept, tol=tol,
+                         max_epochs=max_epochs, method=method, backend=backend,
+                         screening=screening, weights=weights, warm_start=warm_start,
+                         step_scale=step_scale, random_state=random_state, verbose=verbose,
+                         checkpoint=checkpoint)
         self.groups = groups
-        self.weights = weights
-        self.warm_start = warm_start
-        self.step_scale = step_scale
-        self.random_state = random_state
-        self.verbose = verbose
-        self.checkpoint = checkpoint
-
-    def _penalty(self, n_features):
-        if self.groups is None:
-            return L1(n_features, self.weights)
-        return GroupL1(n_features, self.groups, self.weights)
 
     def fit(self, X, y):
         """Fit on X (n, p) and binary labels y; returns self."""
