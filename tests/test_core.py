@@ -395,11 +395,8 @@ def test_svrg_step_is_prox_of_direction_on_touched_blocks(loss, kind, ref, make_
         if kind == "l1":
             svrg_epoch_l1(*args, np.repeat(thresholds_block, 1), eta, samples, True)
         else:
-            nb = len(active.blocks)
             svrg_epoch_group(*args, thresholds_block, eta, samples, True,
-                             active.block_indptr, active.feature_block,
-                             np.arange(active.n_features), np.zeros(active.n_features),
-                             np.full(nb, -1, dtype=np.int64))
+                             active.block_indptr, active.feature_block)
         np.testing.assert_allclose(x, expect, rtol=1e-13, atol=1e-15)
         assert b[0] == pytest.approx(b0 - 0.5 * eta * (diff + mu_b), rel=1e-14)
 

@@ -86,15 +86,24 @@ def svrg_epoch_l1(indptr, indices, data, y, code, x, intercept, eta_intercept,
 @njit(cache=True, nogil=True)
 def svrg_epoch_group(indptr, indices, data, y, code, x, intercept, eta_intercept,
                      z_snap, weighted_mu, mu_intercept, thresholds, eta, samples,
-                     variance_reduced, block_indptr, feature_block, feature_ids,
-                     scratch, stamp):
+                     variance_reduced, block_indptr, feature_block):
     """Sparse prox-SVRG steps for contiguous blocks (group penalty).
 
-    thresholds[g] = eta lam d_g w_g; ``scratch`` (n_features, zeros) and ``stamp``
-    (n_blocks, any values < 0) are work arrays; feature_ids is arange(n_features).
+    thresholds[g] = eta lam d_g w_g. Each touched block's new value is formed in a private
+    buffer from one read of x_g and only its delta is added to x (eq. 3-10), so threads
+    sharing x never shrink a block another thread has half-updated.
     """
+    n_blocks = block_indptr.shape[0] - 1
+    max_size = 0
+    for g in range(n_blocks):
+        max_size = max(max_size, block_indptr[g + 1] - block_indptr[g])
+    scratch = np.zeros(x.shape[0])
+    stamp = np.full(n_blocks, -1, dtype=np.int64)
+    touched = np.empty(n_blocks, dtype=np.int64)
+    old = np.empty(max_size)
+    new = np.empty(max_size)
+    local_ids = np.arange(max_size)
     b = intercept[0]
-    touched = np.empty(block_indptr.shape[0] - 1, dtype=np.int64)
     for t in range(samples.shape[0]):
         i = samples[t]
         z = row_margin(indptr, indices, data, x, b, i)
@@ -110,12 +119,13 @@ def svrg_epoch_group(indptr, indices, data, y, code, x, intercept, eta_intercept
                 n_touched += 1
         for m in range(n_touched):
             g = touched[m]
-            start, end = block_indptr[g], block_indptr[g + 1]
-            for j in range(start, end):
-                x[j] -= eta * (scratch[j] + weighted_mu[j])
-                scratch[j] = 0.0
-            block_soft_threshold_(x, feature_ids, start, end, thresholds[g])
+            start, size = block_indptr[g], block_indptr[g + 1] - block_indptr[g]
+            for q in range(size):
+                old[q] = x[start + q]
+                new[q] = old[q] - eta * (scratch[start + q] + weighted_mu[start + q])
+                scratch[start + q] = 0.0
+            block_soft_threshold_(new, local_ids, 0, size, thresholds[g])
+            for q in range(size):
+                x[start + q] += new[q] - old[q]
         b -= eta_intercept * (diff + mu_intercept)
-    for g in range(stamp.shape[0]):
-        stamp[g] = -1
     intercept[0] = b
