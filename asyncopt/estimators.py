@@ -20,10 +20,11 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .penalties import L1, GroupL1
 from .problem import Problem, check_lam, encode_binary_labels
 from .solvers import solve_ddss
+from .solvers.threads import ThreadsInnerLoop, effective_n_jobs
 
 METHODS = {"ddss": {"screening": True, "variance_reduced": True},
            "ddss_naive": {"screening": True, "variance_reduced": False}}
-BACKENDS = ("serial",)
+BACKENDS = ("serial", "threads")
 
 
 def _check_choice(value, choices, what):
@@ -37,15 +38,16 @@ class _DDSSModel(BaseEstimator):
     _loss = "squared"
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
-                 method="ddss", backend="serial", screening=True, weights=None,
-                 warm_start=False, step_scale=1.0, random_state=None, verbose=0,
-                 checkpoint=None):
+                 method="ddss", backend="serial", n_jobs=None, screening=True,
+                 weights=None, warm_start=False, step_scale=1.0, random_state=None,
+                 verbose=0, checkpoint=None):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.tol = tol
         self.max_epochs = max_epochs
         self.method = method
         self.backend = backend
+        self.n_jobs = n_jobs
         self.screening = screening
         self.weights = weights
         self.warm_start = warm_start
@@ -70,6 +72,7 @@ class _DDSSModel(BaseEstimator):
             raise ValueError(f"max_epochs must be >= 0, got {self.max_epochs}")
         if not (np.isfinite(self.step_scale) and self.step_scale > 0):
             raise ValueError(f"step_scale must be > 0, got {self.step_scale}")
+        effective_n_jobs(self.n_jobs)
 
     def _solve(self, X, y):
         self._check_params()
@@ -85,7 +88,8 @@ class _DDSSModel(BaseEstimator):
             coef_init=np.ravel(self.coef_) if warm else None,
             intercept_init=float(np.ravel(self.intercept_)[0]) if warm else 0.0,
             step_scale=self.step_scale, random_state=self.random_state,
-            verbose=self.verbose, label=self.method, checkpoint=self.checkpoint)
+            verbose=self.verbose, label=self.method, checkpoint=self.checkpoint,
+            inner_loop=ThreadsInnerLoop(self.n_jobs) if self.backend == "threads" else None)
         if not result.converged and self.max_epochs > 0:
             warnings.warn(
                 f"{type(self).__name__} did not reach tol={self.tol:g} in {self.max_epochs} "
@@ -110,7 +114,8 @@ _COMMON_DOC = """
     tol : relative duality gap target: stop when G <= tol * P(0).
     max_epochs : maximum number of outer iterations (each about one pass over the rows).
     method : "ddss" (sparse prox-SVRG) or "ddss_naive" (plain stochastic prox steps).
-    backend : "serial".
+    backend : "serial" (one thread) or "threads" (Sha-DDSS: lock-free threads sharing x).
+    n_jobs : threads of the "threads" backend (None or -1: all cores).
     screening : apply the gap-safe screening test every outer iteration.
     warm_start : start from the previous coef_ / intercept_.
     step_scale : multiplier of the default step 1 / (3 L_max).
@@ -151,12 +156,13 @@ class GroupLasso(Lasso):
     weights : optional positive per-group weights (default sqrt(group size)).""" + _COMMON_DOC
 
     def __init__(self, alpha=1.0, *, groups=1, fit_intercept=True, tol=1e-4,
-                 max_epochs=200, method="ddss", backend="serial", screening=True,
-                 weights=None, warm_start=False, step_scale=1.0, random_state=None,
-                 verbose=0, checkpoint=None):
+                 max_epochs=200, method="ddss", backend="serial", n_jobs=None,
+                 screening=True, weights=None, warm_start=False, step_scale=1.0,
+                 random_state=None, verbose=0, checkpoint=None):
         super().__init__(alpha, fit_intercept=fit_intercept, tol=tol,
                          max_epochs=max_epochs, method=method, backend=backend,
-                         screening=screening, weights=weights, warm_start=warm_start,
+                         n_jobs=n_jobs, screening=screening, weights=weights,
+                         warm_start=warm_start,
                          step_scale=step_scale, random_state=random_state, verbose=verbose,
                          checkpoint=checkpoint)
         self.groups = groups
@@ -172,12 +178,13 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
     _loss = "logistic"
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
-                 method="ddss", backend="serial", screening=True, groups=None,
-                 weights=None, warm_start=False, step_scale=1.0, random_state=None,
-                 verbose=0, checkpoint=None):
+                 method="ddss", backend="serial", n_jobs=None, screening=True,
+                 groups=None, weights=None, warm_start=False, step_scale=1.0,
+                 random_state=None, verbose=0, checkpoint=None):
         super().__init__(alpha, fit_intercept=fit_intercept, tol=tol,
                          max_epochs=max_epochs, method=method, backend=backend,
-                         screening=screening, weights=weights, warm_start=warm_start,
+                         n_jobs=n_jobs, screening=screening, weights=weights,
+                         warm_start=warm_start,
                          step_scale=step_scale, random_state=random_state, verbose=verbose,
                          checkpoint=checkpoint)
         self.groups = groups

@@ -1,0 +1,58 @@
+"""The threads backend (Sha-DDSS, thesis Algorithm 4, DESIGN 3).
+
+T Python threads run the numba inner-loop kernels (compiled with ``nogil=True``, so they
+execute truly in parallel) on disjoint slices of the epoch's rows, all writing the same
+shared x lock-free (Hogwild). Each thread keeps a private copy of the intercept for the
+epoch; their deltas are added to the shared intercept when the epoch ends (the outer loop
+then refits it exactly). An exception in any thread reaches the caller once all threads
+have returned; no thread waits on another, so nothing can hang.
+"""
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .serial import SerialInnerLoop
+
+
+def effective_n_jobs(n_jobs):
+    """n_jobs as a thread count: None or -1 -> all cores, -k -> cores + 1 - k."""
+    cores = os.cpu_count() or 1
+    if n_jobs is None:
+        return cores
+    n_jobs = int(n_jobs)
+    if n_jobs == 0:
+        raise ValueError("n_jobs == 0 has no meaning: use a positive count or -1")
+    return max(1, cores + 1 + n_jobs) if n_jobs < 0 else n_jobs
+
+
+class ThreadsInnerLoop:
+    """Runs one inner epoch on ``n_jobs`` threads sharing x (Hogwild)."""
+
+    name = "threads"
+
+    def __init__(self, n_jobs=None):
+        self.n_jobs = effective_n_jobs(n_jobs)
+        self._serial = SerialInnerLoop()
+
+    def run(self, active, x, intercept, eta_intercept, z_snap, weighted_mu, mu_intercept,
+            thresholds, eta, samples, variance_reduced):
+        """Update x and intercept in place; returns the staleness (mean, max): not yet
+        measured on this backend, reported as (0, 0)."""
+        parts = np.array_split(samples, self.n_jobs)
+        if self.n_jobs == 1:
+            return self._serial.run(active, x, intercept, eta_intercept, z_snap, weighted_mu,
+                                    mu_intercept, thresholds, eta, samples,
+                                    variance_reduced)
+        private = [intercept.copy() for _ in parts]
+        with ThreadPoolExecutor(max_workers=self.n_jobs) as pool:
+            futures = [pool.submit(self._serial.run, active, x, own, eta_intercept, z_snap,
+                                   weighted_mu, mu_intercept, thresholds, eta, part,
+                                   variance_reduced)
+                       for own, part in zip(private, parts)]
+            errors = [f.exception() for f in futures]
+        for error in errors:
+            if error is not None:
+                raise error
+        intercept[0] += sum(own[0] - intercept[0] for own in private)
+        return 0.0, 0

@@ -1,0 +1,81 @@
+"""The threads backend (Sha-DDSS): same solutions as the serial core, errors reach the
+caller."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from asyncopt import GroupLasso, Lasso, SparseLogisticRegression, lam_max
+from asyncopt.penalties import GroupL1
+from asyncopt.problem import Problem
+from asyncopt.solvers import serial, threads
+from asyncopt.solvers.threads import ThreadsInnerLoop, effective_n_jobs
+
+
+def _data(seed, fmt, loss):
+    rng = np.random.default_rng(seed)
+    n, p = 300, 120
+    X = rng.standard_normal((n, p)) * (rng.random((n, p)) < 0.2)
+    w = np.r_[rng.standard_normal(10), np.zeros(p - 10)]
+    y = X @ w + 0.1 * rng.standard_normal(n)
+    if loss == "logistic":
+        y = np.where(y > 0, 1, 0)
+    return (sp.csr_matrix(X) if fmt == "csr" else X), y
+
+
+@pytest.mark.parametrize("fmt", ["dense", "csr"])
+@pytest.mark.parametrize("model", ["lasso", "logistic", "group", "group_logistic"])
+def test_threads_reach_the_serial_objective(model, fmt):
+    loss = "logistic" if "logistic" in model else "squared"
+    X, y = _data(3, fmt, loss)
+    groups = 4 if "group" in model else None
+    penalty = None if groups is None else GroupL1(X.shape[1], groups)
+    alpha = 0.05 * lam_max(X, y, loss=loss, penalty=penalty)
+    cls = {"lasso": Lasso, "group": GroupLasso}.get(model, SparseLogisticRegression)
+    kw = dict(alpha=alpha, tol=1e-10, max_epochs=5000, random_state=0)
+    if groups is not None:
+        kw["groups"] = groups
+    ref = cls(**kw).fit(X, y)
+    par = cls(backend="threads", n_jobs=2, **kw).fit(X, y)
+    y_fit = y if loss == "squared" else np.where(y == 1, 1.0, -1.0)
+    problem = Problem(X, y_fit, loss, penalty, alpha, True)
+    p_ref = problem.objective(np.ravel(ref.coef_), float(np.ravel(ref.intercept_)[0]))
+    p_par = problem.objective(np.ravel(par.coef_), float(np.ravel(par.intercept_)[0]))
+    assert abs(p_par - p_ref) <= 1e-6 * abs(p_ref)
+    assert par.dual_gap_ <= 1e-10 * problem.zero_certificate().primal
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_one_thread_is_the_serial_solver():
+    X, y = _data(5, "csr", "squared")
+    kw = dict(alpha=0.01, tol=1e-8, max_epochs=50, random_state=0)
+    a = Lasso(**kw).fit(X, y)
+    b = Lasso(backend="threads", n_jobs=1, **kw).fit(X, y)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    assert a.intercept_ == b.intercept_
+
+
+def test_an_exception_in_a_thread_reaches_the_caller(monkeypatch):
+    X, y = _data(7, "csr", "squared")
+    calls = []
+    original = serial.SerialInnerLoop.run
+
+    def failing(self, active, x, intercept, *args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise FloatingPointError("bad data reached a kernel")
+        return original(self, active, x, intercept, *args)
+
+    monkeypatch.setattr(threads.SerialInnerLoop, "run", failing)
+    with pytest.raises(FloatingPointError, match="bad data reached a kernel"):
+        Lasso(alpha=0.01, backend="threads", n_jobs=2, max_epochs=20).fit(X, y)
+
+
+def test_n_jobs_meaning():
+    import os
+    cores = os.cpu_count()
+    assert effective_n_jobs(None) == cores and effective_n_jobs(-1) == cores
+    assert effective_n_jobs(3) == 3 and ThreadsInnerLoop(2).n_jobs == 2
+    with pytest.raises(ValueError, match="n_jobs == 0"):
+        Lasso(backend="threads", n_jobs=0).fit(np.eye(3), np.arange(3.0))
+    with pytest.raises(ValueError, match="unknown backend"):
+        Lasso(backend="gpu").fit(np.eye(3), np.arange(3.0))
