@@ -1,6 +1,4 @@
 """The serial backend: one thread runs the inner loop kernels in order."""
-import numpy as np
-
 from ..kernels.svrg import svrg_epoch_group, svrg_epoch_l1
 
 
@@ -18,8 +16,5 @@ class SerialInnerLoop:
         if active.penalty.is_l1:
             svrg_epoch_l1(*args)
         else:
-            n_blocks = active.block_indptr.shape[0] - 1
-            svrg_epoch_group(*args, active.block_indptr, active.feature_block,
-                             np.arange(active.n_features), np.zeros(active.n_features),
-                             np.full(n_blocks, -1, dtype=np.int64))
+            svrg_epoch_group(*args, active.block_indptr, active.feature_block)
         return 0.0, 0
