@@ -195,23 +195,25 @@ class ActiveSet:
     def _row_sq_norms(self):
         return csr_row_sq_norms(self.indptr, self.data)
 
-    def margins(self, x, b):
+    def margins(self, x, b, n_threads=1):
         return csr_margins(self.indptr, self.indices, self.data, x, b,
-                           np.empty(self.y.shape[0]))
+                           np.empty(self.y.shape[0]), n_threads)
 
-    def certificate(self, x, b, z=None):
+    def certificate(self, x, b, z=None, n_threads=1):
         """Refit the intercept, then compute the dual point, P, D and the gap (DESIGN 1).
-        ``z`` may pass precomputed margins a_i^T x + b."""
+        ``z`` may pass precomputed margins a_i^T x + b; the passes over the data are split
+        over n_threads threads."""
         prob = self.problem
         code = prob.loss.code
         y = self.y
-        z = self.margins(x, b) if z is None else z.copy()
+        z = self.margins(x, b, n_threads) if z is None else z.copy()
         if prob.fit_intercept:
             new_b = intercept_optimum(code, z - b, y, b)
             z += new_b - b
             b = new_b
         rho = generalized_residual(code, z, y, np.empty_like(z))
-        correlation = csr_rmatvec(self.indptr, self.indices, self.data, rho, self.n_features)
+        correlation = csr_rmatvec(self.indptr, self.indices, self.data, rho, self.n_features,
+                                  n_threads)
         block_corr = block_norms(correlation, self.block_indptr,
                                  np.arange(self.n_features))
         n_lam = prob.n_samples * prob.lam

@@ -79,3 +79,16 @@ def test_n_jobs_meaning():
         Lasso(backend="threads", n_jobs=0).fit(np.eye(3), np.arange(3.0))
     with pytest.raises(ValueError, match="unknown backend"):
         Lasso(backend="gpu").fit(np.eye(3), np.arange(3.0))
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3, 7])
+def test_threaded_margins_and_rmatvec_match_scipy(n_threads):
+    from asyncopt.kernels.linalg import csr_margins, csr_rmatvec
+    X = sp.random(101, 37, density=0.2, random_state=n_threads, format="csr")
+    rng = np.random.default_rng(n_threads)
+    x, r = rng.standard_normal(37), rng.standard_normal(101)
+    indptr = X.indptr.astype(np.int64)
+    z = csr_margins(indptr, X.indices, X.data, x, 0.5, np.empty(101), n_threads)
+    np.testing.assert_allclose(z, X @ x + 0.5, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(csr_rmatvec(indptr, X.indices, X.data, r, 37, n_threads),
+                               X.T @ r, rtol=1e-12, atol=1e-13)

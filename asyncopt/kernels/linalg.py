@@ -1,30 +1,70 @@
 """Sparse linear algebra on CSR arrays (indptr, indices, data) used by every solver."""
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
-def csr_margins(indptr, indices, data, x, b, out):
-    """out_i = a_i^T x + b for every row i."""
-    for i in range(indptr.shape[0] - 1):
+@njit(cache=True, nogil=True)
+def csr_margins_rows(indptr, indices, data, x, b, out, start, end):
+    """out_i = a_i^T x + b for rows start <= i < end."""
+    for i in range(start, end):
         acc = b
         for k in range(indptr[i], indptr[i + 1]):
             acc += data[k] * x[indices[k]]
         out[i] = acc
-    return out
 
 
-@njit(cache=True)
-def csr_rmatvec(indptr, indices, data, r, n_cols):
-    """A^T r (length n_cols) by scattering the rows."""
-    out = np.zeros(n_cols)
-    for i in range(indptr.shape[0] - 1):
+@njit(cache=True, nogil=True)
+def csr_rmatvec_rows(indptr, indices, data, r, out, start, end):
+    """out += sum_{start <= i < end} r_i a_i (A^T r restricted to those rows)."""
+    for i in range(start, end):
         ri = r[i]
         if ri == 0.0:
             continue
         for k in range(indptr[i], indptr[i + 1]):
             out[indices[k]] += data[k] * ri
+
+
+def row_ranges(n_rows, n_threads):
+    """n_threads contiguous (start, end) row ranges covering range(n_rows)."""
+    bounds = np.linspace(0, n_rows, n_threads + 1).astype(np.int64)
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _run_on_threads(kernel, ranges):
+    with ThreadPoolExecutor(max_workers=len(ranges)) as pool:
+        for future in [pool.submit(kernel, start, end) for start, end in ranges]:
+            future.result()
+
+
+def csr_margins(indptr, indices, data, x, b, out, n_threads=1):
+    """out_i = a_i^T x + b for every row i, rows split over n_threads threads."""
+    n = indptr.shape[0] - 1
+    if n_threads <= 1:
+        csr_margins_rows(indptr, indices, data, x, b, out, 0, n)
+    else:
+        _run_on_threads(lambda s, e: csr_margins_rows(indptr, indices, data, x, b, out, s, e),
+                        row_ranges(n, n_threads))
     return out
+
+
+def csr_rmatvec(indptr, indices, data, r, n_cols, n_threads=1):
+    """A^T r (length n_cols); with n_threads > 1 each thread sums its rows into its own
+    vector and the partial sums are added."""
+    n = indptr.shape[0] - 1
+    if n_threads <= 1:
+        out = np.zeros(n_cols)
+        csr_rmatvec_rows(indptr, indices, data, r, out, 0, n)
+        return out
+    partial = np.zeros((n_threads, n_cols))
+    ranges = row_ranges(n, n_threads)
+    with ThreadPoolExecutor(max_workers=n_threads) as pool:
+        futures = [pool.submit(csr_rmatvec_rows, indptr, indices, data, r, partial[t], s, e)
+                   for t, (s, e) in enumerate(ranges)]
+        for future in futures:
+            future.result()
+    return partial.sum(axis=0)
 
 
 @njit(cache=True)

@@ -107,7 +107,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
         save_checkpoint(checkpoint, coef=active.expand(x), intercept=intercept[0],
                         lam=lam, history=history)
     converged = False
-    cert = active.certificate(x, intercept[0])
+    n_threads = getattr(inner_loop, "n_jobs", 1)
+    cert = active.certificate(x, intercept[0], n_threads=n_threads)
     epoch = 0
     staleness_mean, staleness_max = 0.0, 0
     with ProgressLine(verbose, label=label) as progress:
@@ -139,7 +140,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 if nnz_share >= COMPACT_NNZ_SHARE or feature_share >= COMPACT_FEATURE_SHARE:
                     active, x, dropped_nonzero = active.compact(keep, x)
                     cert = active.certificate(x, intercept[0],
-                                              None if dropped_nonzero else cert.z)
+                                              None if dropped_nonzero else cert.z,
+                                              n_threads=n_threads)
             eta0 = step_scale / (3.0 * lipschitz * max(active.max_row_sq_norm, 1e-300))
             eta = eta0 if variance_reduced else eta0 / (1.0 + epoch)
             block_reweight = active.reweighting()
@@ -160,13 +162,13 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             if not np.all(np.isfinite(x)) or not np.isfinite(intercept[0]):
                 raise FloatingPointError(
                     "the iterates diverged (non-finite coefficients); try a smaller step_scale")
-            cert = active.certificate(x, intercept[0])
+            cert = active.certificate(x, intercept[0], n_threads=n_threads)
     if screening:
         keep = screen_active_set(active, cert)
         if not np.all(keep):
             active, x, dropped_nonzero = active.compact(keep, x)
             if dropped_nonzero:
-                cert = active.certificate(x, cert.intercept)
+                cert = active.certificate(x, cert.intercept, n_threads=n_threads)
                 converged = cert.gap <= tol * reference
     if checkpoint is not None:
         save()
