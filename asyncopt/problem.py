@@ -276,6 +276,7 @@ class Problem:
         self.fit_intercept = bool(fit_intercept)
         self.lam = check_lam(lam)
         self._full = None
+        self._null_objective = None
 
     def full_active_set(self):
         """The ActiveSet of all blocks, rows shuffled once with seed 0 (cached)."""
@@ -296,6 +297,7 @@ class Problem:
 
     def with_lam(self, lam):
         """The same data, loss and penalty at another lam (shares the cached data)."""
+        self.null_objective()
         other = copy.copy(self)
         other.lam = check_lam(lam)
         if self._full is not None:
@@ -307,6 +309,13 @@ class Problem:
         """Certificate at x = 0 with the optimal intercept."""
         active = self.full_active_set()
         return active.certificate(np.zeros(active.n_features), 0.0)
+
+    def null_objective(self):
+        """P(0) with the optimal intercept, the scale of the relative tolerance; it does
+        not depend on lam, so it is computed once and shared with ``with_lam`` copies."""
+        if self._null_objective is None:
+            self._null_objective = self.zero_certificate().primal
+        return self._null_objective
 
     def lam_max(self):
         """Omega^D(A^T rho(0)) / n: the smallest lam for which x = 0 is optimal."""

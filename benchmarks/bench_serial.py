@@ -180,6 +180,15 @@ def _intercept(value):
     return float(arr[0]) if arr.size else 0.0
 
 
+def _fit_linear_model(model, X, y):
+    """Fit a scikit-learn-style linear model: (coef, intercept, {"support": nnz})."""
+    with quiet_warnings():
+        model.fit(X, y)
+    coef = np.ravel(model.coef_)
+    return coef, _intercept(getattr(model, "intercept_", 0.0)), {
+        "support": int(np.count_nonzero(coef))}
+
+
 def _geometric_mean(a, b):
     return math.sqrt(a * b)
 
@@ -237,11 +246,7 @@ def run_celer(X, y, spec, lam, evaluate, target, cap, repeat):
                 raise ValueError("celer's LogisticRegression fits no intercept")
             model = celer.LogisticRegression(C=1.0 / (lam * n), tol=tol, max_iter=1000,
                                              max_epochs=100_000, fit_intercept=False)
-        with quiet_warnings():
-            model.fit(X, y)
-        coef = np.ravel(model.coef_)
-        return coef, _intercept(getattr(model, "intercept_", 0.0)), {
-            "support": int(np.count_nonzero(coef))}
+        return _fit_linear_model(model, X, y)
 
     params = [10.0 ** -k for k in range(2, 15)]
     note = ("celer.Lasso" if spec["loss"] == "squared" else
@@ -263,11 +268,7 @@ def run_skglm(X, y, spec, lam, evaluate, target, cap, repeat):
                                                    fit_intercept=spec["fit_intercept"],
                                                    tol=tol, max_iter=1000,
                                                    max_epochs=100_000)
-        with quiet_warnings():
-            model.fit(X, y)
-        coef = np.ravel(model.coef_)
-        return coef, _intercept(getattr(model, "intercept_", 0.0)), {
-            "support": int(np.count_nonzero(coef))}
+        return _fit_linear_model(model, X, y)
 
     params = [10.0 ** -k for k in range(2, 15)]
     note = ("skglm.Lasso" if spec["loss"] == "squared" else

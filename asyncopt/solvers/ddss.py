@@ -99,7 +99,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     x = np.zeros(active.n_features) if coef_init is None else \
         np.array(coef_init, dtype=np.float64)[active.features]
     intercept = np.array([float(intercept_init) if problem.fit_intercept else 0.0])
-    reference = problem.zero_certificate().primal
+    reference = problem.null_objective()
     n_steps = n if inner_steps is None else int(inner_steps)
     last_saved = start
 
