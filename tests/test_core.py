@@ -392,10 +392,12 @@ def test_svrg_step_is_prox_of_direction_on_touched_blocks(loss, kind, ref, make_
         samples = np.array([i])
         args = (active.indptr, active.indices, active.data, active.y, problem.loss.code,
                 x, b, 0.5 * eta, z_snap, weighted_mu, mu_b)
+        clock, staleness = np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64)
         if kind == "l1":
-            svrg_epoch_l1(*args, np.repeat(thresholds_block, 1), eta, samples, True)
+            svrg_epoch_l1(*args, np.repeat(thresholds_block, 1), eta, samples, True,
+                          clock, staleness)
         else:
-            svrg_epoch_group(*args, thresholds_block, eta, samples, True,
+            svrg_epoch_group(*args, thresholds_block, eta, samples, True, clock, staleness,
                              active.block_indptr, active.feature_block)
         np.testing.assert_allclose(x, expect, rtol=1e-13, atol=1e-15)
         assert b[0] == pytest.approx(b0 - 0.5 * eta * (diff + mu_b), rel=1e-14)

@@ -3,6 +3,7 @@ caller."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
 
 from asyncopt import GroupLasso, Lasso, SparseLogisticRegression, lam_max
 from asyncopt.penalties import GroupL1
@@ -42,6 +43,43 @@ def test_threads_reach_the_serial_objective(model, fmt):
     p_par = problem.objective(np.ravel(par.coef_), float(np.ravel(par.intercept_)[0]))
     assert abs(p_par - p_ref) <= 1e-6 * abs(p_ref)
     assert par.dual_gap_ <= 1e-10 * problem.zero_certificate().primal
+
+
+def test_tracked_kernels_count_steps_and_iterate_like_the_serial_ones():
+    from asyncopt.kernels.svrg import svrg_epoch_l1, svrg_epoch_l1_tracked
+    X = sp.random(200, 50, density=0.1, random_state=0, format="csr")
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal(200)
+    rows = rng.integers(0, 200, 500)
+    indptr = X.indptr.astype(np.int64)
+    outs = []
+    for kernel, start in [(svrg_epoch_l1, 0), (svrg_epoch_l1_tracked, 7)]:
+        x, b = np.zeros(50), np.array([0.1])
+        clock, staleness = np.array([start], dtype=np.int64), np.zeros(2, dtype=np.int64)
+        kernel(indptr, X.indices, X.data, y, 0, x, b, 0.05, np.zeros(200), np.full(50, 0.01),
+               0.0, np.full(50, 1e-3), 0.1, rows, True, clock, staleness)
+        outs.append((x, b[0], clock[0], staleness.tolist()))
+    (x0, b0, c0, s0), (x1, b1, c1, s1) = outs
+    np.testing.assert_array_equal(x0, x1)
+    assert b0 == b1
+    assert (c0, s0) == (0, [0, 0])          # the untracked kernel touches neither
+    assert (c1, s1) == (7 + 500, [0, 0])    # alone on the clock: every tau is 0
+
+
+def test_staleness_is_reported_and_two_threads_overlap():
+    X = sp.random(40000, 2000, density=0.01, random_state=0, format="csr")
+    y = X @ np.r_[np.ones(20), np.zeros(1980)] + 0.01
+    one = Lasso(alpha=1e-4, tol=1e-12, max_epochs=3, random_state=0)
+    two = Lasso(alpha=1e-4, tol=1e-12, max_epochs=3, backend="threads", n_jobs=2,
+                random_state=0)
+    with pytest.warns(ConvergenceWarning):
+        one.fit(X, y)
+    with pytest.warns(ConvergenceWarning):
+        two.fit(X, y)
+    assert all(h["staleness_max"] == 0 for h in one.history_)
+    records = two.history_[1:]
+    assert all(0 <= h["staleness_mean"] <= h["staleness_max"] <= X.shape[0] for h in records)
+    assert max(h["staleness_max"] for h in records) >= 1
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")

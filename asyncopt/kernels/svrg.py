@@ -61,71 +61,92 @@ def svrg_direction(i, indptr, indices, data, y, code, x, b, z_snap, weighted_mu,
     return diff
 
 
-@njit(cache=True, nogil=True)
-def svrg_epoch_l1(indptr, indices, data, y, code, x, intercept, eta_intercept,
-                  z_snap, weighted_mu, mu_intercept, thresholds, eta, samples,
-                  variance_reduced):
-    """Run the sparse prox-SVRG steps for the rows in ``samples`` (L1: blocks of size 1).
+def _make_epoch_kernels(track_staleness):
+    """The L1 and group epoch kernels; with track_staleness (a compile-time constant, so
+    the serial kernels carry no trace of it) every step also measures its delay tau: the
+    steps other threads finished on the shared ``clock`` between this step's read of x and
+    its write (Assumption 3), accumulated as staleness = [sum tau, max tau]."""
 
-    thresholds[j] = eta lam d_j w_j; intercept is a length-1 array updated in place with
-    the step eta_intercept.
-    """
-    b = intercept[0]
-    for t in range(samples.shape[0]):
-        i = samples[t]
-        z = row_margin(indptr, indices, data, x, b, i)
-        diff = gradient_difference(code, z, z_snap[i], y[i], variance_reduced)
-        for k in range(indptr[i], indptr[i + 1]):
-            j = indices[k]
-            x[j] = soft_threshold(x[j] - eta * (diff * data[k] + weighted_mu[j]),
-                                  thresholds[j])
-        b -= eta_intercept * (diff + mu_intercept)
-    intercept[0] = b
+    @njit(cache=True, nogil=True)
+    def epoch_l1(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
+                 weighted_mu, mu_intercept, thresholds, eta, samples, variance_reduced,
+                 clock, staleness):
+        b = intercept[0]
+        for t in range(samples.shape[0]):
+            i = samples[t]
+            if track_staleness:
+                seen = clock[0]
+            z = row_margin(indptr, indices, data, x, b, i)
+            diff = gradient_difference(code, z, z_snap[i], y[i], variance_reduced)
+            for k in range(indptr[i], indptr[i + 1]):
+                j = indices[k]
+                x[j] = soft_threshold(x[j] - eta * (diff * data[k] + weighted_mu[j]),
+                                      thresholds[j])
+            b -= eta_intercept * (diff + mu_intercept)
+            if track_staleness:
+                now = clock[0]
+                staleness[0] += now - seen
+                staleness[1] = max(staleness[1], now - seen)
+                clock[0] = now + 1
+        intercept[0] = b
+
+    @njit(cache=True, nogil=True)
+    def epoch_group(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
+                    weighted_mu, mu_intercept, thresholds, eta, samples, variance_reduced,
+                    clock, staleness, block_indptr, feature_block):
+        n_blocks = block_indptr.shape[0] - 1
+        max_size = 0
+        for g in range(n_blocks):
+            max_size = max(max_size, block_indptr[g + 1] - block_indptr[g])
+        scratch = np.zeros(x.shape[0])
+        stamp = np.full(n_blocks, -1, dtype=np.int64)
+        touched = np.empty(n_blocks, dtype=np.int64)
+        old = np.empty(max_size)
+        new = np.empty(max_size)
+        local_ids = np.arange(max_size)
+        b = intercept[0]
+        for t in range(samples.shape[0]):
+            i = samples[t]
+            if track_staleness:
+                seen = clock[0]
+            z = row_margin(indptr, indices, data, x, b, i)
+            diff = gradient_difference(code, z, z_snap[i], y[i], variance_reduced)
+            n_touched = 0
+            for k in range(indptr[i], indptr[i + 1]):
+                j = indices[k]
+                scratch[j] += diff * data[k]
+                g = feature_block[j]
+                if stamp[g] != t:
+                    stamp[g] = t
+                    touched[n_touched] = g
+                    n_touched += 1
+            for m in range(n_touched):
+                g = touched[m]
+                start, size = block_indptr[g], block_indptr[g + 1] - block_indptr[g]
+                for q in range(size):
+                    old[q] = x[start + q]
+                    new[q] = old[q] - eta * (scratch[start + q] + weighted_mu[start + q])
+                    scratch[start + q] = 0.0
+                block_soft_threshold_(new, local_ids, 0, size, thresholds[g])
+                for q in range(size):
+                    x[start + q] += new[q] - old[q]
+            b -= eta_intercept * (diff + mu_intercept)
+            if track_staleness:
+                now = clock[0]
+                staleness[0] += now - seen
+                staleness[1] = max(staleness[1], now - seen)
+                clock[0] = now + 1
+        intercept[0] = b
+
+    return epoch_l1, epoch_group
 
 
-@njit(cache=True, nogil=True)
-def svrg_epoch_group(indptr, indices, data, y, code, x, intercept, eta_intercept,
-                     z_snap, weighted_mu, mu_intercept, thresholds, eta, samples,
-                     variance_reduced, block_indptr, feature_block):
-    """Sparse prox-SVRG steps for contiguous blocks (group penalty).
-
-    thresholds[g] = eta lam d_g w_g. Each touched block's new value is formed in a private
-    buffer from one read of x_g and only its delta is added to x (eq. 3-10), so threads
-    sharing x never shrink a block another thread has half-updated.
-    """
-    n_blocks = block_indptr.shape[0] - 1
-    max_size = 0
-    for g in range(n_blocks):
-        max_size = max(max_size, block_indptr[g + 1] - block_indptr[g])
-    scratch = np.zeros(x.shape[0])
-    stamp = np.full(n_blocks, -1, dtype=np.int64)
-    touched = np.empty(n_blocks, dtype=np.int64)
-    old = np.empty(max_size)
-    new = np.empty(max_size)
-    local_ids = np.arange(max_size)
-    b = intercept[0]
-    for t in range(samples.shape[0]):
-        i = samples[t]
-        z = row_margin(indptr, indices, data, x, b, i)
-        diff = gradient_difference(code, z, z_snap[i], y[i], variance_reduced)
-        n_touched = 0
-        for k in range(indptr[i], indptr[i + 1]):
-            j = indices[k]
-            scratch[j] += diff * data[k]
-            g = feature_block[j]
-            if stamp[g] != t:
-                stamp[g] = t
-                touched[n_touched] = g
-                n_touched += 1
-        for m in range(n_touched):
-            g = touched[m]
-            start, size = block_indptr[g], block_indptr[g + 1] - block_indptr[g]
-            for q in range(size):
-                old[q] = x[start + q]
-                new[q] = old[q] - eta * (scratch[start + q] + weighted_mu[start + q])
-                scratch[start + q] = 0.0
-            block_soft_threshold_(new, local_ids, 0, size, thresholds[g])
-            for q in range(size):
-                x[start + q] += new[q] - old[q]
-        b -= eta_intercept * (diff + mu_intercept)
-    intercept[0] = b
+svrg_epoch_l1, svrg_epoch_group = _make_epoch_kernels(False)
+svrg_epoch_l1.__doc__ = """Sparse prox-SVRG steps for the rows in ``samples`` (L1: blocks of
+size 1), x and intercept (length-1 array, step eta_intercept) updated in place;
+thresholds[j] = eta lam d_j w_j. clock and staleness are ignored (see the tracked twin)."""
+svrg_epoch_group.__doc__ = """Sparse prox-SVRG steps for contiguous blocks (group penalty),
+thresholds[g] = eta lam d_g w_g. Each touched block's new value is formed in a private
+buffer from one read of x_g and only its delta is added to x (eq. 3-10), so threads
+sharing x never shrink a block another thread has half-updated."""
+svrg_epoch_l1_tracked, svrg_epoch_group_tracked = _make_epoch_kernels(True)

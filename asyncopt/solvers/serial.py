@@ -1,5 +1,8 @@
 """The serial backend: one thread runs the inner loop kernels in order."""
-from ..kernels.svrg import svrg_epoch_group, svrg_epoch_l1
+import numpy as np
+
+from ..kernels.svrg import (svrg_epoch_group, svrg_epoch_group_tracked, svrg_epoch_l1,
+                            svrg_epoch_l1_tracked)
 
 
 class SerialInnerLoop:
@@ -8,13 +11,19 @@ class SerialInnerLoop:
     name = "serial"
 
     def run(self, active, x, intercept, eta_intercept, z_snap, weighted_mu, mu_intercept,
-            thresholds, eta, samples, variance_reduced):
-        """Update x and intercept (length-1 array) in place; returns staleness (0, 0)."""
+            thresholds, eta, samples, variance_reduced, clock=None, staleness=None):
+        """Update x and intercept (length-1 array) in place; returns the staleness
+        (mean, max) of tau. Threads that run epochs together pass a shared ``clock``
+        (int64[1]) and their own ``staleness`` (int64[2]) and get the tracked kernels."""
+        tracked = clock is not None
+        clock = np.zeros(1, dtype=np.int64) if clock is None else clock
+        staleness = np.zeros(2, dtype=np.int64) if staleness is None else staleness
         args = (active.indptr, active.indices, active.data, active.y,
                 active.problem.loss.code, x, intercept, eta_intercept, z_snap, weighted_mu,
-                mu_intercept, thresholds, eta, samples, variance_reduced)
+                mu_intercept, thresholds, eta, samples, variance_reduced, clock, staleness)
         if active.penalty.is_l1:
-            svrg_epoch_l1(*args)
+            (svrg_epoch_l1_tracked if tracked else svrg_epoch_l1)(*args)
         else:
-            svrg_epoch_group(*args, active.block_indptr, active.feature_block)
-        return 0.0, 0
+            (svrg_epoch_group_tracked if tracked else svrg_epoch_group)(
+                *args, active.block_indptr, active.feature_block)
+        return float(staleness[0]) / max(len(samples), 1), int(staleness[1])

@@ -37,22 +37,26 @@ class ThreadsInnerLoop:
 
     def run(self, active, x, intercept, eta_intercept, z_snap, weighted_mu, mu_intercept,
             thresholds, eta, samples, variance_reduced):
-        """Update x and intercept in place; returns the staleness (mean, max): not yet
-        measured on this backend, reported as (0, 0)."""
+        """Update x and intercept in place; returns the staleness (mean, max) over all
+        steps: tau = steps other threads finished between a step's read of x and its write,
+        counted on a shared step clock (a racy counter: a count lost to a race only makes
+        tau look smaller by one)."""
         parts = np.array_split(samples, self.n_jobs)
         if self.n_jobs == 1:
             return self._serial.run(active, x, intercept, eta_intercept, z_snap, weighted_mu,
                                     mu_intercept, thresholds, eta, samples,
                                     variance_reduced)
         private = [intercept.copy() for _ in parts]
+        clock = np.zeros(1, dtype=np.int64)
+        staleness = np.zeros((len(parts), 2), dtype=np.int64)
         with ThreadPoolExecutor(max_workers=self.n_jobs) as pool:
             futures = [pool.submit(self._serial.run, active, x, own, eta_intercept, z_snap,
                                    weighted_mu, mu_intercept, thresholds, eta, part,
-                                   variance_reduced)
-                       for own, part in zip(private, parts)]
+                                   variance_reduced, clock, staleness[t])
+                       for t, (own, part) in enumerate(zip(private, parts))]
             errors = [f.exception() for f in futures]
         for error in errors:
             if error is not None:
                 raise error
         intercept[0] += sum(own[0] - intercept[0] for own in private)
-        return 0.0, 0
+        return float(staleness[:, 0].sum()) / max(len(samples), 1), int(staleness[:, 1].max())
