@@ -213,9 +213,9 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
 
 
 def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
-               tol=1e-4, max_epochs=200, method="ddss", screening=True, groups=None,
-               weights=None, loss="squared", random_state=None, verbose=0,
-               return_results=False):
+               tol=1e-4, max_epochs=200, method="ddss", backend="serial", n_jobs=None,
+               screening=True, groups=None, weights=None, loss="squared",
+               random_state=None, verbose=0, return_results=False):
     """Solutions along decreasing alphas with warm starts (sklearn's lasso_path layout).
 
     Default grid: n_alphas values log-spaced from alpha_max down to eps * alpha_max.
@@ -225,6 +225,8 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     dual_gaps), plus the SolverResults when return_results.
     """
     _check_choice(method, METHODS, "method")
+    _check_choice(backend, BACKENDS, "backend")
+    inner_loop = ThreadsInnerLoop(n_jobs) if backend == "threads" else None
     if loss == "logistic":
         y = encode_binary_labels(y)[0]
     n_features = np.shape(X)[1]
@@ -247,7 +249,8 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
                             screening=screening and METHODS[method]["screening"],
                             variance_reduced=METHODS[method]["variance_reduced"],
                             coef_init=coef, intercept_init=intercept,
-                            random_state=random_state, verbose=verbose, label=method)
+                            random_state=random_state, verbose=verbose, label=method,
+                            inner_loop=inner_loop)
         coef, intercept = result.coef, result.intercept
         coefs[:, k] = coef
         gaps[k] = result.gap

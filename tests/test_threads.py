@@ -130,3 +130,17 @@ def test_threaded_margins_and_rmatvec_match_scipy(n_threads):
     np.testing.assert_allclose(z, X @ x + 0.5, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(csr_rmatvec(indptr, X.indices, X.data, r, 37, n_threads),
                                X.T @ r, rtol=1e-12, atol=1e-13)
+
+
+def test_lasso_path_on_threads_matches_serial():
+    from asyncopt import lasso_path
+    X, y = _data(11, "csr", "squared")
+    kw = dict(n_alphas=5, eps=1e-2, tol=1e-10, max_epochs=5000, random_state=0)
+    alphas, coefs, gaps = lasso_path(X, y, **kw)
+    _, coefs_t, gaps_t = lasso_path(X, y, backend="threads", n_jobs=2, **kw)
+    problem = Problem(X, y, "squared", None, 1.0, True)
+    for k, alpha in enumerate(alphas):
+        p = problem.with_lam(alpha)
+        assert p.certificate(coefs_t[:, k]).primal == pytest.approx(
+            p.certificate(coefs[:, k]).primal, rel=1e-6)
+    assert np.all(gaps_t <= 1e-10 * problem.null_objective())

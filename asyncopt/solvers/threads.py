@@ -59,4 +59,5 @@ class ThreadsInnerLoop:
             if error is not None:
                 raise error
         intercept[0] += sum(own[0] - intercept[0] for own in private)
-        return float(staleness[:, 0].sum()) / max(len(samples), 1), int(staleness[:, 1].max())
+        mean = float(staleness[:, 0].sum()) / max(len(samples), 1)
+        return mean, int(staleness[:, 1].max())
