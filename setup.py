@@ -4,7 +4,10 @@ Exact, tested pins live in requirements.txt; install_requires below only states
 the runtime dependencies with loose lower bounds so that the package installs
 into other environments too.
 """
-from setuptools import find_packages, setup
+import sys
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
 
 INSTALL_REQUIRES = [
     "numpy>=1.24",
@@ -15,16 +18,45 @@ INSTALL_REQUIRES = [
 
 # ---------------------------------------------------------------------------
 # C extension (native/): the C + OpenMP lock-free inner loop of Sha-DDSS.
-# Not built yet; a later issue adds it here, e.g.
-#
-#     from setuptools import Extension
-#     EXT_MODULES = [Extension("asyncopt._native", sources=["native/..."],
-#                              extra_compile_args=["-O3", "-fopenmp"],
-#                              extra_link_args=["-fopenmp"])]
-#
-# and must stay optional (the numba kernels are used when it is absent).
+# native/svrg.c is plain C (no Python C API): it is built as the shared library
+# asyncopt/_native_svrg*.so and loaded with ctypes by asyncopt/kernels/native.py.
+# It is optional: when no C compiler / OpenMP is available the build prints one
+# warning and the install goes on without it (the numba kernels are used).
 # ---------------------------------------------------------------------------
-EXT_MODULES = []
+NATIVE_EXT = Extension(
+    "asyncopt._native_svrg",
+    sources=["native/svrg.c"],
+    extra_compile_args=["-O2", "-fopenmp", "-ffp-contract=off"],
+    extra_link_args=["-fopenmp"],
+    optional=True,
+)
+EXT_MODULES = [NATIVE_EXT]
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that never fails the install and exports no PyInit_ symbol."""
+
+    def get_export_symbols(self, ext):
+        return []  # a ctypes library, not a Python module
+
+    def run(self):
+        try:
+            super().run()
+        except Exception as exc:  # noqa: BLE001 - no compiler at all, etc.
+            self._warn(exc)
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # noqa: BLE001 - CompileError, LinkError, no OpenMP
+            self._warn(exc)
+
+    @staticmethod
+    def _warn(exc):
+        msg = str(exc).strip().splitlines()
+        print("WARNING: asyncopt native C/OpenMP kernel not built "
+              f"({type(exc).__name__}: {msg[-1] if msg else ''}); "
+              "the numba kernels will be used.", file=sys.stderr)
 
 
 def _long_description():
@@ -50,6 +82,7 @@ setup(
     package_data={"asyncopt.data": ["*.npz", "*.xz", "*.gz"]},
     include_package_data=False,
     ext_modules=EXT_MODULES,
+    cmdclass={"build_ext": OptionalBuildExt},
     entry_points={
         "console_scripts": [
             "asyncopt-lasso=asyncopt.cli.lasso:main",
