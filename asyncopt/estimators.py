@@ -38,9 +38,9 @@ class _DDSSModel(BaseEstimator):
     _loss = "squared"
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
-                 method="ddss", backend="serial", n_jobs=None, screening=True,
-                 weights=None, warm_start=False, step_scale=1.0, random_state=None,
-                 verbose=0, checkpoint=None):
+                 method="ddss", backend="serial", n_jobs=None, kernel="auto",
+                 screening=True, weights=None, warm_start=False, step_scale=1.0,
+                 random_state=None, verbose=0, checkpoint=None):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.tol = tol
@@ -48,6 +48,7 @@ class _DDSSModel(BaseEstimator):
         self.method = method
         self.backend = backend
         self.n_jobs = n_jobs
+        self.kernel = kernel
         self.screening = screening
         self.weights = weights
         self.warm_start = warm_start
@@ -73,6 +74,8 @@ class _DDSSModel(BaseEstimator):
         if not (np.isfinite(self.step_scale) and self.step_scale > 0):
             raise ValueError(f"step_scale must be > 0, got {self.step_scale}")
         effective_n_jobs(self.n_jobs)
+        if self.backend == "threads":
+            ThreadsInnerLoop(self.n_jobs, self.kernel)
 
     def _solve(self, X, y):
         self._check_params()
@@ -89,7 +92,8 @@ class _DDSSModel(BaseEstimator):
             intercept_init=float(np.ravel(self.intercept_)[0]) if warm else 0.0,
             step_scale=self.step_scale, random_state=self.random_state,
             verbose=self.verbose, label=self.method, checkpoint=self.checkpoint,
-            inner_loop=ThreadsInnerLoop(self.n_jobs) if self.backend == "threads" else None)
+            inner_loop=ThreadsInnerLoop(self.n_jobs, self.kernel)
+            if self.backend == "threads" else None)
         if not result.converged and self.max_epochs > 0:
             warnings.warn(
                 f"{type(self).__name__} did not reach tol={self.tol:g} in {self.max_epochs} "
@@ -116,6 +120,8 @@ _COMMON_DOC = """
     method : "ddss" (sparse prox-SVRG) or "ddss_naive" (plain stochastic prox steps).
     backend : "serial" (one thread) or "threads" (Sha-DDSS: lock-free threads sharing x).
     n_jobs : threads of the "threads" backend (None or -1: all cores).
+    kernel : inner loop of the "threads" backend: "native" (C/OpenMP), "numba", or "auto"
+        (native when it was built at install time, else numba).
     screening : apply the gap-safe screening test every outer iteration.
     warm_start : start from the previous coef_ / intercept_.
     step_scale : multiplier of the default step 1 / (3 L_max).
@@ -157,11 +163,12 @@ class GroupLasso(Lasso):
 
     def __init__(self, alpha=1.0, *, groups=1, fit_intercept=True, tol=1e-4,
                  max_epochs=200, method="ddss", backend="serial", n_jobs=None,
-                 screening=True, weights=None, warm_start=False, step_scale=1.0,
-                 random_state=None, verbose=0, checkpoint=None):
+                 kernel="auto", screening=True, weights=None, warm_start=False,
+                 step_scale=1.0, random_state=None, verbose=0, checkpoint=None):
         super().__init__(alpha, fit_intercept=fit_intercept, tol=tol,
                          max_epochs=max_epochs, method=method, backend=backend,
-                         n_jobs=n_jobs, screening=screening, weights=weights,
+                         n_jobs=n_jobs, kernel=kernel, screening=screening,
+                         weights=weights,
                          warm_start=warm_start,
                          step_scale=step_scale, random_state=random_state, verbose=verbose,
                          checkpoint=checkpoint)
@@ -178,12 +185,13 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
     _loss = "logistic"
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
-                 method="ddss", backend="serial", n_jobs=None, screening=True,
-                 groups=None, weights=None, warm_start=False, step_scale=1.0,
-                 random_state=None, verbose=0, checkpoint=None):
+                 method="ddss", backend="serial", n_jobs=None, kernel="auto",
+                 screening=True, groups=None, weights=None, warm_start=False,
+                 step_scale=1.0, random_state=None, verbose=0, checkpoint=None):
         super().__init__(alpha, fit_intercept=fit_intercept, tol=tol,
                          max_epochs=max_epochs, method=method, backend=backend,
-                         n_jobs=n_jobs, screening=screening, weights=weights,
+                         n_jobs=n_jobs, kernel=kernel, screening=screening,
+                         weights=weights,
                          warm_start=warm_start,
                          step_scale=step_scale, random_state=random_state, verbose=verbose,
                          checkpoint=checkpoint)
@@ -214,7 +222,7 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
 
 def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
                tol=1e-4, max_epochs=200, method="ddss", backend="serial", n_jobs=None,
-               screening=True, groups=None, weights=None, loss="squared",
+               kernel="auto", screening=True, groups=None, weights=None, loss="squared",
                random_state=None, verbose=0, return_results=False):
     """Solutions along decreasing alphas with warm starts (sklearn's lasso_path layout).
 
@@ -226,7 +234,7 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     """
     _check_choice(method, METHODS, "method")
     _check_choice(backend, BACKENDS, "backend")
-    inner_loop = ThreadsInnerLoop(n_jobs) if backend == "threads" else None
+    inner_loop = ThreadsInnerLoop(n_jobs, kernel) if backend == "threads" else None
     if loss == "logistic":
         y = encode_binary_labels(y)[0]
     n_features = np.shape(X)[1]

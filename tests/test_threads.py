@@ -9,7 +9,11 @@ from asyncopt import GroupLasso, Lasso, SparseLogisticRegression, lam_max
 from asyncopt.penalties import GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers import serial, threads
+from asyncopt.kernels import native
 from asyncopt.solvers.threads import ThreadsInnerLoop, effective_n_jobs
+
+KERNELS = ["numba", pytest.param("native", marks=pytest.mark.skipif(
+    not native.available(), reason=f"native kernel not built: {native.LOAD_ERROR}"))]
 
 
 def _data(seed, fmt, loss):
@@ -23,9 +27,10 @@ def _data(seed, fmt, loss):
     return (sp.csr_matrix(X) if fmt == "csr" else X), y
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("fmt", ["dense", "csr"])
 @pytest.mark.parametrize("model", ["lasso", "logistic", "group", "group_logistic"])
-def test_threads_reach_the_serial_objective(model, fmt):
+def test_threads_reach_the_serial_objective(model, fmt, kernel):
     loss = "logistic" if "logistic" in model else "squared"
     X, y = _data(3, fmt, loss)
     groups = 4 if "group" in model else None
@@ -36,7 +41,7 @@ def test_threads_reach_the_serial_objective(model, fmt):
     if groups is not None:
         kw["groups"] = groups
     ref = cls(**kw).fit(X, y)
-    par = cls(backend="threads", n_jobs=2, **kw).fit(X, y)
+    par = cls(backend="threads", n_jobs=2, kernel=kernel, **kw).fit(X, y)
     y_fit = y if loss == "squared" else np.where(y == 1, 1.0, -1.0)
     problem = Problem(X, y_fit, loss, penalty, alpha, True)
     p_ref = problem.objective(np.ravel(ref.coef_), float(np.ravel(ref.intercept_)[0]))
@@ -66,12 +71,13 @@ def test_tracked_kernels_count_steps_and_iterate_like_the_serial_ones():
     assert (c1, s1) == (7 + 500, [0, 0])    # alone on the clock: every tau is 0
 
 
-def test_staleness_is_reported_and_two_threads_overlap():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_staleness_is_reported_and_two_threads_overlap(kernel):
     X = sp.random(40000, 2000, density=0.01, random_state=0, format="csr")
     y = X @ np.r_[np.ones(20), np.zeros(1980)] + 0.01
-    one = Lasso(alpha=1e-4, tol=1e-12, max_epochs=3, random_state=0)
-    two = Lasso(alpha=1e-4, tol=1e-12, max_epochs=3, backend="threads", n_jobs=2,
-                random_state=0)
+    one = Lasso(alpha=1e-4, tol=1e-12, max_epochs=10, random_state=0)
+    two = Lasso(alpha=1e-4, tol=1e-12, max_epochs=10, backend="threads", n_jobs=2,
+                kernel=kernel, random_state=0)
     with pytest.warns(ConvergenceWarning):
         one.fit(X, y)
     with pytest.warns(ConvergenceWarning):
@@ -83,11 +89,12 @@ def test_staleness_is_reported_and_two_threads_overlap():
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-def test_one_thread_is_the_serial_solver():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_one_thread_is_the_serial_solver(kernel):
     X, y = _data(5, "csr", "squared")
     kw = dict(alpha=0.01, tol=1e-8, max_epochs=50, random_state=0)
     a = Lasso(**kw).fit(X, y)
-    b = Lasso(backend="threads", n_jobs=1, **kw).fit(X, y)
+    b = Lasso(backend="threads", n_jobs=1, kernel=kernel, **kw).fit(X, y)
     np.testing.assert_array_equal(a.coef_, b.coef_)
     assert a.intercept_ == b.intercept_
 
@@ -105,7 +112,8 @@ def test_an_exception_in_a_thread_reaches_the_caller(monkeypatch):
 
     monkeypatch.setattr(threads.SerialInnerLoop, "run", failing)
     with pytest.raises(FloatingPointError, match="bad data reached a kernel"):
-        Lasso(alpha=0.01, backend="threads", n_jobs=2, max_epochs=20).fit(X, y)
+        Lasso(alpha=0.01, backend="threads", n_jobs=2, kernel="numba",
+              max_epochs=20).fit(X, y)
 
 
 def test_n_jobs_meaning():

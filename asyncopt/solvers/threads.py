@@ -12,7 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..kernels import native
 from .serial import SerialInnerLoop
+
+KERNELS = ("auto", "native", "numba")
 
 
 def effective_n_jobs(n_jobs):
@@ -27,12 +30,23 @@ def effective_n_jobs(n_jobs):
 
 
 class ThreadsInnerLoop:
-    """Runs one inner epoch on ``n_jobs`` threads sharing x (Hogwild)."""
+    """Runs one inner epoch on ``n_jobs`` threads sharing x (Hogwild).
+
+    kernel: "native" (native/svrg.c on OpenMP threads, coordinate-wise compare-and-swap
+    updates of x), "numba" (nogil numba kernels on Python threads) or "auto" (native when
+    it was built, else numba).
+    """
 
     name = "threads"
 
-    def __init__(self, n_jobs=None):
+    def __init__(self, n_jobs=None, kernel="auto"):
         self.n_jobs = effective_n_jobs(n_jobs)
+        if kernel not in KERNELS:
+            raise ValueError(f"unknown kernel {kernel!r}: expected one of {KERNELS}")
+        if kernel == "native" and not native.available():
+            raise ValueError(f"the native kernel is not available ({native.LOAD_ERROR})")
+        self.kernel = "native" if kernel == "auto" and native.available() else \
+            ("numba" if kernel == "auto" else kernel)
         self._serial = SerialInnerLoop()
 
     def run(self, active, x, intercept, eta_intercept, z_snap, weighted_mu, mu_intercept,
@@ -41,6 +55,10 @@ class ThreadsInnerLoop:
         steps: tau = steps other threads finished between a step's read of x and its write,
         counted on a shared step clock (a racy counter: a count lost to a race only makes
         tau look smaller by one)."""
+        if self.kernel == "native":
+            return self._run_native(active, x, intercept, eta_intercept, z_snap, weighted_mu,
+                                    mu_intercept, thresholds, eta, samples,
+                                    variance_reduced)
         parts = np.array_split(samples, self.n_jobs)
         if self.n_jobs == 1:
             return self._serial.run(active, x, intercept, eta_intercept, z_snap, weighted_mu,
@@ -61,3 +79,17 @@ class ThreadsInnerLoop:
         intercept[0] += sum(own[0] - intercept[0] for own in private)
         mean = float(staleness[:, 0].sum()) / max(len(samples), 1)
         return mean, int(staleness[:, 1].max())
+
+    def _run_native(self, active, x, intercept, eta_intercept, z_snap, weighted_mu,
+                    mu_intercept, thresholds, eta, samples, variance_reduced):
+        staleness = np.zeros(2, dtype=np.int64)
+        args = (active.indptr, active.indices, active.data, active.y,
+                active.problem.loss.code, x, intercept, eta_intercept, z_snap, weighted_mu,
+                mu_intercept, thresholds, eta, samples, variance_reduced,
+                np.zeros(1, dtype=np.int64), staleness)
+        if active.penalty.is_l1:
+            native.native_epoch_l1(*args, n_threads=self.n_jobs)
+        else:
+            native.native_epoch_group(*args, active.block_indptr, active.feature_block,
+                                      n_threads=self.n_jobs)
+        return float(staleness[0]) / max(len(samples), 1), int(staleness[1])
