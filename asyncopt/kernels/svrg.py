@@ -67,6 +67,14 @@ def _make_epoch_kernels(track_staleness):
     steps other threads finished on the shared ``clock`` between this step's read of x and
     its write (Assumption 3), accumulated as staleness = [sum tau, max tau]."""
 
+    @njit(cache=True, inline="always")
+    def tick(clock, seen, staleness):
+        if track_staleness:
+            now = clock[0]
+            staleness[0] += now - seen
+            staleness[1] = max(staleness[1], now - seen)
+            clock[0] = now + 1
+
     @njit(cache=True, nogil=True)
     def epoch_l1(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
                  weighted_mu, mu_intercept, thresholds, eta, samples, variance_reduced,
@@ -74,8 +82,7 @@ def _make_epoch_kernels(track_staleness):
         b = intercept[0]
         for t in range(samples.shape[0]):
             i = samples[t]
-            if track_staleness:
-                seen = clock[0]
+            seen = clock[0] if track_staleness else 0
             z = row_margin(indptr, indices, data, x, b, i)
             diff = gradient_difference(code, z, z_snap[i], y[i], variance_reduced)
             for k in range(indptr[i], indptr[i + 1]):
@@ -83,11 +90,7 @@ def _make_epoch_kernels(track_staleness):
                 x[j] = soft_threshold(x[j] - eta * (diff * data[k] + weighted_mu[j]),
                                       thresholds[j])
             b -= eta_intercept * (diff + mu_intercept)
-            if track_staleness:
-                now = clock[0]
-                staleness[0] += now - seen
-                staleness[1] = max(staleness[1], now - seen)
-                clock[0] = now + 1
+            tick(clock, seen, staleness)
         intercept[0] = b
 
     @njit(cache=True, nogil=True)
@@ -107,8 +110,7 @@ def _make_epoch_kernels(track_staleness):
         b = intercept[0]
         for t in range(samples.shape[0]):
             i = samples[t]
-            if track_staleness:
-                seen = clock[0]
+            seen = clock[0] if track_staleness else 0
             z = row_margin(indptr, indices, data, x, b, i)
             diff = gradient_difference(code, z, z_snap[i], y[i], variance_reduced)
             n_touched = 0
@@ -131,11 +133,7 @@ def _make_epoch_kernels(track_staleness):
                 for q in range(size):
                     x[start + q] += new[q] - old[q]
             b -= eta_intercept * (diff + mu_intercept)
-            if track_staleness:
-                now = clock[0]
-                staleness[0] += now - seen
-                staleness[1] = max(staleness[1], now - seen)
-                clock[0] = now + 1
+            tick(clock, seen, staleness)
         intercept[0] = b
 
     return epoch_l1, epoch_group
