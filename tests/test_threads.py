@@ -152,3 +152,28 @@ def test_lasso_path_on_threads_matches_serial():
         assert p.certificate(coefs_t[:, k]).primal == pytest.approx(
             p.certificate(coefs[:, k]).primal, rel=1e-6)
     assert np.all(gaps_t <= 1e-10 * problem.null_objective())
+
+
+@pytest.mark.parametrize("backend", ["serial", "threads"])
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+@pytest.mark.parametrize("fmt", ["dense", "csr"])
+def test_prox_asaga_reaches_the_ddss_objective(backend, loss, fmt):
+    X, y = _data(13, fmt, loss)
+    alpha = 0.05 * lam_max(X, y, loss=loss)
+    cls = Lasso if loss == "squared" else SparseLogisticRegression
+    kw = dict(alpha=alpha, tol=1e-9, max_epochs=5000, random_state=0)
+    ref = cls(**kw).fit(X, y)
+    saga = cls(method="prox_asaga", backend=backend, n_jobs=2, kernel="numba", **kw).fit(X, y)
+    y_fit = y if loss == "squared" else np.where(y == 1, 1.0, -1.0)
+    problem = Problem(X, y_fit, loss, None, alpha, True)
+    p_ref = problem.objective(np.ravel(ref.coef_), float(np.ravel(ref.intercept_)[0]))
+    p_saga = problem.objective(np.ravel(saga.coef_), float(np.ravel(saga.intercept_)[0]))
+    assert abs(p_saga - p_ref) <= 1e-6 * abs(p_ref)
+    assert saga.dual_gap_ <= 1e-9 * problem.null_objective()
+    assert all(h["n_active"] == X.shape[1] for h in saga.history_)   # never screens
+
+
+def test_prox_asaga_refuses_groups():
+    X, y = _data(13, "csr", "squared")
+    with pytest.raises(ValueError, match="L1 penalty only"):
+        GroupLasso(alpha=0.01, groups=4, method="prox_asaga").fit(X, y)

@@ -148,3 +148,32 @@ thresholds[g] = eta lam d_g w_g. Each touched block's new value is formed in a p
 buffer from one read of x_g and only its delta is added to x (eq. 3-10), so threads
 sharing x never shrink a block another thread has half-updated."""
 svrg_epoch_l1_tracked, svrg_epoch_group_tracked = _make_epoch_kernels(True)
+
+
+@njit(cache=True, nogil=True)
+def saga_epoch_l1(indptr, indices, data, y, code, x, intercept, eta_intercept, memory,
+                  average, average_intercept, reweight, thresholds, eta, samples):
+    """Sparse proximal SAGA steps (ProxASAGA, Pedregosa et al. 2017) for L1 blocks.
+
+    memory[i] holds the last f'(z_i) computed for row i and ``average`` = (1/n) A^T memory
+    (average_intercept[0] its intercept component). For row i:
+        v_j = (f'(z) - memory[i]) a_ij + d_j average_j,   x_j <- prox(x_j - eta v_j)
+    then average += (f'(z) - memory[i]) a_i / n and memory[i] = f'(z); the intercept moves
+    with eta_intercept (private per call; the caller sums the deltas of parallel calls).
+    """
+    n = memory.shape[0]
+    b = intercept[0]
+    for t in range(samples.shape[0]):
+        i = samples[t]
+        z = row_margin(indptr, indices, data, x, b, i)
+        grad = loss_derivative(code, z, y[i])
+        diff = grad - memory[i]
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            x[j] = soft_threshold(x[j] - eta * (diff * data[k] + reweight[j] * average[j]),
+                                  thresholds[j])
+            average[j] += diff * data[k] / n
+        b -= eta_intercept * (diff + average_intercept[0])
+        average_intercept[0] += diff / n
+        memory[i] = grad
+    intercept[0] = b

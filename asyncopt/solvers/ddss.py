@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..kernels.linalg import csr_rmatvec
 from ..screening import screen_active_set
 from .checkpoint import load_checkpoint, save_checkpoint
 from .serial import SerialInnerLoop
@@ -66,7 +67,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                coef_init=None, intercept_init=0.0, step_scale=1.0, inner_steps=None,
                sampling="chunked", random_state=None, verbose=0, inner_loop=None,
                label="ddss", callback=None, max_time=None, checkpoint=None,
-               checkpoint_interval=60.0):
+               checkpoint_interval=60.0, saga=False):
     """Solve ``problem`` (a Problem) with DDSS; returns a SolverResult.
 
     tol is relative: stop at G <= tol * P(0). step_scale multiplies eta = 1/(3 L_max).
@@ -76,9 +77,13 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     max_time: stop (not converged) once this many seconds have passed.
     checkpoint: a .npz path written every checkpoint_interval seconds and at the end; if
     it exists when the solve starts (and no coef_init is given), the solve resumes from it.
+    saga: run the ProxASAGA baseline instead (gradient memory kept across epochs, the
+    outer loop only monitors the gap; needs screening=False).
     """
     from ..progress import ProgressLine
 
+    if saga and screening:
+        raise ValueError("the SAGA baseline runs without screening (screening=False)")
     if sampling not in SAMPLINGS:
         raise ValueError(f"unknown sampling {sampling!r}: expected one of {SAMPLINGS}")
     start = time.perf_counter()
@@ -111,6 +116,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     cert = active.certificate(x, intercept[0], n_threads=n_threads)
     epoch = 0
     staleness_mean, staleness_max = 0.0, 0
+    if saga:
+        memory = -cert.rho
     with ProgressLine(verbose, label=label) as progress:
         while True:
             intercept[0] = cert.intercept
@@ -154,9 +161,21 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 mu_intercept = 0.0
             thresholds = eta * lam * block_reweight * active.weights
             samples = epoch_rows(rng, n, n_steps, sampling)
-            staleness_mean, staleness_max = inner_loop.run(
-                active, x, intercept, eta * active.intercept_scale_sq, cert.z, weighted_mu,
-                mu_intercept, thresholds, eta, samples, variance_reduced)
+            eta_intercept = eta * active.intercept_scale_sq
+            if saga:
+                # exact (1/n) A^T memory each epoch: racing threads lose some of the
+                # kernel's increments of the average, and the loss must not accumulate
+                average = csr_rmatvec(active.indptr, active.indices, active.data, memory,
+                                      active.n_features, n_threads) / n
+                average_intercept = np.array([float(np.mean(memory))])
+                staleness_mean, staleness_max = inner_loop.run_saga(
+                    active, x, intercept, eta_intercept, memory, average, average_intercept,
+                    np.repeat(block_reweight, np.diff(active.block_indptr)), thresholds,
+                    eta, samples)
+            else:
+                staleness_mean, staleness_max = inner_loop.run(
+                    active, x, intercept, eta_intercept, cert.z, weighted_mu, mu_intercept,
+                    thresholds, eta, samples, variance_reduced)
             total_steps += n_steps
             epoch += 1
             if not np.all(np.isfinite(x)) or not np.isfinite(intercept[0]):

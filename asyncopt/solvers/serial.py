@@ -1,8 +1,8 @@
 """The serial backend: one thread runs the inner loop kernels in order."""
 import numpy as np
 
-from ..kernels.svrg import (svrg_epoch_group, svrg_epoch_group_tracked, svrg_epoch_l1,
-                            svrg_epoch_l1_tracked)
+from ..kernels.svrg import (saga_epoch_l1, svrg_epoch_group, svrg_epoch_group_tracked,
+                            svrg_epoch_l1, svrg_epoch_l1_tracked)
 
 
 class SerialInnerLoop:
@@ -27,3 +27,13 @@ class SerialInnerLoop:
             (svrg_epoch_group_tracked if tracked else svrg_epoch_group)(
                 *args, active.block_indptr, active.feature_block)
         return float(staleness[0]) / max(len(samples), 1), int(staleness[1])
+
+    def run_saga(self, active, x, intercept, eta_intercept, memory, average,
+                 average_intercept, reweight, thresholds, eta, samples):
+        """One epoch of sparse proximal SAGA (ProxASAGA baseline, L1 only)."""
+        if not active.penalty.is_l1:
+            raise ValueError("prox_asaga supports the L1 penalty only (no group yet)")
+        saga_epoch_l1(active.indptr, active.indices, active.data, active.y,
+                      active.problem.loss.code, x, intercept, eta_intercept, memory,
+                      average, average_intercept, reweight, thresholds, eta, samples)
+        return 0.0, 0

@@ -80,6 +80,25 @@ class ThreadsInnerLoop:
         mean = float(staleness[:, 0].sum()) / max(len(samples), 1)
         return mean, int(staleness[:, 1].max())
 
+    def run_saga(self, active, x, intercept, eta_intercept, memory, average,
+                 average_intercept, reweight, thresholds, eta, samples):
+        """One ProxASAGA epoch on n_jobs numba threads sharing x, the gradient memory (rows
+        are disjoint between threads) and its average; intercepts private, deltas summed."""
+        parts = np.array_split(samples, self.n_jobs)
+        own_b = [intercept.copy() for _ in parts]
+        own_avg = [average_intercept.copy() for _ in parts]
+        with ThreadPoolExecutor(max_workers=self.n_jobs) as pool:
+            futures = [pool.submit(self._serial.run_saga, active, x, b, eta_intercept, memory,
+                                   average, avg, reweight, thresholds, eta, part)
+                       for b, avg, part in zip(own_b, own_avg, parts)]
+            errors = [f.exception() for f in futures]
+        for error in errors:
+            if error is not None:
+                raise error
+        intercept[0] += sum(b[0] - intercept[0] for b in own_b)
+        average_intercept[0] += sum(a[0] - average_intercept[0] for a in own_avg)
+        return 0.0, 0
+
     def _run_native(self, active, x, intercept, eta_intercept, z_snap, weighted_mu,
                     mu_intercept, thresholds, eta, samples, variance_reduced):
         staleness = np.zeros(2, dtype=np.int64)
