@@ -22,9 +22,14 @@ from .problem import Problem, check_lam, encode_binary_labels
 from .solvers import solve_ddss
 from .solvers.threads import ThreadsInnerLoop, effective_n_jobs
 
-METHODS = {"ddss": {"screening": True, "variance_reduced": True, "saga": False},
-           "ddss_naive": {"screening": True, "variance_reduced": False, "saga": False},
-           "prox_asaga": {"screening": False, "variance_reduced": True, "saga": True}}
+METHODS = {
+    "ddss": {"screening": True, "variance_reduced": True, "saga": False, "dense": False},
+    "ddss_naive": {"screening": True, "variance_reduced": False, "saga": False,
+                   "dense": False},
+    "prox_asaga": {"screening": False, "variance_reduced": True, "saga": True,
+                   "dense": False},
+    "prox_asvrg": {"screening": False, "variance_reduced": True, "saga": False,
+                   "dense": True}}
 BACKENDS = ("serial", "threads")
 
 
@@ -89,6 +94,7 @@ class _DDSSModel(BaseEstimator):
             problem, tol=self.tol, max_epochs=int(self.max_epochs),
             screening=self.screening and method["screening"],
             variance_reduced=method["variance_reduced"], saga=method["saga"],
+            dense=method["dense"],
             coef_init=np.ravel(self.coef_) if warm else None,
             intercept_init=float(np.ravel(self.intercept_)[0]) if warm else 0.0,
             step_scale=self.step_scale, random_state=self.random_state,
@@ -119,7 +125,8 @@ _COMMON_DOC = """
     tol : relative duality gap target: stop when G <= tol * P(0).
     max_epochs : maximum number of outer iterations (each about one pass over the rows).
     method : "ddss" (sparse prox-SVRG), "ddss_naive" (plain stochastic prox steps) or the
-        baseline "prox_asaga" (sparse proximal SAGA, no screening; L1 only).
+        baselines "prox_asaga" (sparse proximal SAGA, no screening; L1 only) and
+        "prox_asvrg" (proximal SVRG with dense steps, no screening).
     backend : "serial" (one thread) or "threads" (Sha-DDSS: lock-free threads sharing x).
     n_jobs : threads of the "threads" backend (None or -1: all cores).
     kernel : inner loop of the "threads" backend: "native" (C/OpenMP), "numba", or "auto"
@@ -258,7 +265,7 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
         result = solve_ddss(problem.with_lam(alpha), tol=tol, max_epochs=max_epochs,
                             screening=screening and METHODS[method]["screening"],
                             variance_reduced=METHODS[method]["variance_reduced"],
-                            saga=METHODS[method]["saga"],
+                            saga=METHODS[method]["saga"], dense=METHODS[method]["dense"],
                             coef_init=coef, intercept_init=intercept,
                             random_state=random_state, verbose=verbose, label=method,
                             inner_loop=inner_loop)

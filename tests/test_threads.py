@@ -173,6 +173,30 @@ def test_prox_asaga_reaches_the_ddss_objective(backend, loss, fmt):
     assert all(h["n_active"] == X.shape[1] for h in saga.history_)   # never screens
 
 
+@pytest.mark.parametrize("backend", ["serial", "threads"])
+@pytest.mark.parametrize("model", ["lasso", "logistic", "group"])
+def test_prox_asvrg_reaches_the_ddss_objective(backend, model):
+    loss = "logistic" if model == "logistic" else "squared"
+    X, y = _data(17, "csr", loss)
+    groups = 4 if model == "group" else None
+    penalty = None if groups is None else GroupL1(X.shape[1], groups)
+    alpha = 0.05 * lam_max(X, y, loss=loss, penalty=penalty)
+    cls = {"lasso": Lasso, "group": GroupLasso}.get(model, SparseLogisticRegression)
+    kw = dict(alpha=alpha, tol=1e-9, max_epochs=3000, random_state=0)
+    if groups is not None:
+        kw["groups"] = groups
+    ref = cls(**kw).fit(X, y)
+    base = cls(method="prox_asvrg", backend=backend, n_jobs=2, kernel="numba", **kw)
+    base.fit(X, y)
+    y_fit = y if loss == "squared" else np.where(y == 1, 1.0, -1.0)
+    problem = Problem(X, y_fit, loss, penalty, alpha, True)
+    p_ref = problem.objective(np.ravel(ref.coef_), float(np.ravel(ref.intercept_)[0]))
+    p_base = problem.objective(np.ravel(base.coef_), float(np.ravel(base.intercept_)[0]))
+    assert abs(p_base - p_ref) <= 1e-6 * abs(p_ref)
+    assert base.dual_gap_ <= 1e-9 * problem.null_objective()
+    assert all(h["n_active"] == X.shape[1] for h in base.history_)
+
+
 def test_prox_asaga_refuses_groups():
     X, y = _data(13, "csr", "squared")
     with pytest.raises(ValueError, match="L1 penalty only"):

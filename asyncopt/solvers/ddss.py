@@ -67,7 +67,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                coef_init=None, intercept_init=0.0, step_scale=1.0, inner_steps=None,
                sampling="chunked", random_state=None, verbose=0, inner_loop=None,
                label="ddss", callback=None, max_time=None, checkpoint=None,
-               checkpoint_interval=60.0, saga=False):
+               checkpoint_interval=60.0, saga=False, dense=False):
     """Solve ``problem`` (a Problem) with DDSS; returns a SolverResult.
 
     tol is relative: stop at G <= tol * P(0). step_scale multiplies eta = 1/(3 L_max).
@@ -79,6 +79,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     it exists when the solve starts (and no coef_init is given), the solve resumes from it.
     saga: run the ProxASAGA baseline instead (gradient memory kept across epochs, the
     outer loop only monitors the gap; needs screening=False).
+    dense: run the ProxASVRG baseline instead (dense variance-reduced steps over every
+    active coordinate, no reweighting, no sparse prox).
     """
     from ..progress import ProgressLine
 
@@ -162,7 +164,11 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             thresholds = eta * lam * block_reweight * active.weights
             samples = epoch_rows(rng, n, n_steps, sampling)
             eta_intercept = eta * active.intercept_scale_sq
-            if saga:
+            if dense:
+                staleness_mean, staleness_max = inner_loop.run_dense(
+                    active, x, intercept, eta_intercept, cert.z, -cert.correlation / n,
+                    mu_intercept, eta * lam * active.weights, eta, samples)
+            elif saga:
                 # exact (1/n) A^T memory each epoch: racing threads lose some of the
                 # kernel's increments of the average, and the loss must not accumulate
                 average = csr_rmatvec(active.indptr, active.indices, active.data, memory,

@@ -1,8 +1,8 @@
 """The serial backend: one thread runs the inner loop kernels in order."""
 import numpy as np
 
-from ..kernels.svrg import (saga_epoch_l1, svrg_epoch_group, svrg_epoch_group_tracked,
-                            svrg_epoch_l1, svrg_epoch_l1_tracked)
+from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_l1, svrg_epoch_group,
+                            svrg_epoch_group_tracked, svrg_epoch_l1, svrg_epoch_l1_tracked)
 
 
 class SerialInnerLoop:
@@ -36,4 +36,12 @@ class SerialInnerLoop:
         saga_epoch_l1(active.indptr, active.indices, active.data, active.y,
                       active.problem.loss.code, x, intercept, eta_intercept, memory,
                       average, average_intercept, reweight, thresholds, eta, samples)
+        return 0.0, 0
+
+    def run_dense(self, active, x, intercept, eta_intercept, z_snap, mu, mu_intercept,
+                  thresholds, eta, samples):
+        """One epoch of proximal SVRG with dense steps (ProxASVRG baseline)."""
+        dense_svrg_epoch(active.indptr, active.indices, active.data, active.y,
+                         active.problem.loss.code, x, intercept, eta_intercept, z_snap, mu,
+                         mu_intercept, thresholds, eta, samples, active.block_indptr)
         return 0.0, 0

@@ -80,6 +80,22 @@ class ThreadsInnerLoop:
         mean = float(staleness[:, 0].sum()) / max(len(samples), 1)
         return mean, int(staleness[:, 1].max())
 
+    def run_dense(self, active, x, intercept, eta_intercept, z_snap, mu, mu_intercept,
+                  thresholds, eta, samples):
+        """One ProxASVRG epoch (dense steps) on n_jobs numba threads sharing x."""
+        parts = np.array_split(samples, self.n_jobs)
+        own_b = [intercept.copy() for _ in parts]
+        with ThreadPoolExecutor(max_workers=self.n_jobs) as pool:
+            futures = [pool.submit(self._serial.run_dense, active, x, b, eta_intercept,
+                                   z_snap, mu, mu_intercept, thresholds, eta, part)
+                       for b, part in zip(own_b, parts)]
+            errors = [f.exception() for f in futures]
+        for error in errors:
+            if error is not None:
+                raise error
+        intercept[0] += sum(b[0] - intercept[0] for b in own_b)
+        return 0.0, 0
+
     def run_saga(self, active, x, intercept, eta_intercept, memory, average,
                  average_intercept, reweight, thresholds, eta, samples):
         """One ProxASAGA epoch on n_jobs numba threads sharing x, the gradient memory (rows
