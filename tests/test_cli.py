@@ -115,6 +115,18 @@ def test_cli_explicit_alpha_and_options(tmp_path, capsys):
     assert "screening off" in out
 
 
+def test_cli_threads_backend_and_baseline_method(tmp_path, capsys):
+    data = write_libsvm(tmp_path / "small.svm")
+    status, out, err = run_main(
+        "asyncopt-lasso", [data, "--backend", "threads", "--n-jobs", "2", "--quiet"], capsys)
+    assert status == 0, err
+    assert "threads (2 threads), screening on" in out
+    status, out, err = run_main(
+        "asyncopt-logreg", [data, "--method", "prox_asaga", "--quiet"], capsys)
+    assert status == 0, err
+    assert "prox_asaga, serial, screening off" in out
+
+
 def test_cli_checkpoint_resumes(tmp_path, capsys):
     data = write_libsvm(tmp_path / "small.svm")
     ckpt = tmp_path / "run.npz"

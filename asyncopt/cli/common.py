@@ -22,6 +22,9 @@ import sys
 import time
 import warnings
 
+from asyncopt.estimators import BACKENDS, METHODS
+from asyncopt.solvers.threads import effective_n_jobs
+
 __all__ = [
     "CliUsageError",
     "OneLineArgumentParser",
@@ -110,8 +113,13 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
                    help="relative duality-gap tolerance: stop when gap <= tol * P(0)")
     p.add_argument("--max-epochs", type=_positive_int, default=100, metavar="N",
                    help="maximum number of outer iterations")
-    p.add_argument("--method", choices=["ddss", "ddss_naive"], default="ddss",
-                   help="inner solver: prox-SVRG (ddss) or plain prox-SGD (ddss_naive)")
+    p.add_argument("--method", choices=sorted(METHODS), default="ddss",
+                   help="ddss (prox-SVRG + screening), ddss_naive (prox-SGD), or the "
+                        "baselines prox_asaga / prox_asvrg")
+    p.add_argument("--backend", choices=list(BACKENDS), default="serial",
+                   help="serial, or threads (Sha-DDSS: lock-free threads sharing x)")
+    p.add_argument("--n-jobs", type=_positive_int, default=None, metavar="T",
+                   help="threads of the threads backend (default: all cores)")
     p.add_argument("--no-screening", action="store_true",
                    help="disable gap-safe screening")
     p.add_argument("--no-intercept", action="store_true",
@@ -305,7 +313,8 @@ def fit_and_report(args, prog, estimator_cls, loss, title):
         tol=args.tol,
         max_epochs=args.max_epochs,
         method=args.method,
-        backend="serial",
+        backend=args.backend,
+        n_jobs=args.n_jobs,
         screening=not args.no_screening,
         random_state=args.seed,
         verbose=0 if args.quiet else 1,
@@ -323,6 +332,10 @@ def fit_and_report(args, prog, estimator_cls, loss, title):
         est.fit(X, y)
     wall = time.perf_counter() - t0
 
+    screens = not args.no_screening and METHODS[args.method]["screening"]
+    backend = args.backend
+    if backend == "threads":
+        backend += f" ({effective_n_jobs(args.n_jobs)} threads)"
     history = est.history_
     gap = float(est.dual_gap_)
     rel_gap = float(history[-1]["rel_gap"])
@@ -339,7 +352,7 @@ def fit_and_report(args, prog, estimator_cls, loss, title):
     if classes is not None:
         rows.append(("classes", f"{classes[0]:g} -> -1, {classes[1]:g} -> +1"))
     rows += [
-        ("method", f"{args.method}, serial, screening {'off' if args.no_screening else 'on'}"),
+        ("method", f"{args.method}, {backend}, screening {'on' if screens else 'off'}"),
         ("alpha", f"{alpha:.4e}  (alpha/lam_max = {ratio:.3g}, lam_max = {lmax:.4e})"),
         ("objective", f"{objective:.8e}"),
         ("duality gap", f"{gap:.3e}  (relative {rel_gap:.3e}, tol {args.tol:g}"
