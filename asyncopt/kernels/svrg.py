@@ -61,6 +61,28 @@ def svrg_direction(i, indptr, indices, data, y, code, x, b, z_snap, weighted_mu,
     return diff
 
 
+@njit(cache=True)
+def block_buffers(block_indptr):
+    """(old, new, local_ids) work buffers sized for the largest block."""
+    max_size = 0
+    for g in range(block_indptr.shape[0] - 1):
+        max_size = max(max_size, block_indptr[g + 1] - block_indptr[g])
+    return np.empty(max_size), np.empty(max_size), np.arange(max_size)
+
+
+@njit(cache=True, inline="always")
+def add_block_prox_delta(x, start, size, scratch, mu, eta, threshold, old, new, local_ids):
+    """Form prox_{threshold ||.||}(x_g - eta (scratch_g + mu_g)) from one read of x_g in the
+    private buffer ``new`` and add its delta to x_g (eq. 3-10): a thread sharing x never
+    shrinks a block another thread has half-updated."""
+    for q in range(size):
+        old[q] = x[start + q]
+        new[q] = old[q] - eta * (scratch[start + q] + mu[start + q])
+    block_soft_threshold_(new, local_ids, 0, size, threshold)
+    for q in range(size):
+        x[start + q] += new[q] - old[q]
+
+
 def _make_epoch_kernels(track_staleness):
     """The L1 and group epoch kernels; with track_staleness (a compile-time constant, so
     the serial kernels carry no trace of it) every step also measures its delay tau: the
@@ -98,15 +120,10 @@ def _make_epoch_kernels(track_staleness):
                     weighted_mu, mu_intercept, thresholds, eta, samples, variance_reduced,
                     clock, staleness, block_indptr, feature_block):
         n_blocks = block_indptr.shape[0] - 1
-        max_size = 0
-        for g in range(n_blocks):
-            max_size = max(max_size, block_indptr[g + 1] - block_indptr[g])
         scratch = np.zeros(x.shape[0])
         stamp = np.full(n_blocks, -1, dtype=np.int64)
         touched = np.empty(n_blocks, dtype=np.int64)
-        old = np.empty(max_size)
-        new = np.empty(max_size)
-        local_ids = np.arange(max_size)
+        old, new, local_ids = block_buffers(block_indptr)
         b = intercept[0]
         for t in range(samples.shape[0]):
             i = samples[t]
@@ -124,14 +141,11 @@ def _make_epoch_kernels(track_staleness):
                     n_touched += 1
             for m in range(n_touched):
                 g = touched[m]
-                start, size = block_indptr[g], block_indptr[g + 1] - block_indptr[g]
-                for q in range(size):
-                    old[q] = x[start + q]
-                    new[q] = old[q] - eta * (scratch[start + q] + weighted_mu[start + q])
-                    scratch[start + q] = 0.0
-                block_soft_threshold_(new, local_ids, 0, size, thresholds[g])
-                for q in range(size):
-                    x[start + q] += new[q] - old[q]
+                start = block_indptr[g]
+                add_block_prox_delta(x, start, block_indptr[g + 1] - start, scratch,
+                                     weighted_mu, eta, thresholds[g], old, new, local_ids)
+            for k in range(indptr[i], indptr[i + 1]):
+                scratch[indices[k]] = 0.0
             b -= eta_intercept * (diff + mu_intercept)
             tick(clock, seen, staleness)
         intercept[0] = b
@@ -184,17 +198,12 @@ def dense_svrg_epoch(indptr, indices, data, y, code, x, intercept, eta_intercept
                      mu, mu_intercept, thresholds, eta, samples, block_indptr):
     """Proximal SVRG with dense steps (the ProxASVRG baseline: no sparse prox, no
     reweighting): for row i, v = (f'(z) - f'(z~_i)) a_i + mu over every coordinate and
-    x <- prox_{eta lam Omega}(x - eta v) over every block (thresholds[g] = eta lam w_g).
-    Each block is formed from one read into a private buffer and its delta added to x, so
-    threads may share x. O(p) per step: this is the cost DDSS's sparse step removes."""
+    x <- prox_{eta lam Omega}(x - eta v) over every block (thresholds[g] = eta lam w_g),
+    added as deltas so threads may share x. O(p) per step: the cost DDSS's sparse step
+    removes."""
     n_blocks = block_indptr.shape[0] - 1
-    max_size = 0
-    for g in range(n_blocks):
-        max_size = max(max_size, block_indptr[g + 1] - block_indptr[g])
     scratch = np.zeros(x.shape[0])
-    old = np.empty(max_size)
-    new = np.empty(max_size)
-    local_ids = np.arange(max_size)
+    old, new, local_ids = block_buffers(block_indptr)
     b = intercept[0]
     for t in range(samples.shape[0]):
         i = samples[t]
@@ -203,13 +212,9 @@ def dense_svrg_epoch(indptr, indices, data, y, code, x, intercept, eta_intercept
         for k in range(indptr[i], indptr[i + 1]):
             scratch[indices[k]] += diff * data[k]
         for g in range(n_blocks):
-            start, size = block_indptr[g], block_indptr[g + 1] - block_indptr[g]
-            for q in range(size):
-                old[q] = x[start + q]
-                new[q] = old[q] - eta * (scratch[start + q] + mu[start + q])
-            block_soft_threshold_(new, local_ids, 0, size, thresholds[g])
-            for q in range(size):
-                x[start + q] += new[q] - old[q]
+            start = block_indptr[g]
+            add_block_prox_delta(x, start, block_indptr[g + 1] - start, scratch, mu, eta,
+                                 thresholds[g], old, new, local_ids)
         for k in range(indptr[i], indptr[i + 1]):
             scratch[indices[k]] = 0.0
         b -= eta_intercept * (diff + mu_intercept)

@@ -59,61 +59,56 @@ class ThreadsInnerLoop:
             return self._run_native(active, x, intercept, eta_intercept, z_snap, weighted_mu,
                                     mu_intercept, thresholds, eta, samples,
                                     variance_reduced)
-        parts = np.array_split(samples, self.n_jobs)
         if self.n_jobs == 1:
             return self._serial.run(active, x, intercept, eta_intercept, z_snap, weighted_mu,
                                     mu_intercept, thresholds, eta, samples,
                                     variance_reduced)
-        private = [intercept.copy() for _ in parts]
         clock = np.zeros(1, dtype=np.int64)
-        staleness = np.zeros((len(parts), 2), dtype=np.int64)
-        with ThreadPoolExecutor(max_workers=self.n_jobs) as pool:
-            futures = [pool.submit(self._serial.run, active, x, own, eta_intercept, z_snap,
-                                   weighted_mu, mu_intercept, thresholds, eta, part,
-                                   variance_reduced, clock, staleness[t])
-                       for t, (own, part) in enumerate(zip(private, parts))]
-            errors = [f.exception() for f in futures]
-        for error in errors:
-            if error is not None:
-                raise error
-        intercept[0] += sum(own[0] - intercept[0] for own in private)
+        staleness = np.zeros((self.n_jobs, 2), dtype=np.int64)
+        self._on_threads(
+            lambda t, rows, own: self._serial.run(
+                active, x, own[0], eta_intercept, z_snap, weighted_mu, mu_intercept,
+                thresholds, eta, rows, variance_reduced, clock, staleness[t]),
+            samples, [intercept])
         mean = float(staleness[:, 0].sum()) / max(len(samples), 1)
         return mean, int(staleness[:, 1].max())
 
     def run_dense(self, active, x, intercept, eta_intercept, z_snap, mu, mu_intercept,
                   thresholds, eta, samples):
         """One ProxASVRG epoch (dense steps) on n_jobs numba threads sharing x."""
-        parts = np.array_split(samples, self.n_jobs)
-        own_b = [intercept.copy() for _ in parts]
-        with ThreadPoolExecutor(max_workers=self.n_jobs) as pool:
-            futures = [pool.submit(self._serial.run_dense, active, x, b, eta_intercept,
-                                   z_snap, mu, mu_intercept, thresholds, eta, part)
-                       for b, part in zip(own_b, parts)]
-            errors = [f.exception() for f in futures]
-        for error in errors:
-            if error is not None:
-                raise error
-        intercept[0] += sum(b[0] - intercept[0] for b in own_b)
+        self._on_threads(
+            lambda t, rows, own: self._serial.run_dense(
+                active, x, own[0], eta_intercept, z_snap, mu, mu_intercept, thresholds,
+                eta, rows),
+            samples, [intercept])
         return 0.0, 0
 
     def run_saga(self, active, x, intercept, eta_intercept, memory, average,
                  average_intercept, reweight, thresholds, eta, samples):
         """One ProxASAGA epoch on n_jobs numba threads sharing x, the gradient memory (rows
         are disjoint between threads) and its average; intercepts private, deltas summed."""
+        self._on_threads(
+            lambda t, rows, own: self._serial.run_saga(
+                active, x, own[0], eta_intercept, memory, average, own[1], reweight,
+                thresholds, eta, rows),
+            samples, [intercept, average_intercept])
+        return 0.0, 0
+
+    def _on_threads(self, run_slice, samples, scalars):
+        """Run ``run_slice(t, rows, own)`` on thread t for its slice of ``samples``
+        (numpy.array_split), ``own`` being private copies of the length-1 arrays in
+        ``scalars``; once every thread has returned, re-raise the first error, then add
+        each thread's delta to every scalar."""
         parts = np.array_split(samples, self.n_jobs)
-        own_b = [intercept.copy() for _ in parts]
-        own_avg = [average_intercept.copy() for _ in parts]
+        own = [[scalar.copy() for scalar in scalars] for _ in parts]
         with ThreadPoolExecutor(max_workers=self.n_jobs) as pool:
-            futures = [pool.submit(self._serial.run_saga, active, x, b, eta_intercept, memory,
-                                   average, avg, reweight, thresholds, eta, part)
-                       for b, avg, part in zip(own_b, own_avg, parts)]
+            futures = [pool.submit(run_slice, t, rows, own[t]) for t, rows in enumerate(parts)]
             errors = [f.exception() for f in futures]
         for error in errors:
             if error is not None:
                 raise error
-        intercept[0] += sum(b[0] - intercept[0] for b in own_b)
-        average_intercept[0] += sum(a[0] - average_intercept[0] for a in own_avg)
-        return 0.0, 0
+        for k, scalar in enumerate(scalars):
+            scalar[0] += sum(mine[k][0] - scalar[0] for mine in own)
 
     def _run_native(self, active, x, intercept, eta_intercept, z_snap, weighted_mu,
                     mu_intercept, thresholds, eta, samples, variance_reduced):
