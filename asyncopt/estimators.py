@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .penalties import L1, GroupL1
 from .problem import Problem, check_lam, encode_binary_labels
-from .solvers import solve_ddss
+from .solvers import solve_ddss, solve_pse
 from .solvers.threads import ThreadsInnerLoop, effective_n_jobs
 
 METHODS = {
@@ -29,8 +29,25 @@ METHODS = {
     "prox_asaga": {"screening": False, "variance_reduced": True, "saga": True,
                    "dense": False},
     "prox_asvrg": {"screening": False, "variance_reduced": True, "saga": False,
-                   "dense": True}}
+                   "dense": True},
+    "pse_safe": {"pse": "safe"},
+    "pse_strong": {"pse": "strong"}}
 BACKENDS = ("serial", "threads")
+
+
+def solve_method(problem, method, *, screening=True, checkpoint=None, step_scale=1.0,
+                 **common):
+    """Solve ``problem`` with one of METHODS: the PSE baselines by solve_pse, the others by
+    solve_ddss with the method's flags. ``common``: the arguments both solvers take."""
+    spec = METHODS[method]
+    if "pse" in spec:
+        if checkpoint is not None:
+            raise ValueError(f"method {method!r} does not write checkpoints")
+        return solve_pse(problem, spec["pse"], label=method, **common)
+    return solve_ddss(problem, screening=screening and spec["screening"],
+                      variance_reduced=spec["variance_reduced"], saga=spec["saga"],
+                      dense=spec["dense"], checkpoint=checkpoint, step_scale=step_scale,
+                      label=method, **common)
 
 
 def _check_choice(value, choices, what):
@@ -87,18 +104,15 @@ class _DDSSModel(BaseEstimator):
         self._check_params()
         problem = Problem(X, y, self._loss, self._penalty(X.shape[1]), self.alpha,
                           self.fit_intercept)
-        method = METHODS[self.method]
         warm = self.warm_start and hasattr(self, "coef_") and \
             np.ravel(self.coef_).shape[0] == X.shape[1]
-        result = solve_ddss(
-            problem, tol=self.tol, max_epochs=int(self.max_epochs),
-            screening=self.screening and method["screening"],
-            variance_reduced=method["variance_reduced"], saga=method["saga"],
-            dense=method["dense"],
+        result = solve_method(
+            problem, self.method, tol=self.tol, max_epochs=int(self.max_epochs),
+            screening=self.screening,
             coef_init=np.ravel(self.coef_) if warm else None,
             intercept_init=float(np.ravel(self.intercept_)[0]) if warm else 0.0,
             step_scale=self.step_scale, random_state=self.random_state,
-            verbose=self.verbose, label=self.method, checkpoint=self.checkpoint,
+            verbose=self.verbose, checkpoint=self.checkpoint,
             inner_loop=ThreadsInnerLoop(self.n_jobs, self.kernel)
             if self.backend == "threads" else None)
         if not result.converged and self.max_epochs > 0:
@@ -125,8 +139,10 @@ _COMMON_DOC = """
     tol : relative duality gap target: stop when G <= tol * P(0).
     max_epochs : maximum number of outer iterations (each about one pass over the rows).
     method : "ddss" (sparse prox-SVRG), "ddss_naive" (plain stochastic prox steps) or the
-        baselines "prox_asaga" (sparse proximal SAGA, no screening; L1 only) and
-        "prox_asvrg" (proximal SVRG with dense steps, no screening).
+        baselines "prox_asaga" (sparse proximal SAGA, no screening),
+        "prox_asvrg" (proximal SVRG with dense steps, no screening), "pse_safe" and
+        "pse_strong" (one static screening pass, safe sphere or strong rule + KKT check,
+        then asynchronous block coordinate descent; no checkpoints).
     backend : "serial" (one thread) or "threads" (Sha-DDSS: lock-free threads sharing x).
     n_jobs : threads of the "threads" backend (None or -1: all cores).
     kernel : inner loop of the "threads" backend: "native" (C/OpenMP), "numba", or "auto"
@@ -262,13 +278,10 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     results = []
     coef, intercept = None, 0.0
     for k, alpha in enumerate(alphas):
-        result = solve_ddss(problem.with_lam(alpha), tol=tol, max_epochs=max_epochs,
-                            screening=screening and METHODS[method]["screening"],
-                            variance_reduced=METHODS[method]["variance_reduced"],
-                            saga=METHODS[method]["saga"], dense=METHODS[method]["dense"],
-                            coef_init=coef, intercept_init=intercept,
-                            random_state=random_state, verbose=verbose, label=method,
-                            inner_loop=inner_loop)
+        result = solve_method(problem.with_lam(alpha), method, tol=tol,
+                              max_epochs=max_epochs, screening=screening, coef_init=coef,
+                              intercept_init=intercept, random_state=random_state,
+                              verbose=verbose, inner_loop=inner_loop)
         coef, intercept = result.coef, result.intercept
         coefs[:, k] = coef
         gaps[k] = result.gap

@@ -125,6 +125,11 @@ def test_cli_threads_backend_and_baseline_method(tmp_path, capsys):
         "asyncopt-logreg", [data, "--method", "prox_asaga", "--quiet"], capsys)
     assert status == 0, err
     assert "prox_asaga, serial, screening off" in out
+    status, out, err = run_main(
+        "asyncopt-lasso", [data, "--method", "pse_strong", "--backend", "threads",
+                           "--n-jobs", "2", "--quiet"], capsys)
+    assert status == 0, err
+    assert "pse_strong, threads (2 threads), screening static" in out
 
 
 def test_cli_checkpoint_resumes(tmp_path, capsys):

@@ -115,7 +115,7 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
                    help="maximum number of outer iterations")
     p.add_argument("--method", choices=sorted(METHODS), default="ddss",
                    help="ddss (prox-SVRG + screening), ddss_naive (prox-SGD), or the "
-                        "baselines prox_asaga / prox_asvrg")
+                        "baselines prox_asaga / prox_asvrg / pse_safe / pse_strong")
     p.add_argument("--backend", choices=list(BACKENDS), default="serial",
                    help="serial, or threads (Sha-DDSS: lock-free threads sharing x)")
     p.add_argument("--n-jobs", type=_positive_int, default=None, metavar="T",
@@ -332,7 +332,9 @@ def fit_and_report(args, prog, estimator_cls, loss, title):
         est.fit(X, y)
     wall = time.perf_counter() - t0
 
-    screens = not args.no_screening and METHODS[args.method]["screening"]
+    spec = METHODS[args.method]
+    screens = "static" if "pse" in spec else \
+        ("on" if not args.no_screening and spec["screening"] else "off")
     backend = args.backend
     if backend == "threads":
         backend += f" ({effective_n_jobs(args.n_jobs)} threads)"
@@ -352,7 +354,7 @@ def fit_and_report(args, prog, estimator_cls, loss, title):
     if classes is not None:
         rows.append(("classes", f"{classes[0]:g} -> -1, {classes[1]:g} -> +1"))
     rows += [
-        ("method", f"{args.method}, {backend}, screening {'on' if screens else 'off'}"),
+        ("method", f"{args.method}, {backend}, screening {screens}"),
         ("alpha", f"{alpha:.4e}  (alpha/lam_max = {ratio:.3g}, lam_max = {lmax:.4e})"),
         ("objective", f"{objective:.8e}"),
         ("duality gap", f"{gap:.3e}  (relative {rel_gap:.3e}, tol {args.tol:g}"

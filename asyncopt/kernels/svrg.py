@@ -83,6 +83,30 @@ def add_block_prox_delta(x, start, size, scratch, mu, eta, threshold, old, new, 
         x[start + q] += new[q] - old[q]
 
 
+@njit(cache=True)
+def scatter_buffers(n_features, block_indptr):
+    """(scratch, stamp, touched) work buffers of scatter_row."""
+    n_blocks = block_indptr.shape[0] - 1
+    return (np.zeros(n_features), np.full(n_blocks, -1, dtype=np.int64),
+            np.empty(n_blocks, dtype=np.int64))
+
+
+@njit(cache=True, inline="always")
+def scatter_row(indptr, indices, data, i, diff, scratch, feature_block, stamp, touched, t):
+    """scratch += diff a_i and list in ``touched`` the blocks row i touches (each once,
+    ``stamp[g] == t`` marking those seen at step t); returns how many."""
+    n_touched = 0
+    for k in range(indptr[i], indptr[i + 1]):
+        j = indices[k]
+        scratch[j] += diff * data[k]
+        g = feature_block[j]
+        if stamp[g] != t:
+            stamp[g] = t
+            touched[n_touched] = g
+            n_touched += 1
+    return n_touched
+
+
 def _make_epoch_kernels(track_staleness):
     """The L1 and group epoch kernels; with track_staleness (a compile-time constant, so
     the serial kernels carry no trace of it) every step also measures its delay tau: the
@@ -119,10 +143,7 @@ def _make_epoch_kernels(track_staleness):
     def epoch_group(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
                     weighted_mu, mu_intercept, thresholds, eta, samples, variance_reduced,
                     clock, staleness, block_indptr, feature_block):
-        n_blocks = block_indptr.shape[0] - 1
-        scratch = np.zeros(x.shape[0])
-        stamp = np.full(n_blocks, -1, dtype=np.int64)
-        touched = np.empty(n_blocks, dtype=np.int64)
+        scratch, stamp, touched = scatter_buffers(x.shape[0], block_indptr)
         old, new, local_ids = block_buffers(block_indptr)
         b = intercept[0]
         for t in range(samples.shape[0]):
@@ -130,15 +151,8 @@ def _make_epoch_kernels(track_staleness):
             seen = clock[0] if track_staleness else 0
             z = row_margin(indptr, indices, data, x, b, i)
             diff = gradient_difference(code, z, z_snap[i], y[i], variance_reduced)
-            n_touched = 0
-            for k in range(indptr[i], indptr[i + 1]):
-                j = indices[k]
-                scratch[j] += diff * data[k]
-                g = feature_block[j]
-                if stamp[g] != t:
-                    stamp[g] = t
-                    touched[n_touched] = g
-                    n_touched += 1
+            n_touched = scatter_row(indptr, indices, data, i, diff, scratch, feature_block,
+                                    stamp, touched, t)
             for m in range(n_touched):
                 g = touched[m]
                 start = block_indptr[g]
@@ -218,4 +232,44 @@ def dense_svrg_epoch(indptr, indices, data, y, code, x, intercept, eta_intercept
         for k in range(indptr[i], indptr[i + 1]):
             scratch[indices[k]] = 0.0
         b -= eta_intercept * (diff + mu_intercept)
+    intercept[0] = b
+
+
+@njit(cache=True, nogil=True)
+def saga_epoch_group(indptr, indices, data, y, code, x, intercept, eta_intercept, memory,
+                     average, average_intercept, reweight, thresholds, eta, samples,
+                     block_indptr, feature_block):
+    """Sparse proximal SAGA steps (ProxASAGA) for contiguous blocks (group penalty).
+
+    As saga_epoch_l1, with the step taken per touched block g:
+        v_g = (f'(z) - memory[i]) a_i,g + d_g average_g,   x_g <- prox_{thresholds[g]}(x_g - eta v_g)
+    formed from one read of x_g and added as a delta (eq. 3-10), like the SVRG group kernel.
+    """
+    n = memory.shape[0]
+    scratch, stamp, touched = scatter_buffers(x.shape[0], block_indptr)
+    no_shift = np.zeros(x.shape[0])
+    old, new, local_ids = block_buffers(block_indptr)
+    b = intercept[0]
+    for t in range(samples.shape[0]):
+        i = samples[t]
+        z = row_margin(indptr, indices, data, x, b, i)
+        grad = loss_derivative(code, z, y[i])
+        diff = grad - memory[i]
+        n_touched = scatter_row(indptr, indices, data, i, diff, scratch, feature_block,
+                                stamp, touched, t)
+        for m in range(n_touched):
+            g = touched[m]
+            start = block_indptr[g]
+            stop = block_indptr[g + 1]
+            for j in range(start, stop):
+                scratch[j] += reweight[j] * average[j]
+            add_block_prox_delta(x, start, stop - start, scratch, no_shift, eta,
+                                 thresholds[g], old, new, local_ids)
+            for j in range(start, stop):
+                scratch[j] = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            average[indices[k]] += diff * data[k] / n
+        b -= eta_intercept * (diff + average_intercept[0])
+        average_intercept[0] += diff / n
+        memory[i] = grad
     intercept[0] = b

@@ -63,6 +63,17 @@ class SolverResult:
     history: list = field(default_factory=list)
 
 
+def history_record(epoch, elapsed, cert, reference, active, inner_steps, staleness_mean=0.0,
+                   staleness_max=0):
+    """One history record: the outer iteration's certificate, active set and counters."""
+    return {"epoch": epoch, "time": elapsed, "primal": cert.primal, "dual": cert.dual,
+            "gap": cert.gap, "rel_gap": cert.gap / reference if reference > 0 else 0.0,
+            "n_active": active.n_features, "n_features": active.problem.n_features,
+            "active_nnz": active.nnz, "inner_steps": inner_steps, "bytes_sent": 0,
+            "bytes_recv": 0, "staleness_mean": staleness_mean,
+            "staleness_max": staleness_max}
+
+
 def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_reduced=True,
                coef_init=None, intercept_init=0.0, step_scale=1.0, inner_steps=None,
                sampling="chunked", random_state=None, verbose=0, inner_loop=None,
@@ -124,14 +135,9 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
         while True:
             intercept[0] = cert.intercept
             now = time.perf_counter()
-            record = {
-                "epoch": first_epoch + epoch, "time": time_offset + now - start,
-                "primal": cert.primal, "dual": cert.dual, "gap": cert.gap,
-                "rel_gap": cert.gap / reference if reference > 0 else 0.0,
-                "n_active": active.n_features, "n_features": problem.n_features,
-                "active_nnz": active.nnz, "inner_steps": total_steps,
-                "bytes_sent": 0, "bytes_recv": 0,
-                "staleness_mean": staleness_mean, "staleness_max": staleness_max}
+            record = history_record(first_epoch + epoch, time_offset + now - start, cert,
+                                    reference, active, total_steps, staleness_mean,
+                                    staleness_max)
             history.append(record)
             progress.update(record)
             if cert.gap <= tol * reference:

@@ -1,8 +1,10 @@
 """The serial backend: one thread runs the inner loop kernels in order."""
 import numpy as np
 
-from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_l1, svrg_epoch_group,
-                            svrg_epoch_group_tracked, svrg_epoch_l1, svrg_epoch_l1_tracked)
+from ..kernels.cd import cd_epoch
+from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_group, saga_epoch_l1,
+                            svrg_epoch_group, svrg_epoch_group_tracked, svrg_epoch_l1,
+                            svrg_epoch_l1_tracked)
 
 
 class SerialInnerLoop:
@@ -30,12 +32,14 @@ class SerialInnerLoop:
 
     def run_saga(self, active, x, intercept, eta_intercept, memory, average,
                  average_intercept, reweight, thresholds, eta, samples):
-        """One epoch of sparse proximal SAGA (ProxASAGA baseline, L1 only)."""
-        if not active.penalty.is_l1:
-            raise ValueError("prox_asaga supports the L1 penalty only (no group yet)")
-        saga_epoch_l1(active.indptr, active.indices, active.data, active.y,
-                      active.problem.loss.code, x, intercept, eta_intercept, memory,
-                      average, average_intercept, reweight, thresholds, eta, samples)
+        """One epoch of sparse proximal SAGA (ProxASAGA baseline)."""
+        args = (active.indptr, active.indices, active.data, active.y,
+                active.problem.loss.code, x, intercept, eta_intercept, memory, average,
+                average_intercept, reweight, thresholds, eta, samples)
+        if active.penalty.is_l1:
+            saga_epoch_l1(*args)
+        else:
+            saga_epoch_group(*args, active.block_indptr, active.feature_block)
         return 0.0, 0
 
     def run_dense(self, active, x, intercept, eta_intercept, z_snap, mu, mu_intercept,
@@ -44,4 +48,11 @@ class SerialInnerLoop:
         dense_svrg_epoch(active.indptr, active.indices, active.data, active.y,
                          active.problem.loss.code, x, intercept, eta_intercept, z_snap, mu,
                          mu_intercept, thresholds, eta, samples, active.block_indptr)
+        return 0.0, 0
+
+    def run_cd(self, columns, active, x, z, order, block_lipschitz, thresholds):
+        """One pass of block coordinate descent over the blocks in ``order`` (PSE);
+        ``columns`` = (indptr, rows, data) of the active data in CSC."""
+        cd_epoch(*columns, active.y, active.problem.loss.code, x, z, order,
+                 active.block_indptr, block_lipschitz, thresholds)
         return 0.0, 0

@@ -94,6 +94,16 @@ class ThreadsInnerLoop:
             samples, [intercept, average_intercept])
         return 0.0, 0
 
+    def run_cd(self, columns, active, x, z, order, block_lipschitz, thresholds):
+        """One pass of asynchronous block coordinate descent (PSE): thread t updates its
+        slice of ``order`` (disjoint blocks, so x has one writer per coordinate) and adds
+        to the shared margins z lock-free. The numba kernel runs whatever ``kernel`` is."""
+        self._on_threads(
+            lambda t, blocks, own: self._serial.run_cd(columns, active, x, z, blocks,
+                                                       block_lipschitz, thresholds),
+            order, [])
+        return 0.0, 0
+
     def _on_threads(self, run_slice, samples, scalars):
         """Run ``run_slice(t, rows, own)`` on thread t for its slice of ``samples``
         (numpy.array_split), ``own`` being private copies of the length-1 arrays in
