@@ -145,8 +145,9 @@ _COMMON_DOC = """
         then asynchronous block coordinate descent; no checkpoints).
     backend : "serial" (one thread) or "threads" (Sha-DDSS: lock-free threads sharing x).
     n_jobs : threads of the "threads" backend (None or -1: all cores).
-    kernel : inner loop of the "threads" backend: "native" (C/OpenMP), "numba", or "auto"
-        (native when it was built at install time, else numba).
+    kernel : inner loop of the "threads" backend: "numba" (nogil kernels, racing plain
+        stores), "native" (C/OpenMP, compare-and-swap stores; needs the built extension)
+        or "auto" (numba, the faster of the two where measured).
     screening : apply the gap-safe screening test every outer iteration.
     warm_start : start from the previous coef_ / intercept_.
     step_scale : multiplier of the default step 1 / (3 L_max).

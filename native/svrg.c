@@ -8,9 +8,11 @@
  * FMA contraction, as numba without fastmath).
  *
  * Threads: slice s of `samples` is numpy.array_split(samples, n_threads)[s]; OpenMP thread
- * t of the team runs slices t, t + team, ... (normally exactly slice t). Every slice has a
- * private intercept intercepts[s] (the caller sums the deltas, like solvers/threads.py) and
- * private staleness counters staleness[2 s] (sum tau), staleness[2 s + 1] (max tau).
+ * t of the team runs slices t, t + team, ... (normally exactly slice t). Every slice has
+ * private staleness counters staleness[2 s] (sum tau), staleness[2 s + 1] (max tau) and a
+ * private intercept b that it publishes every INTERCEPT_SYNC steps of the slice, as the
+ * tracked numba kernels do: an atomic add of its accumulated delta to the shared
+ * *intercept, then a re-read.
  *
  * Shared x: every write is an atomic compare-and-swap on the 64-bit pattern of x_j
  * (GCC/Clang __atomic builtins); every read is a relaxed atomic load.
@@ -100,6 +102,21 @@ static inline void atomic_prox_l1(double *p, double step, double thr)
                                         __ATOMIC_RELAXED));
 }
 
+/* ---- svrg.py: step_intercept / finish_intercept (tracked) ------------------------------ */
+#define INTERCEPT_SYNC 32
+
+static inline void step_intercept(double *intercept, double *b, double *delta, double step,
+                                  int64_t t)
+{
+    *b -= step;
+    *delta -= step;
+    if ((t + 1) % INTERCEPT_SYNC == 0) {
+        atomic_add(intercept, *delta);
+        *b = load_relaxed(intercept);
+        *delta = 0.0;
+    }
+}
+
 /* ---- svrg.py: row_margin ----------------------------------------------------------------- */
 static inline double row_margin(const int64_t *indptr, const int32_t *indices,
                                 const double *data, const double *x, double b, int64_t i)
@@ -133,7 +150,7 @@ static inline int64_t clock_tick(int64_t *clock)
 
 ASYNCOPT_EXPORT int asyncopt_svrg_epoch_l1(
     const int64_t *indptr, const int32_t *indices, const double *data, const double *y,
-    int code, double *x, double *intercepts, double eta_intercept, const double *z_snap,
+    int code, double *x, double *intercept, double eta_intercept, const double *z_snap,
     const double *weighted_mu, double mu_intercept, const double *thresholds, double eta,
     const int64_t *samples, int64_t n_samples, int variance_reduced, int n_threads,
     int64_t *clock, int64_t *staleness)
@@ -151,7 +168,7 @@ ASYNCOPT_EXPORT int asyncopt_svrg_epoch_l1(
         for (int s = tid; s < n_threads; s += team) {
             int64_t start, end;
             split_bounds(n_samples, n_threads, s, &start, &end);
-            double b = intercepts[s];
+            double b = load_relaxed(intercept), delta = 0.0;
             int64_t tau_sum = staleness[2 * s], tau_max = staleness[2 * s + 1];
             for (int64_t t = start; t < end; t++) {
                 int64_t i = samples[t];
@@ -163,12 +180,13 @@ ASYNCOPT_EXPORT int asyncopt_svrg_epoch_l1(
                     atomic_prox_l1(&x[j], eta * (diff * data[k] + weighted_mu[j]),
                                    thresholds[j]);
                 }
-                b -= eta_intercept * (diff + mu_intercept);
+                step_intercept(intercept, &b, &delta, eta_intercept * (diff + mu_intercept),
+                               t - start);
                 int64_t now = clock_tick(clock);
                 tau_sum += now - seen;
                 tau_max = nb_max_i64(tau_max, now - seen);
             }
-            intercepts[s] = b;
+            atomic_add(intercept, delta);
             staleness[2 * s] = tau_sum;
             staleness[2 * s + 1] = tau_max;
         }
@@ -178,7 +196,7 @@ ASYNCOPT_EXPORT int asyncopt_svrg_epoch_l1(
 
 ASYNCOPT_EXPORT int asyncopt_svrg_epoch_group(
     const int64_t *indptr, const int32_t *indices, const double *data, const double *y,
-    int code, double *x, double *intercepts, double eta_intercept, const double *z_snap,
+    int code, double *x, double *intercept, double eta_intercept, const double *z_snap,
     const double *weighted_mu, double mu_intercept, const double *thresholds, double eta,
     const int64_t *samples, int64_t n_samples, int variance_reduced, int n_threads,
     int64_t *clock, int64_t *staleness, const int64_t *block_indptr,
@@ -215,7 +233,7 @@ ASYNCOPT_EXPORT int asyncopt_svrg_epoch_group(
                 split_bounds(n_samples, n_threads, s, &start, &end);
                 for (int64_t g = 0; g < n_blocks; g++)
                     stamp[g] = -1;
-                double b = intercepts[s];
+                double b = load_relaxed(intercept), delta = 0.0;
                 int64_t tau_sum = staleness[2 * s], tau_max = staleness[2 * s + 1];
                 for (int64_t t = start; t < end; t++) {
                     int64_t step = t - start; /* numba's loop counter, stamps the blocks */
@@ -256,12 +274,13 @@ ASYNCOPT_EXPORT int asyncopt_svrg_epoch_group(
                         for (int64_t q = 0; q < size; q++)
                             atomic_add(&x[bstart + q], new_[q] - old[q]);
                     }
-                    b -= eta_intercept * (diff + mu_intercept);
+                    step_intercept(intercept, &b, &delta,
+                                   eta_intercept * (diff + mu_intercept), step);
                     int64_t now = clock_tick(clock);
                     tau_sum += now - seen;
                     tau_max = nb_max_i64(tau_max, now - seen);
                 }
-                intercepts[s] = b;
+                atomic_add(intercept, delta);
                 staleness[2 * s] = tau_sum;
                 staleness[2 * s + 1] = tau_max;
             }

@@ -65,8 +65,10 @@ def test_tracked_kernels_count_steps_and_iterate_like_the_serial_ones():
                0.0, np.full(50, 1e-3), 0.1, rows, True, clock, staleness)
         outs.append((x, b[0], clock[0], staleness.tolist()))
     (x0, b0, c0, s0), (x1, b1, c1, s1) = outs
-    np.testing.assert_array_equal(x0, x1)
-    assert b0 == b1
+    # the tracked kernel re-reads the shared intercept every INTERCEPT_SYNC steps, which
+    # sums the same steps in another order: equal up to rounding
+    np.testing.assert_allclose(x0, x1, rtol=1e-12, atol=1e-15)
+    assert b0 == pytest.approx(b1, rel=1e-12)
     assert (c0, s0) == (0, [0, 0])          # the untracked kernel touches neither
     assert (c1, s1) == (7 + 500, [0, 0])    # alone on the clock: every tau is 0
 
@@ -95,8 +97,12 @@ def test_one_thread_is_the_serial_solver(kernel):
     kw = dict(alpha=0.01, tol=1e-8, max_epochs=50, random_state=0)
     a = Lasso(**kw).fit(X, y)
     b = Lasso(backend="threads", n_jobs=1, kernel=kernel, **kw).fit(X, y)
-    np.testing.assert_array_equal(a.coef_, b.coef_)
-    assert a.intercept_ == b.intercept_
+    if kernel == "numba":
+        np.testing.assert_array_equal(a.coef_, b.coef_)
+        assert a.intercept_ == b.intercept_
+    else:   # the native kernel publishes the intercept every 32 steps: same up to rounding
+        np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-9, atol=1e-12)
+        assert a.intercept_ == pytest.approx(b.intercept_, rel=1e-9)
 
 
 def test_an_exception_in_a_thread_reaches_the_caller(monkeypatch):

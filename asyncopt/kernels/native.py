@@ -10,8 +10,8 @@ kernels (``svrg_epoch_l1_tracked`` / ``svrg_epoch_group_tracked``) plus ``n_thre
 epoch's rows are split as ``numpy.array_split(samples, n_threads)``, one slice per OpenMP
 thread, all threads updating the shared x lock-free (atomic per coordinate). With one
 thread the results are bit-identical to the numba kernels. The intercept (length-1 array)
-is updated like solvers/threads.py does: every thread steps a private copy and the deltas
-are summed into it at the end. ``staleness`` is int64[2] = [sum tau, max tau] over all
+is shared like in the tracked numba kernels: every thread steps a private copy and adds
+its delta to it (atomically) every INTERCEPT_SYNC steps and at the end. ``staleness`` is int64[2] = [sum tau, max tau] over all
 threads (added to the values it holds, as the tracked numba kernels do for one thread), and
 ``clock`` (int64[1]) advances by ``len(samples)``. Both return the per-thread staleness
 array, shape (n_threads, 2).
@@ -33,7 +33,7 @@ _p_f64 = ctypes.POINTER(ctypes.c_double)
 _p_i64 = ctypes.POINTER(ctypes.c_int64)
 _p_i32 = ctypes.POINTER(ctypes.c_int32)
 _COMMON = [_p_i64, _p_i32, _p_f64, _p_f64, ctypes.c_int,   # indptr indices data y code
-           _p_f64, _p_f64, ctypes.c_double,                # x intercepts eta_intercept
+           _p_f64, _p_f64, ctypes.c_double,                # x intercept eta_intercept
            _p_f64, _p_f64, ctypes.c_double,                # z_snap weighted_mu mu_intercept
            _p_f64, ctypes.c_double,                        # thresholds eta
            _p_i64, ctypes.c_int64, ctypes.c_int, ctypes.c_int,  # samples n vr n_threads
@@ -123,26 +123,21 @@ def _common_args(indptr, indices, data, y, code, x, intercept, eta_intercept, z_
     _check("samples", samples, np.int64)
     _check("clock", clock, np.int64, writable=True, length=1)
     _check("staleness", staleness, np.int64, writable=True, length=2)
-    intercepts = np.full(n_threads, intercept[0], dtype=np.float64)
     per_thread = np.zeros((n_threads, 2), dtype=np.int64)
     args = [_ptr(indptr, _p_i64), _ptr(indices, _p_i32), _ptr(data, _p_f64),
-            _ptr(y, _p_f64), int(code), _ptr(x, _p_f64), _ptr(intercepts, _p_f64),
+            _ptr(y, _p_f64), int(code), _ptr(x, _p_f64), _ptr(intercept, _p_f64),
             float(eta_intercept), _ptr(z_snap, _p_f64), _ptr(weighted_mu, _p_f64),
             float(mu_intercept), _ptr(thresholds, _p_f64), float(eta),
             _ptr(samples, _p_i64), int(samples.shape[0]), int(bool(variance_reduced)),
             n_threads, _ptr(clock, _p_i64), _ptr(per_thread, _p_i64)]
-    return args, intercepts, per_thread
+    return args, per_thread
 
 
-def _finish(rc, intercept, intercepts, per_thread, staleness):
+def _finish(rc, per_thread, staleness):
     if rc == 1:
         raise MemoryError("native kernel could not allocate its per-thread buffers")
     if rc != 0:
         raise ValueError(f"native kernel rejected its arguments (code {rc})")
-    if intercepts.shape[0] == 1:
-        intercept[0] = intercepts[0]  # bit-identical to the serial numba kernel
-    else:
-        intercept[0] += sum(own - intercept[0] for own in intercepts)
     staleness[0] += per_thread[:, 0].sum()
     staleness[1] = max(staleness[1], per_thread[:, 1].max())
     return per_thread
@@ -153,12 +148,12 @@ def native_epoch_l1(indptr, indices, data, y, code, x, intercept, eta_intercept,
                     clock, staleness, n_threads=1):
     """Native twin of ``svrg_epoch_l1_tracked`` on ``n_threads`` OpenMP threads."""
     _require()
-    args, intercepts, per_thread = _common_args(
+    args, per_thread = _common_args(
         indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap, weighted_mu,
         mu_intercept, thresholds, eta, samples, variance_reduced, clock, staleness,
         n_threads, x.shape[0] if isinstance(x, np.ndarray) else 0)
     rc = _lib.asyncopt_svrg_epoch_l1(*args)
-    return _finish(rc, intercept, intercepts, per_thread, staleness)
+    return _finish(rc, per_thread, staleness)
 
 
 def native_epoch_group(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
@@ -168,7 +163,7 @@ def native_epoch_group(indptr, indices, data, y, code, x, intercept, eta_interce
     _require()
     _check("block_indptr", block_indptr, np.int64, length=1)
     n_blocks = block_indptr.shape[0] - 1
-    args, intercepts, per_thread = _common_args(
+    args, per_thread = _common_args(
         indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap, weighted_mu,
         mu_intercept, thresholds, eta, samples, variance_reduced, clock, staleness,
         n_threads, n_blocks)
@@ -177,4 +172,4 @@ def native_epoch_group(indptr, indices, data, y, code, x, intercept, eta_interce
         raise ValueError("block_indptr[-1] exceeds the number of features")
     args += [_ptr(block_indptr, _p_i64), _ptr(feature_block, _p_i64), n_blocks, x.shape[0]]
     rc = _lib.asyncopt_svrg_epoch_group(*args)
-    return _finish(rc, intercept, intercepts, per_thread, staleness)
+    return _finish(rc, per_thread, staleness)

@@ -107,11 +107,41 @@ def scatter_row(indptr, indices, data, i, diff, scratch, feature_block, stamp, t
     return n_touched
 
 
+INTERCEPT_SYNC = 32
+
+
 def _make_epoch_kernels(track_staleness):
     """The L1 and group epoch kernels; with track_staleness (a compile-time constant, so
     the serial kernels carry no trace of it) every step also measures its delay tau: the
     steps other threads finished on the shared ``clock`` between this step's read of x and
-    its write (Assumption 3), accumulated as staleness = [sum tau, max tau]."""
+    its write (Assumption 3), accumulated as staleness = [sum tau, max tau].
+
+    The tracked kernels are the ones threads run together, so they also share the
+    intercept: each keeps a private b and every INTERCEPT_SYNC steps adds its accumulated
+    delta to the shared ``intercept[0]`` and re-reads it. (A private b per thread for the
+    whole epoch lagged n/T steps behind the others and cost ~40% more epochs; a write to
+    the shared cell every step would bounce its cache line between cores.) A racing add
+    that loses an update only delays b: the outer loop refits it exactly."""
+
+    @njit(cache=True, inline="always")
+    def step_intercept(intercept, b, delta, step, t):
+        """b -= step; the tracked kernels publish the delta every INTERCEPT_SYNC steps.
+        Returns (b, delta)."""
+        b -= step
+        if track_staleness:
+            delta -= step
+            if (t + 1) % INTERCEPT_SYNC == 0:
+                intercept[0] += delta
+                b = intercept[0]
+                delta = 0.0
+        return b, delta
+
+    @njit(cache=True, inline="always")
+    def finish_intercept(intercept, b, delta):
+        if track_staleness:
+            intercept[0] += delta
+        else:
+            intercept[0] = b
 
     @njit(cache=True, inline="always")
     def tick(clock, seen, staleness):
@@ -125,7 +155,7 @@ def _make_epoch_kernels(track_staleness):
     def epoch_l1(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
                  weighted_mu, mu_intercept, thresholds, eta, samples, variance_reduced,
                  clock, staleness):
-        b = intercept[0]
+        b, delta = intercept[0], 0.0
         for t in range(samples.shape[0]):
             i = samples[t]
             seen = clock[0] if track_staleness else 0
@@ -135,9 +165,10 @@ def _make_epoch_kernels(track_staleness):
                 j = indices[k]
                 x[j] = soft_threshold(x[j] - eta * (diff * data[k] + weighted_mu[j]),
                                       thresholds[j])
-            b -= eta_intercept * (diff + mu_intercept)
+            b, delta = step_intercept(intercept, b, delta,
+                                      eta_intercept * (diff + mu_intercept), t)
             tick(clock, seen, staleness)
-        intercept[0] = b
+        finish_intercept(intercept, b, delta)
 
     @njit(cache=True, nogil=True)
     def epoch_group(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
@@ -145,7 +176,7 @@ def _make_epoch_kernels(track_staleness):
                     clock, staleness, block_indptr, feature_block):
         scratch, stamp, touched = scatter_buffers(x.shape[0], block_indptr)
         old, new, local_ids = block_buffers(block_indptr)
-        b = intercept[0]
+        b, delta = intercept[0], 0.0
         for t in range(samples.shape[0]):
             i = samples[t]
             seen = clock[0] if track_staleness else 0
@@ -160,9 +191,10 @@ def _make_epoch_kernels(track_staleness):
                                      weighted_mu, eta, thresholds[g], old, new, local_ids)
             for k in range(indptr[i], indptr[i + 1]):
                 scratch[indices[k]] = 0.0
-            b -= eta_intercept * (diff + mu_intercept)
+            b, delta = step_intercept(intercept, b, delta,
+                                      eta_intercept * (diff + mu_intercept), t)
             tick(clock, seen, staleness)
-        intercept[0] = b
+        finish_intercept(intercept, b, delta)
 
     return epoch_l1, epoch_group
 

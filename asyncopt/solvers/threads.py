@@ -2,9 +2,10 @@
 
 T Python threads run the numba inner-loop kernels (compiled with ``nogil=True``, so they
 execute truly in parallel) on disjoint slices of the epoch's rows, all writing the same
-shared x lock-free (Hogwild). Each thread keeps a private copy of the intercept for the
-epoch; their deltas are added to the shared intercept when the epoch ends (the outer loop
-then refits it exactly). An exception in any thread reaches the caller once all threads
+shared x lock-free (Hogwild). The SVRG kernels share the intercept too, each thread
+publishing its delta every few steps (kernels/svrg.py); the baselines' kernels keep a
+private intercept per thread for the epoch and their deltas are added when it ends
+(the outer loop then refits the intercept exactly). An exception in any thread reaches the caller once all threads
 have returned; no thread waits on another, so nothing can hang.
 """
 import os
@@ -32,9 +33,10 @@ def effective_n_jobs(n_jobs):
 class ThreadsInnerLoop:
     """Runs one inner epoch on ``n_jobs`` threads sharing x (Hogwild).
 
-    kernel: "native" (native/svrg.c on OpenMP threads, coordinate-wise compare-and-swap
-    updates of x), "numba" (nogil numba kernels on Python threads) or "auto" (native when
-    it was built, else numba).
+    kernel: "numba" (nogil numba kernels on Python threads: plain racing stores to x),
+    "native" (native/svrg.c on OpenMP threads, every write of x a compare-and-swap) or
+    "auto" = "numba": measured 1.7-1.9x faster than native at 1 and 2 threads
+    (benchmarks/bench_runtime.py), the compare-and-swap being the difference.
     """
 
     name = "threads"
@@ -45,8 +47,7 @@ class ThreadsInnerLoop:
             raise ValueError(f"unknown kernel {kernel!r}: expected one of {KERNELS}")
         if kernel == "native" and not native.available():
             raise ValueError(f"the native kernel is not available ({native.LOAD_ERROR})")
-        self.kernel = "native" if kernel == "auto" and native.available() else \
-            ("numba" if kernel == "auto" else kernel)
+        self.kernel = "numba" if kernel == "auto" else kernel
         self._serial = SerialInnerLoop()
 
     def run(self, active, x, intercept, eta_intercept, z_snap, weighted_mu, mu_intercept,
@@ -67,9 +68,9 @@ class ThreadsInnerLoop:
         staleness = np.zeros((self.n_jobs, 2), dtype=np.int64)
         self._on_threads(
             lambda t, rows, own: self._serial.run(
-                active, x, own[0], eta_intercept, z_snap, weighted_mu, mu_intercept,
+                active, x, intercept, eta_intercept, z_snap, weighted_mu, mu_intercept,
                 thresholds, eta, rows, variance_reduced, clock, staleness[t]),
-            samples, [intercept])
+            samples, [])
         mean = float(staleness[:, 0].sum()) / max(len(samples), 1)
         return mean, int(staleness[:, 1].max())
 
