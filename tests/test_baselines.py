@@ -12,7 +12,7 @@ from asyncopt.kernels.cd import cd_epoch
 from asyncopt.penalties import GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers import solve_pse
-from asyncopt.solvers.pse import column_major, kkt_violators, static_keep
+from asyncopt.solvers.pse import column_major, coordinate_steps, kkt_violators, static_keep
 
 MODELS = ["lasso", "logistic", "group", "group_logistic"]
 CLASSES = {"lasso": Lasso, "group": GroupLasso, "logistic": SparseLogisticRegression,
@@ -193,10 +193,36 @@ def test_coordinate_descent_epoch_never_increases_the_objective(code, groups):
     values = [problem.objective(active.expand(x))]
     for epoch in range(5):
         order = np.random.default_rng(epoch).permutation(len(active.blocks))
-        cd_epoch(*columns, active.y, code, x, z, order, active.block_indptr, lipschitz,
-                 problem.lam * active.weights)
+        cd_epoch(*columns, active.y, code, x, z, np.zeros(1), np.zeros(active.n_features),
+                 order, active.block_indptr, lipschitz, problem.lam * active.weights)
         np.testing.assert_allclose(z, active.margins(x, 0.0), atol=1e-10)
         values.append(problem.objective(active.expand(x)))
+    assert np.all(np.diff(values) < 0)
+
+
+def test_profiled_intercept_coordinate_descent_is_exact_and_monotone():
+    """With the squared loss and an intercept, CD on the centred columns keeps
+    b = mean(y - A x) (the intercept's optimum) after every update and lowers
+    min_b P(x, b) every epoch."""
+    X, y = _data(9, "csr", "squared")
+    X = X + sp.csr_matrix((np.full(X.shape[0], 3.0), (np.arange(X.shape[0]),
+                                                       np.zeros(X.shape[0], int))),
+                          shape=X.shape)       # a column with a large mean
+    problem = Problem(X, y + 5.0, "squared", None, 0.02 * lam_max(X, y), True)
+    active = problem.full_active_set()
+    columns = column_major(active)
+    means, lipschitz = coordinate_steps(active, columns)
+    np.testing.assert_allclose(means, np.asarray(X.mean(axis=0)).ravel()[active.features])
+    x = np.zeros(active.n_features)
+    z = active.margins(x, 0.0)
+    intercept = np.array([np.mean(active.y)])
+    values = [problem.objective(active.expand(x), intercept[0])]
+    for epoch in range(5):
+        order = np.random.default_rng(epoch).permutation(len(active.blocks))
+        cd_epoch(*columns, active.y, 0, x, z, intercept, means, order, active.block_indptr,
+                 lipschitz, problem.lam * active.weights)
+        assert intercept[0] == pytest.approx(np.mean(active.y - z), abs=1e-10)
+        values.append(problem.objective(active.expand(x), intercept[0]))
     assert np.all(np.diff(values) < 0)
 
 
@@ -209,8 +235,8 @@ def test_lasso_coordinate_step_is_the_exact_coordinate_minimizer():
     z = active.margins(x, 0.0)
     lipschitz = active.column_sq_norms / problem.n_samples
     before = x.copy()
-    cd_epoch(*column_major(active), active.y, 0, x, z, np.array([2]), active.block_indptr,
-             lipschitz, np.full(6, problem.lam))
+    cd_epoch(*column_major(active), active.y, 0, x, z, np.zeros(1), np.zeros(6), np.array([2]),
+             active.block_indptr, lipschitz, np.full(6, problem.lam))
     grid = x[2] + np.linspace(-1e-3, 1e-3, 201)
     values = [problem.objective(active.expand(np.r_[x[:2], v, x[3:]])) for v in grid]
     assert np.argmin(values) == 100

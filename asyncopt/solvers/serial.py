@@ -50,9 +50,10 @@ class SerialInnerLoop:
                          mu_intercept, thresholds, eta, samples, active.block_indptr)
         return 0.0, 0
 
-    def run_cd(self, columns, active, x, z, order, block_lipschitz, thresholds):
+    def run_cd(self, columns, active, x, z, intercept, column_means, order, block_lipschitz,
+               thresholds):
         """One pass of block coordinate descent over the blocks in ``order`` (PSE);
         ``columns`` = (indptr, rows, data) of the active data in CSC."""
-        cd_epoch(*columns, active.y, active.problem.loss.code, x, z, order,
-                 active.block_indptr, block_lipschitz, thresholds)
+        cd_epoch(*columns, active.y, active.problem.loss.code, x, z, intercept, column_means,
+                 order, active.block_indptr, block_lipschitz, thresholds)
         return 0.0, 0

@@ -95,13 +95,15 @@ class ThreadsInnerLoop:
             samples, [intercept, average_intercept])
         return 0.0, 0
 
-    def run_cd(self, columns, active, x, z, order, block_lipschitz, thresholds):
+    def run_cd(self, columns, active, x, z, intercept, column_means, order, block_lipschitz,
+               thresholds):
         """One pass of asynchronous block coordinate descent (PSE): thread t updates its
         slice of ``order`` (disjoint blocks, so x has one writer per coordinate) and adds
-        to the shared margins z lock-free. The numba kernel runs whatever ``kernel`` is."""
+        to the shared margins z and intercept lock-free. The numba kernel runs whatever ``kernel`` is."""
         self._on_threads(
-            lambda t, blocks, own: self._serial.run_cd(columns, active, x, z, blocks,
-                                                       block_lipschitz, thresholds),
+            lambda t, blocks, own: self._serial.run_cd(
+                columns, active, x, z, intercept, column_means, blocks, block_lipschitz,
+                thresholds),
             order, [])
         return 0.0, 0
 
