@@ -214,7 +214,7 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], metavar="T",
                         help="thread counts for the asyncopt methods (default 1 2)")
     parser.add_argument("--kernel", default="auto", choices=("auto", "native", "numba"),
-                        help="ThreadsInnerLoop kernel (default auto: native when built)")
+                        help="ThreadsInnerLoop kernel (default auto = numba, the faster)")
     parser.add_argument("--time-cap", type=float, default=None,
                         help="seconds per solver, thread count and problem (default 120, 1 "
                              "with --quick); a tolerance sequence may spend 2x this")
