@@ -5,15 +5,16 @@ execute truly in parallel) on disjoint slices of the epoch's rows, all writing t
 shared x lock-free (Hogwild). The SVRG kernels share the intercept too, each thread
 publishing its delta every few steps (kernels/svrg.py); the baselines' kernels keep a
 private intercept per thread for the epoch and their deltas are added when it ends
-(the outer loop then refits the intercept exactly). An exception in any thread reaches the caller once all threads
-have returned; no thread waits on another, so nothing can hang.
+(the outer loop then refits the intercept exactly). An exception in any thread reaches
+the caller once all threads have returned; no thread waits on another, so nothing can
+hang. The threads come from a persistent pool (kernels/linalg.run_in_parallel), the
+calling thread taking the first slice.
 """
 import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
 from ..kernels import native
+from ..kernels.linalg import run_in_parallel
 from .serial import SerialInnerLoop
 
 KERNELS = ("auto", "native", "numba")
@@ -99,7 +100,8 @@ class ThreadsInnerLoop:
                thresholds):
         """One pass of asynchronous block coordinate descent (PSE): thread t updates its
         slice of ``order`` (disjoint blocks, so x has one writer per coordinate) and adds
-        to the shared margins z and intercept lock-free. The numba kernel runs whatever ``kernel`` is."""
+        to the shared margins z and intercept lock-free (numba kernel whatever ``kernel``
+        is)."""
         self._on_threads(
             lambda t, blocks, own: self._serial.run_cd(
                 columns, active, x, z, intercept, column_means, blocks, block_lipschitz,
@@ -114,12 +116,8 @@ class ThreadsInnerLoop:
         each thread's delta to every scalar."""
         parts = np.array_split(samples, self.n_jobs)
         own = [[scalar.copy() for scalar in scalars] for _ in parts]
-        with ThreadPoolExecutor(max_workers=self.n_jobs) as pool:
-            futures = [pool.submit(run_slice, t, rows, own[t]) for t, rows in enumerate(parts)]
-            errors = [f.exception() for f in futures]
-        for error in errors:
-            if error is not None:
-                raise error
+        run_in_parallel([lambda t=t, rows=rows: run_slice(t, rows, own[t])
+                         for t, rows in enumerate(parts)])
         for k, scalar in enumerate(scalars):
             scalar[0] += sum(mine[k][0] - scalar[0] for mine in own)
 
