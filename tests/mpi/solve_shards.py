@@ -1,0 +1,53 @@
+"""SPMD check run by tests/test_mpi.py under mpirun: every rank makes the same data, the
+workers take contiguous row shards, solve_mpi runs, and rank 0 writes the result (and the
+shard sizes every rank held) as JSON to argv[1]."""
+import json
+import sys
+
+import numpy as np
+import scipy.sparse as sp
+from mpi4py import MPI
+
+from asyncopt.penalties import L1, GroupL1
+from asyncopt.problem import Problem
+from asyncopt.solvers import solve_ddss
+from asyncopt.solvers.mpi import solve_mpi
+
+
+def main(out, loss, method, groups, batch=None, seed=0, n=400, p=150):
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, p, density=0.08, random_state=seed, format="csr")
+    w = np.r_[rng.standard_normal(8), np.zeros(p - 8)]
+    y = X @ w + 0.05 * rng.standard_normal(n)
+    if loss == "logistic":
+        y = np.where(y > np.median(y), 1.0, -1.0)
+    penalty = L1(p) if groups == 1 else GroupL1(p, groups)
+    full = Problem(X, y, loss, penalty, 1.0, True)
+    lam = (0.05 if loss == "squared" else 0.2) * full.lam_max()
+    shard = None
+    rows = 0
+    if rank > 0:
+        part = np.array_split(np.arange(n), size - 1)[rank - 1]
+        rows = len(part)
+        shard = Problem(X[part], y[part], loss, penalty, lam, True)
+    del X
+    result = solve_mpi(comm, shard, penalty, p, full.loss.code, lam, True, tol=1e-8,
+                       max_epochs=2000 if method == "ddss" else 100,
+                       variance_reduced=method != "ddss_naive",
+                       batch=batch, random_state=0)
+    held = comm.gather(rows, root=0)
+    if rank == 0:
+        full = full.with_lam(lam)
+        objective = full.objective(result.coef, result.intercept)
+        serial = solve_ddss(full, tol=1e-11, max_epochs=20000)
+        with open(out, "w") as f:
+            json.dump({"objective": objective, "serial_objective": serial.primal,
+                       "gap": result.gap, "epochs": result.n_iter,
+                       "converged": result.converged, "shard_rows": held,
+                       "history": result.history, "p0": full.null_objective()}, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else None)
