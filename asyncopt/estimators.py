@@ -32,7 +32,8 @@ METHODS = {
                    "dense": True},
     "pse_safe": {"pse": "safe"},
     "pse_strong": {"pse": "strong"}}
-BACKENDS = ("serial", "threads")
+BACKENDS = ("serial", "threads", "mpi")
+MPI_METHODS = ("ddss", "ddss_naive")
 
 
 def solve_method(problem, method, *, screening=True, checkpoint=None, step_scale=1.0,
@@ -104,18 +105,11 @@ class _DDSSModel(BaseEstimator):
         self._check_params()
         problem = Problem(X, y, self._loss, self._penalty(X.shape[1]), self.alpha,
                           self.fit_intercept)
-        warm = self.warm_start and hasattr(self, "coef_") and \
-            np.ravel(self.coef_).shape[0] == X.shape[1]
-        result = solve_method(
-            problem, self.method, tol=self.tol, max_epochs=int(self.max_epochs),
-            screening=self.screening,
-            coef_init=np.ravel(self.coef_) if warm else None,
-            intercept_init=float(np.ravel(self.intercept_)[0]) if warm else 0.0,
-            step_scale=self.step_scale, random_state=self.random_state,
-            verbose=self.verbose, checkpoint=self.checkpoint,
-            inner_loop=ThreadsInnerLoop(self.n_jobs, self.kernel)
-            if self.backend == "threads" else None)
-        if not result.converged and self.max_epochs > 0:
+        if self.backend == "mpi":
+            result = self._solve_mpi(X, problem)
+        else:
+            result = self._solve_here(X, problem)
+        if not result.converged and self.max_epochs > 0 and result.history:
             warnings.warn(
                 f"{type(self).__name__} did not reach tol={self.tol:g} in {self.max_epochs} "
                 f"epochs (relative gap {result.history[-1]['rel_gap']:.2e}); increase "
@@ -126,6 +120,51 @@ class _DDSSModel(BaseEstimator):
         self.active_set_ = np.sort(result.active_features)
         self.history_ = result.history
         return result
+
+    def _solve_here(self, X, problem):
+        warm = self.warm_start and hasattr(self, "coef_") and \
+            np.ravel(self.coef_).shape[0] == X.shape[1]
+        return solve_method(
+            problem, self.method, tol=self.tol, max_epochs=int(self.max_epochs),
+            screening=self.screening,
+            coef_init=np.ravel(self.coef_) if warm else None,
+            intercept_init=float(np.ravel(self.intercept_)[0]) if warm else 0.0,
+            step_scale=self.step_scale, random_state=self.random_state,
+            verbose=self.verbose, checkpoint=self.checkpoint,
+            inner_loop=ThreadsInnerLoop(self.n_jobs, self.kernel)
+            if self.backend == "threads" else None)
+
+    def _solve_mpi(self, X, problem):
+        """Dis-DDSS in an SPMD script started by mpirun: every rank calls fit with the
+        same data; rank 0 serves, rank k >= 1 keeps its contiguous k-th shard of the rows
+        and drops the rest. Every rank ends with the same coef_ / intercept_; history_ is
+        kept by rank 0 (empty elsewhere)."""
+        from mpi4py import MPI
+
+        from .solvers.mpi import solve_mpi
+
+        if self.method not in MPI_METHODS:
+            raise ValueError(f"method {self.method!r} is not available on the mpi backend "
+                             f"(yet): use one of {MPI_METHODS}")
+        if self.checkpoint is not None:
+            raise ValueError("checkpoints on the mpi backend are not implemented yet")
+        comm = MPI.COMM_WORLD
+        if comm.Get_size() < 2:
+            raise ValueError("backend='mpi' needs at least 2 MPI ranks (1 server + workers): "
+                             "start the script with mpirun -n K, K >= 2")
+        shard = None
+        if comm.Get_rank() > 0:
+            rows = np.array_split(np.arange(X.shape[0]), comm.Get_size() - 1)[
+                comm.Get_rank() - 1]
+            X_rows = X[rows] if hasattr(X, "tocsr") else np.asarray(X)[rows]
+            shard = Problem(X_rows, problem.y[rows], problem.loss, problem.penalty,
+                            problem.lam, problem.fit_intercept)
+        return solve_mpi(comm, shard, problem.penalty, X.shape[1], problem.loss.code,
+                         problem.lam, problem.fit_intercept, tol=self.tol,
+                         max_epochs=int(self.max_epochs), screening=self.screening,
+                         variance_reduced=METHODS[self.method]["variance_reduced"],
+                         step_scale=self.step_scale, random_state=self.random_state,
+                         verbose=self.verbose, label=self.method)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -143,7 +182,9 @@ _COMMON_DOC = """
         "prox_asvrg" (proximal SVRG with dense steps, no screening), "pse_safe" and
         "pse_strong" (one static screening pass, safe sphere or strong rule + KKT check,
         then asynchronous block coordinate descent; no checkpoints).
-    backend : "serial" (one thread) or "threads" (Sha-DDSS: lock-free threads sharing x).
+    backend : "serial" (one thread), "threads" (Sha-DDSS: lock-free threads sharing x) or
+        "mpi" (Dis-DDSS: in a script started by mpirun, rank 0 the parameter server, the
+        other ranks workers on contiguous row shards; methods ddss and ddss_naive).
     n_jobs : threads of the "threads" backend (None or -1: all cores).
     kernel : inner loop of the "threads" backend: "numba" (nogil kernels, racing plain
         stores), "native" (C/OpenMP, compare-and-swap stores; needs the built extension)
@@ -259,7 +300,7 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     dual_gaps), plus the SolverResults when return_results.
     """
     _check_choice(method, METHODS, "method")
-    _check_choice(backend, BACKENDS, "backend")
+    _check_choice(backend, ("serial", "threads"), "backend of lasso_path")
     inner_loop = ThreadsInnerLoop(n_jobs, kernel) if backend == "threads" else None
     if loss == "logistic":
         y = encode_binary_labels(y)[0]

@@ -16,9 +16,20 @@ zeros to the sums):
      worker compacts its shard.
 Inner loop (asynchronous): a worker runs ``batch`` sparse prox-SVRG steps on its copy of x
 (kernels/svrg.py), sends the sparse delta (int32 indices, float64 values with a header
-[version, steps, intercept delta]) and waits for the fresh x; the server applies deltas in
-arrival order, counts steps and, once the epoch's n steps are done, answers "stop".
+[version, steps, intercept delta, last]) and waits for the fresh x; the server applies
+deltas in arrival order. Each worker makes exactly one pass over its shard per epoch (its
+rows in a fresh chunked random order) and flags its last delta, which the server answers
+with "stop": every row is visited once per epoch, as in the serial solver. (Ending the
+epoch after n steps in total instead let fast workers revisit their rows while slow ones
+skipped theirs; on oversubscribed cores that biased the reweighted estimate and 3-4
+workers stalled at a gap of 1e-3.)
 Staleness tau = server version at apply - version the worker computed on.
+
+The deltas of the workers are summed, each computed on an x up to a batch of every other
+worker's steps stale; on coordinates every row touches (the intercept, popular features)
+that can overshoot. The server therefore keeps the snapshot of each inner loop and, when
+the next certificate shows P above P(snapshot) + G(snapshot) (so above P* + 2 G), rejects
+the epoch: x returns to the snapshot and every rank halves the step for the rest of the run.
 
 Hot-path messages are numpy buffers (Send / Recv, Isend / Irecv), never pickles. No rank
 busy-polls: every wait is a Test / Iprobe loop with sleeps growing to 1 ms, so runs with
@@ -37,8 +48,8 @@ from ..screening import gap_safe_keep, gap_safe_radius
 from .ddss import SolverResult, epoch_rows
 
 TAG_INDEX, TAG_VALUES, TAG_REPLY = 11, 12, 13
-STOP, INNER, RECERTIFY = 0, 1, 2
-HEADER = 3          # [version, steps, intercept delta] in front of a delta's values
+STOP, INNER, RECERTIFY, REJECT = 0, 1, 2, 3
+HEADER = 4          # [version, steps, intercept delta, last] in front of a delta's values
 
 
 def _mpi():
@@ -164,6 +175,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     rng = np.random.default_rng(None if random_state is None
                                 else [int(random_state), rank])
     history, epoch, converged, reference = [], 0, False, None
+    snapshot, step_factor = None, 1.0
     steps_total, staleness = 0, (0.0, 0)
     messages, message_bytes = 0, 0
     progress = ProgressLine(verbose if server else 0, label=label)
@@ -212,7 +224,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                           "bytes_sent": wire.sent, "bytes_recv": wire.received,
                           "staleness_mean": staleness[0], "staleness_max": staleness[1],
                           "messages": messages, "message_bytes": message_bytes,
-                          "intercept": b}
+                          "intercept": b, "step_factor": step_factor}
                 history.append(record)
                 progress.update(record)
                 keep = np.ones(pen.n_blocks, dtype=bool)
@@ -220,6 +232,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                     converged, status = True, STOP
                 elif epoch >= max_epochs or (max_time is not None and now >= max_time):
                     status = STOP
+                elif snapshot is not None and not primal <= snapshot[2] + snapshot[3]:
+                    status = REJECT
                 else:
                     radius = gap_safe_radius(n, _lipschitz(loss_code), gap)
                     block_column_norms = np.sqrt(np.add.reduceat(
@@ -235,6 +249,15 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             status = int(control[0])
             if status == STOP:
                 break
+            if status == REJECT:
+                # the epoch made P worse than P(snapshot) + its gap (>= P* + 2 gap): the
+                # workers' summed stale deltas overshot; redo it from the snapshot with
+                # half the step (every rank halves it)
+                step_factor /= 2
+                epoch += 1
+                if server:
+                    x, b = snapshot[0].copy(), snapshot[1]
+                continue
             keep = control[1:].astype(bool)
             feature_keep = np.repeat(keep, np.diff(pen.indptr))
             if server:
@@ -246,10 +269,11 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             x = x[feature_keep]
             column_sq = column_sq[feature_keep]
             if status == RECERTIFY:
+                snapshot = None
                 continue
             # step data from the server's full gradient
             d = n / np.maximum(block_rows[blocks], 1.0)
-            eta0 = step_scale / (3.0 * _lipschitz(loss_code) * max(max_row_sq + intercept_sq,
+            eta0 = step_scale * step_factor / (3.0 * _lipschitz(loss_code) * max(max_row_sq + intercept_sq,
                                                                     1e-300))
             eta = eta0 if variance_reduced else eta0 / (1.0 + epoch)
             step = np.zeros(1 + x.shape[0])
@@ -261,6 +285,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             thresholds = eta * lam * d * pen.weights
             eta_intercept = eta * intercept_sq
             if server:
+                snapshot = (x.copy(), b, primal, gap)
                 x, b, steps, staleness, msgs, mbytes = _serve_inner(
                     comm, wire, x, b, n, size - 1)
                 steps_total += steps
@@ -290,8 +315,8 @@ def _lipschitz(code):
 
 
 def _serve_inner(comm, wire, x, b, n, n_workers):
-    """Apply deltas in arrival order until n steps are done; returns (x, b, steps,
-    (mean tau, max tau), messages, bytes of the messages)."""
+    """Apply deltas in arrival order until every worker has sent its last one; returns
+    (x, b, steps, (mean tau, max tau), messages, bytes of the messages)."""
     MPI = _mpi()
     version, steps, messages, message_bytes = 0, 0, 0, 0
     tau_sum, tau_max = 0, 0
@@ -316,7 +341,7 @@ def _serve_inner(comm, wire, x, b, n, n_workers):
         tau_max = max(tau_max, tau)
         version += 1
         steps += int(values[1])
-        done = steps >= n
+        done = values[3] != 0
         reply[0] = STOP if done else INNER
         reply[1] = version
         reply[2] = b
@@ -334,20 +359,18 @@ def _serve_inner(comm, wire, x, b, n, n_workers):
 
 def _work_inner(comm, wire, active, code, x, b, eta_intercept, z_snap, weighted_mu,
                 mu_intercept, thresholds, eta, variance_reduced, rng, batch):
-    """Run batches of local steps against the latest x from the server until it says
-    stop."""
+    """One pass over the shard's rows in batches of local steps, each against the latest
+    x from the server; the last delta is flagged and answered with stop."""
     rows = active.y.shape[0]
     order = epoch_rows(rng, rows, rows).astype(np.int64)
     position, version = 0, 0
+    batch = max(1, int(batch))
     base = x.copy()
     local = x.copy()
     intercept = np.array([b])
     reply = np.empty(3 + x.shape[0])
     clock, stale = np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64)
     while True:
-        if position >= rows:
-            order = epoch_rows(rng, rows, rows).astype(np.int64)
-            position = 0
         samples = order[position:position + batch]
         position += samples.shape[0]
         b_before = intercept[0]
@@ -364,6 +387,7 @@ def _work_inner(comm, wire, active, code, x, b, eta_intercept, z_snap, weighted_
         values[0] = version
         values[1] = samples.shape[0]
         values[2] = intercept[0] - b_before
+        values[3] = float(position >= rows)
         values[HEADER:] = delta[index]
         wait(comm.Isend(index, dest=0, tag=TAG_INDEX))
         wait(comm.Isend(values, dest=0, tag=TAG_VALUES))
