@@ -25,9 +25,13 @@ skipped theirs; on oversubscribed cores that biased the reweighted estimate and 
 workers stalled at a gap of 1e-3.)
 Staleness tau = server version at apply - version the worker computed on.
 
-The deltas of the workers are summed, each computed on an x up to a batch of every other
-worker's steps stale; on coordinates every row touches (the intercept, popular features)
-that can overshoot. The server therefore keeps the snapshot of each inner loop and, when
+Every worker computes its batch from about the same x, so the server weighs each delta by
+omega_j = 1 / (1 + (l - 1) q_j), q_j the chance that a batch touches coordinate j
+(``delta_weights``): deltas of rare coordinates are summed, those of the intercept and of
+popular features averaged. Summing them all overshot by up to l on those coordinates: 8
+workers did not converge on CTR data and 4 needed 38-65 epochs; with the weights 8, 4 and
+2 workers need 16, 8 and 8 (1 worker: 7).
+As a safeguard the server keeps the snapshot of each inner loop and, when
 the next certificate shows P above P(snapshot) + G(snapshot) (so above P* + 2 G), rejects
 the epoch: x returns to the snapshot and every rank halves the step for the rest of the run.
 
@@ -161,6 +165,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     p = n_features
     zeros_p = np.zeros(p)
     column_sq = wire.allreduce(zeros_p if server else active.column_sq_norms)
+    column_rows = wire.allreduce(zeros_p if server
+                                 else active.column_counts.astype(np.float64))
     block_rows = wire.allreduce(np.zeros(penalty.n_blocks) if server
                                 else active.block_row_counts.astype(np.float64))
     row_sq = np.zeros(0) if server else active._row_sq_norms
@@ -268,6 +274,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 active, _, _ = active.compact(keep, np.zeros(feature_keep.shape[0]))
             x = x[feature_keep]
             column_sq = column_sq[feature_keep]
+            column_rows = column_rows[feature_keep]
             if status == RECERTIFY:
                 snapshot = None
                 continue
@@ -287,7 +294,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             if server:
                 snapshot = (x.copy(), b, primal, gap)
                 x, b, steps, staleness, msgs, mbytes = _serve_inner(
-                    comm, wire, x, b, n, size - 1)
+                    comm, wire, x, b, n, size - 1,
+                    delta_weights(column_rows, n, batch, size - 1), 1.0 / (size - 1))
                 steps_total += steps
                 messages, message_bytes = msgs, mbytes
             else:
@@ -314,7 +322,17 @@ def _lipschitz(code):
     return 0.25 if code == LOGISTIC else 1.0
 
 
-def _serve_inner(comm, wire, x, b, n, n_workers):
+def delta_weights(column_rows, n, batch, n_workers):
+    """omega_j = 1 / (1 + (l - 1) q_j), q_j = 1 - (1 - n_j / n)^batch the chance that a
+    batch touches coordinate j: deltas of a coordinate only one worker touches per round
+    are summed (omega = 1), those every worker touches (the intercept, the most popular
+    features) are averaged (omega = 1 / l). Every worker computes its batch from about the
+    same x, so summing l full moves of a shared coordinate overshoots by l."""
+    touched = 1.0 - (1.0 - np.minimum(column_rows / max(n, 1), 1.0)) ** batch
+    return 1.0 / (1.0 + (n_workers - 1) * touched)
+
+
+def _serve_inner(comm, wire, x, b, n, n_workers, omega=None, omega_intercept=1.0):
     """Apply deltas in arrival order until every worker has sent its last one; returns
     (x, b, steps, (mean tau, max tau), messages, bytes of the messages)."""
     MPI = _mpi()
@@ -334,8 +352,8 @@ def _serve_inner(comm, wire, x, b, n, n_workers):
         comm.Recv(index, source=source, tag=TAG_INDEX)
         values = np.empty(HEADER + count)
         comm.Recv(values, source=source, tag=TAG_VALUES)
-        x[index] += values[HEADER:]
-        b += values[2]
+        x[index] += values[HEADER:] if omega is None else omega[index] * values[HEADER:]
+        b += omega_intercept * values[2]
         tau = version - int(values[0])
         tau_sum += tau * int(values[1])
         tau_max = max(tau_max, tau)
