@@ -1,5 +1,6 @@
 # asyncopt — developer entry points.
-#   make lasso   set up .venv and run the Lasso demo (embedded a9a data)
+#   make lasso   set up .venv and run the Lasso demo under MPI: 1 server + 8 workers
+#                on the embedded a9a data (mpirun comes with the mpich wheel)
 #   make test    set up .venv and run the test suite
 #   make bench   set up .venv and run the serial benchmark
 #   make clean   remove build artefacts (keeps .venv)
@@ -30,7 +31,7 @@ test: $(STAMP)
 
 # Serial for now; a later issue switches this to `mpirun -n 9`.
 lasso: $(STAMP)
-	$(VENV)/bin/asyncopt-lasso
+	$(VENV)/bin/mpirun -n 9 $(VENV)/bin/asyncopt-lasso
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_serial.py

@@ -50,3 +50,30 @@ def test_messages_shrink_as_screening_removes_features(tmp_path):
 def test_dis_ddss_naive_makes_progress(tmp_path):
     history = run_spmd(tmp_path, 3, "squared", "ddss_naive", 1)["history"]
     assert history[-1]["rel_gap"] < 0.1 * history[0]["rel_gap"]          # sublinear, but moving
+
+
+def _cli(n_ranks, *args):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([MPIRUN, "-n", str(n_ranks), sys.executable, "-m",
+                           "asyncopt.cli.lasso", *args], env=env, capture_output=True,
+                          text=True, timeout=240)
+
+
+def test_cli_under_mpirun_prints_one_summary(tmp_path):
+    proc = _cli(3, "--quiet", "--history-json", str(tmp_path / "h.json"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("asyncopt-lasso summary") == 1
+    assert "mpi (1 server + 2 workers)" in proc.stdout
+    assert "NOT reached" not in proc.stdout
+    history = json.loads((tmp_path / "h.json").read_text())
+    assert history[-1]["rel_gap"] <= 1e-6 and history[-1]["bytes_recv"] > 0
+
+
+def test_cli_under_mpirun_bad_file_is_one_line(tmp_path):
+    bad = tmp_path / "bad.svm"
+    bad.write_text("1 1:0.5 2:1\n-1 3:zz\n")
+    proc = _cli(5, str(bad))
+    assert proc.returncode == 1
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [f"asyncopt-lasso: error: {bad}:2: bad feature '3:zz' "
+                     "(expected index:value)"]

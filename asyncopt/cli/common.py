@@ -116,8 +116,10 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
     p.add_argument("--method", choices=sorted(METHODS), default="ddss",
                    help="ddss (prox-SVRG + screening), ddss_naive (prox-SGD), or the "
                         "baselines prox_asaga / prox_asvrg / pse_safe / pse_strong")
-    p.add_argument("--backend", choices=list(BACKENDS), default="serial",
-                   help="serial, or threads (Sha-DDSS: lock-free threads sharing x)")
+    p.add_argument("--backend", choices=list(BACKENDS), default=None,
+                   help="serial, threads (Sha-DDSS: lock-free threads sharing x) or mpi "
+                        "(Dis-DDSS). Default: mpi when started by mpirun with 2 or more "
+                        "ranks, else threads")
     p.add_argument("--n-jobs", type=_positive_int, default=None, metavar="T",
                    help="threads of the threads backend (default: all cores)")
     p.add_argument("--no-screening", action="store_true",
@@ -153,9 +155,27 @@ def _os_error_message(exc: OSError) -> str:
     return str(exc) or type(exc).__name__
 
 
+def mpi_world():
+    """(rank, size) when this process was started by mpirun / mpiexec with 2 or more ranks
+    (MPICH's PMI_SIZE or Open MPI's OMPI_COMM_WORLD_SIZE), else None. mpi4py is imported
+    (and MPI initialized) only then."""
+    size = os.environ.get("PMI_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE")
+    if size is None or int(size) < 2:
+        return None
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+
+
 def run_main(prog, body, argv=None) -> int:
-    """Run ``body(argv)`` with the CLI error policy; return the exit status."""
+    """Run ``body(argv)`` with the CLI error policy; return the exit status. Under mpirun
+    only rank 0 prints the error line (every rank reads the same input and fails alike,
+    and exits with the same status)."""
+    world = mpi_world()
+
     def fail(message, status):
+        if world is not None and world[0] != 0:
+            return status
         try:
             sys.stdout.flush()
         except Exception:  # pragma: no cover
@@ -307,17 +327,26 @@ def fit_and_report(args, prog, estimator_cls, loss, title):
         ratio = float(args.alpha_ratio)
         alpha = ratio * lmax
 
+    world = mpi_world()
+    leader = world is None or world[0] == 0
+    backend = args.backend or ("mpi" if world is not None else "threads")
+    if backend == "mpi" and world is None:
+        raise CliUsageError("--backend mpi needs mpirun: mpirun -n K " + prog + " ... "
+                            "(K >= 2: 1 server + K-1 workers)")
+    if args.backend is None and world is None and not args.quiet:
+        sys.stderr.write(f"{prog}: started without mpirun: running the threads backend "
+                         f"({effective_n_jobs(args.n_jobs)} threads)\n")
     est = estimator_cls(
         alpha=alpha,
         fit_intercept=fit_intercept,
         tol=args.tol,
         max_epochs=args.max_epochs,
         method=args.method,
-        backend=args.backend,
+        backend=backend,
         n_jobs=args.n_jobs,
         screening=not args.no_screening,
         random_state=args.seed,
-        verbose=0 if args.quiet else 1,
+        verbose=0 if args.quiet or not leader else 1,
         checkpoint=args.checkpoint,
     )
     t0 = time.perf_counter()
@@ -335,9 +364,12 @@ def fit_and_report(args, prog, estimator_cls, loss, title):
     spec = METHODS[args.method]
     screens = "static" if "pse" in spec else \
         ("on" if not args.no_screening and spec["screening"] else "off")
-    backend = args.backend
+    if not leader:
+        return EXIT_OK
     if backend == "threads":
         backend += f" ({effective_n_jobs(args.n_jobs)} threads)"
+    elif backend == "mpi":
+        backend += f" (1 server + {world[1] - 1} workers)"
     history = est.history_
     gap = float(est.dual_gap_)
     rel_gap = float(history[-1]["rel_gap"])
