@@ -77,3 +77,43 @@ def test_cli_under_mpirun_bad_file_is_one_line(tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines == [f"asyncopt-lasso: error: {bad}:2: bad feature '3:zz' "
                      "(expected index:value)"]
+
+
+def _write_libsvm(path, n=300, p=40, seed=0, bad_line=None):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    lines = []
+    for i in range(n):
+        cols = np.sort(rng.choice(p, 6, replace=False)) + 1          # one-based
+        vals = rng.standard_normal(6)
+        label = float(vals[:2].sum() + 0.1 * rng.standard_normal())
+        lines.append(f"{label:.6f} " + " ".join(f"{c}:{v:.6f}" for c, v in zip(cols, vals)))
+    if bad_line is not None:
+        lines[bad_line - 1] = "1.0 3:0.5 2:0.1"                   # indices not increasing
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_cli_workers_read_their_byte_range_and_match_the_serial_run(tmp_path):
+    import numpy as np
+    data = _write_libsvm(tmp_path / "d.svm")
+    common = [str(data), "--quiet", "--tol", "1e-9", "--max-epochs", "2000"]
+    proc = _cli(4, *common, "--save-coef", str(tmp_path / "mpi.npz"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "d.svm: 300 x 40" in proc.stdout
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    serial = subprocess.run([sys.executable, "-m", "asyncopt.cli.lasso", *common,
+                             "--backend", "serial", "--save-coef", str(tmp_path / "s.npz")],
+                            env=env, capture_output=True, text=True, timeout=240)
+    assert serial.returncode == 0, serial.stderr[-2000:]
+    a, b = np.load(tmp_path / "mpi.npz"), np.load(tmp_path / "s.npz")
+    assert float(a["alpha"]) == pytest.approx(float(b["alpha"]), rel=1e-12)   # same lam_max
+    np.testing.assert_allclose(a["coef"], b["coef"], rtol=1e-4, atol=1e-6)
+
+
+def test_cli_bad_line_in_one_workers_range_is_one_message(tmp_path):
+    data = _write_libsvm(tmp_path / "d.svm", bad_line=250)
+    proc = _cli(4, str(data))
+    assert proc.returncode == 1
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"asyncopt-lasso: error: {data}:250:")

@@ -122,6 +122,9 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
                         "ranks, else threads")
     p.add_argument("--n-jobs", type=_positive_int, default=None, metavar="T",
                    help="threads of the threads backend (default: all cores)")
+    p.add_argument("--batch", type=_positive_int, default=None, metavar="B",
+                   help="under mpirun: local steps a worker takes between two messages "
+                        "(default n / (50 workers))")
     p.add_argument("--no-screening", action="store_true",
                    help="disable gap-safe screening")
     p.add_argument("--no-intercept", action="store_true",
@@ -301,6 +304,9 @@ def fit_and_report(args, prog, estimator_cls, loss, title):
 
     from asyncopt.problem import lam_max
 
+    world = mpi_world()
+    if world is not None and args.backend in (None, "mpi"):
+        return fit_and_report_mpi(args, prog, estimator_cls, loss, title, world)
     X, y, name = load_data(args)
     n, p = X.shape
     nnz = int(X.nnz) if hasattr(X, "nnz") else int(np.count_nonzero(X))
@@ -315,21 +321,9 @@ def fit_and_report(args, prog, estimator_cls, loss, title):
             raise ValueError(f"{name}: targets contain NaN or infinity")
 
     lmax = float(lam_max(X, y, loss=loss, fit_intercept=fit_intercept))
-    if args.alpha is not None:
-        alpha = float(args.alpha)
-        ratio = alpha / lmax if lmax > 0 else float("inf")
-    else:
-        if not lmax > 0:
-            raise ValueError(
-                f"{name}: lam_max is 0 (the all-zero model is already optimal); "
-                "give --alpha explicitly"
-            )
-        ratio = float(args.alpha_ratio)
-        alpha = ratio * lmax
-
-    world = mpi_world()
+    alpha, ratio = alpha_from(args, lmax, name)
     leader = world is None or world[0] == 0
-    backend = args.backend or ("mpi" if world is not None else "threads")
+    backend = args.backend or "threads"
     if backend == "mpi" and world is None:
         raise CliUsageError("--backend mpi needs mpirun: mpirun -n K " + prog + " ... "
                             "(K >= 2: 1 server + K-1 workers)")
@@ -361,11 +355,81 @@ def fit_and_report(args, prog, estimator_cls, loss, title):
         est.fit(X, y)
     wall = time.perf_counter() - t0
 
+    if not leader:
+        return EXIT_OK
+    return report(args, title, est, name, n, p, nnz, classes, alpha, ratio, lmax,
+                  fit_intercept, backend, world, wall)
+
+
+def alpha_from(args, lmax, name):
+    """(alpha, alpha / lam_max) from --alpha or --alpha-ratio."""
+    if args.alpha is not None:
+        alpha = float(args.alpha)
+        return alpha, (alpha / lmax if lmax > 0 else float("inf"))
+    if not lmax > 0:
+        raise ValueError(f"{name}: lam_max is 0 (the all-zero model is already optimal); "
+                         "give --alpha explicitly")
+    return float(args.alpha_ratio) * lmax, float(args.alpha_ratio)
+
+
+def fit_and_report_mpi(args, prog, estimator_cls, loss, title, world):
+    """Dis-DDSS under mpirun: every worker reads only its shard (cli/distributed.py),
+    rank 0 serves and prints the summary."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from mpi4py import MPI
+
+    from asyncopt.estimators import MPI_METHODS
+    from asyncopt.losses import get_loss
+    from asyncopt.penalties import L1
+    from asyncopt.problem import Problem
+    from asyncopt.solvers.mpi import distributed_lam_max, solve_mpi
+
+    from .distributed import agree, labels, load_shard
+
+    comm = MPI.COMM_WORLD
+    if args.method not in MPI_METHODS:
+        raise CliUsageError(f"--method {args.method} does not run under mpirun yet: use one "
+                            f"of {', '.join(MPI_METHODS)}")
+    if args.checkpoint is not None:
+        raise CliUsageError("--checkpoint does not run under mpirun yet")
+    X, y, name, n, p, nnz = load_shard(args, comm)
+    y, classes = labels(comm, y, loss, name)
+    fit_intercept = not args.no_intercept
+    code = get_loss(loss).code
+    penalty = L1(p)
+    shard = None if X is None else Problem(X, y, loss, penalty, 1.0, fit_intercept)
+    lmax = distributed_lam_max(comm, shard, penalty, n, code, fit_intercept)
+    alpha, ratio = agree(comm, lambda: alpha_from(args, lmax, name))
+    if shard is not None:
+        shard = shard.with_lam(alpha)
+    leader = world[0] == 0
+    t0 = time.perf_counter()
+    result = solve_mpi(comm, shard, penalty, p, code, alpha, fit_intercept, tol=args.tol,
+                       max_epochs=args.max_epochs, screening=not args.no_screening,
+                       variance_reduced=METHODS[args.method]["variance_reduced"],
+                       batch=args.batch, random_state=args.seed,
+                       verbose=0 if args.quiet or not leader else 1, label=args.method)
+    wall = time.perf_counter() - t0
+    if not leader:
+        return EXIT_OK
+    est = SimpleNamespace(coef_=result.coef, intercept_=result.intercept,
+                          history_=result.history, dual_gap_=result.gap,
+                          objective_=result.primal, active_set_=result.active_features,
+                          n_iter_=result.n_iter)
+    return report(args, title, est, name, n, p, nnz, classes, alpha, ratio, lmax,
+                  fit_intercept, "mpi", world, wall)
+
+
+def report(args, title, est, name, n, p, nnz, classes, alpha, ratio, lmax, fit_intercept,
+           backend, world, wall):
+    """Write --history-json / --save-coef and print the summary table."""
+    import numpy as np
+
     spec = METHODS[args.method]
     screens = "static" if "pse" in spec else \
         ("on" if not args.no_screening and spec["screening"] else "off")
-    if not leader:
-        return EXIT_OK
     if backend == "threads":
         backend += f" ({effective_n_jobs(args.n_jobs)} threads)"
     elif backend == "mpi":

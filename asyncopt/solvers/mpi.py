@@ -418,3 +418,31 @@ def _work_inner(comm, wire, active, code, x, b, eta_intercept, z_snap, weighted_
         local[:] = base
         if reply[0] == STOP:
             return
+
+
+def distributed_lam_max(comm, problem, penalty, n, loss_code, fit_intercept):
+    """lam_max = Omega^D(A^T rho(0)) / n over every shard (rank 0 holds none): rho(0) at
+    x = 0 with the exact intercept (squared: the global mean of y; logistic: log(n+ / n-)).
+    The same value on every rank."""
+    wire = Wire(comm)
+    y = np.zeros(0) if problem is None else problem.full_active_set().y
+    b = 0.0
+    if fit_intercept:
+        if loss_code == SQUARED:
+            b = float(wire.allreduce(np.array([np.sum(y)]))[0]) / n
+        else:
+            positive = float(wire.allreduce(np.array([np.sum(y > 0)]))[0])
+            b = float(np.log(max(positive, 1e-300) / max(n - positive, 1e-300)))
+    local = np.zeros(penalty.ids.shape[0])
+    if problem is not None:
+        active = problem.full_active_set()
+        rho = generalized_residual(loss_code, np.full(y.shape[0], b), y, np.empty(y.shape[0]))
+        local = csr_rmatvec(active.indptr, active.indices, active.data, rho,
+                            active.n_features)
+    total = wire.reduce(local)
+    value = np.zeros(1)
+    if comm.Get_rank() == 0:
+        restricted = penalty.restricted(np.arange(penalty.n_blocks))
+        norms = block_norms(total, restricted.indptr, restricted.ids)
+        value[0] = float(np.max(norms / restricted.weights, initial=0.0)) / n
+    return float(wire.bcast(value)[0])
