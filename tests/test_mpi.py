@@ -117,3 +117,60 @@ def test_cli_bad_line_in_one_workers_range_is_one_message(tmp_path):
     assert proc.returncode == 1
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"asyncopt-lasso: error: {data}:250:")
+
+
+def _rank_pid(marker, rank):
+    """PID of the process whose command line holds ``marker`` and whose PMI_RANK is rank."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in cmdline and f"PMI_RANK={rank}".encode() in environ:
+            return int(pid)
+    return None
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc to find a worker")
+def test_killed_worker_ends_the_job_and_the_checkpoint_resumes(tmp_path):
+    import signal
+    import time
+
+    from asyncopt.solvers.checkpoint import load_checkpoint
+    data = _write_libsvm(tmp_path / "killed_worker.svm", n=6000, p=120)
+    ckpt = tmp_path / "run.npz"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    argv = [MPIRUN, "-n", "3", sys.executable, "-m", "asyncopt.cli.lasso", str(data),
+            "--checkpoint", str(ckpt), "--tol", "1e-15", "--max-epochs", "100000", "--quiet"]
+    job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        deadline = time.time() + 60
+        records = []
+        while len(records) < 3 and time.time() < deadline:
+            time.sleep(0.2)
+            try:
+                records = load_checkpoint(str(ckpt), 120)[3]
+            except (OSError, ValueError):
+                pass
+        worker = _rank_pid("killed_worker.svm", 1)
+        assert len(records) >= 3 and worker is not None
+        os.kill(worker, signal.SIGKILL)
+        killed_at = time.time()
+        out, err = job.communicate(timeout=30)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode != 0 and time.time() - killed_at < 10
+    assert "BAD TERMINATION" in out + err          # mpirun names the dead process
+    coef, _, _, history = load_checkpoint(str(ckpt), 120)       # intact, readable
+    assert len(history) >= 3
+    argv[argv.index("1e-15")] = "1e-8"
+    resumed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "NOT reached" not in resumed.stdout
+    after = load_checkpoint(str(ckpt), 120)[3]
+    assert after[:len(history)] == history and after[-1]["rel_gap"] <= 1e-8

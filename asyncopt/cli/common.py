@@ -392,8 +392,6 @@ def fit_and_report_mpi(args, prog, estimator_cls, loss, title, world):
     if args.method not in MPI_METHODS:
         raise CliUsageError(f"--method {args.method} does not run under mpirun yet: use one "
                             f"of {', '.join(MPI_METHODS)}")
-    if args.checkpoint is not None:
-        raise CliUsageError("--checkpoint does not run under mpirun yet")
     X, y, name, n, p, nnz = load_shard(args, comm)
     y, classes = labels(comm, y, loss, name)
     fit_intercept = not args.no_intercept
@@ -409,7 +407,7 @@ def fit_and_report_mpi(args, prog, estimator_cls, loss, title, world):
     result = solve_mpi(comm, shard, penalty, p, code, alpha, fit_intercept, tol=args.tol,
                        max_epochs=args.max_epochs, screening=not args.no_screening,
                        variance_reduced=METHODS[args.method]["variance_reduced"],
-                       batch=args.batch, random_state=args.seed,
+                       batch=args.batch, random_state=args.seed, checkpoint=args.checkpoint,
                        verbose=0 if args.quiet or not leader else 1, label=args.method)
     wall = time.perf_counter() - t0
     if not leader:

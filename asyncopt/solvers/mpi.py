@@ -39,6 +39,7 @@ Hot-path messages are numpy buffers (Send / Recv, Isend / Irecv), never pickles.
 busy-polls: every wait is a Test / Iprobe loop with sleeps growing to 1 ms, so runs with
 more ranks than cores stay usable.
 """
+import os
 import time
 
 import numpy as np
@@ -49,6 +50,7 @@ from ..losses import (LOGISTIC, SQUARED, generalized_residual, loss_derivative,
                       loss_second_derivative, mean_loss, mean_neg_conjugate)
 from ..penalties import block_norms
 from ..screening import gap_safe_keep, gap_safe_radius
+from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import SolverResult, epoch_rows
 
 TAG_INDEX, TAG_VALUES, TAG_REPLY = 11, 12, 13
@@ -136,11 +138,15 @@ def _second_derivatives(code, z, y):
 
 def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept, *,
               tol=1e-4, max_epochs=200, screening=True, variance_reduced=True, batch=None,
-              step_scale=1.0,
+              step_scale=1.0, checkpoint=None,
               random_state=None, verbose=0, label="ddss", max_time=None):
     """Dis-DDSS on ``comm`` (rank 0 the server, the others workers). Every rank calls it;
     ``problem`` is the worker's Problem on its own rows (None on the server). Returns the
     SolverResult on every rank (coef broadcast once at the end).
+
+    checkpoint: a .npz path the server rewrites atomically after every outer iteration
+    (coef, intercept, lam, history); a run that finds it resumes from it (a crashed or
+    killed job loses at most one epoch).
 
     batch: local steps per message (default n / (50 workers): each worker sends ~50
     deltas per epoch, so a delta is computed on an x at most ~n/50 steps stale; 4 workers
@@ -181,6 +187,26 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     rng = np.random.default_rng(None if random_state is None
                                 else [int(random_state), rank])
     history, epoch, converged, reference = [], 0, False, None
+    time_offset = 0.0
+    first_epoch = 0
+    if checkpoint is not None:
+        resumed = None
+        if server and os.path.exists(checkpoint):
+            try:
+                coef0, b0, _, history = load_checkpoint(checkpoint, p)
+                resumed = (coef0[penalty.active_features(blocks)], b0, history)
+            except ValueError as exc:
+                resumed = exc
+        resumed = comm.bcast(resumed if server else None, root=0)
+        if isinstance(resumed, Exception):
+            raise resumed
+        if resumed is not None and resumed[2]:
+            if server:
+                x, b, history = resumed[0].copy(), resumed[1], resumed[2]
+                reference = history[0]["primal"]
+                time_offset = history[-1]["time"]
+            epoch = resumed[2][-1]["epoch"] + 1
+    first_epoch = epoch
     snapshot, step_factor = None, 1.0
     steps_total, staleness = 0, (0.0, 0)
     messages, message_bytes = 0, 0
@@ -223,7 +249,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 if reference is None:     # P at x = 0 (the first record) is P(0)
                     reference = primal
                 now = time.perf_counter() - start
-                record = {"epoch": epoch, "time": now, "primal": primal, "dual": dual,
+                record = {"epoch": epoch, "time": time_offset + now, "primal": primal, "dual": dual,
                           "gap": gap, "rel_gap": gap / reference if reference > 0 else 0.0,
                           "n_active": x.shape[0], "n_features": p,
                           "active_nnz": None, "inner_steps": steps_total,
@@ -233,10 +259,16 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                           "intercept": b, "step_factor": step_factor}
                 history.append(record)
                 progress.update(record)
+                if checkpoint is not None:
+                    coef_now = np.zeros(p)
+                    coef_now[penalty.active_features(blocks)] = x
+                    save_checkpoint(checkpoint, coef=coef_now, intercept=b, lam=lam,
+                                    history=history)
                 keep = np.ones(pen.n_blocks, dtype=bool)
                 if gap <= tol * reference:
                     converged, status = True, STOP
-                elif epoch >= max_epochs or (max_time is not None and now >= max_time):
+                elif epoch - first_epoch >= max_epochs or \
+                        (max_time is not None and now >= max_time):
                     status = STOP
                 elif snapshot is not None and not primal <= snapshot[2] + snapshot[3]:
                     status = REJECT
@@ -313,7 +345,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                                   history[-1]["dual"], history[-1]["gap"]]
                                   if server else [0.0, 0.0, 0.0])))
     b, converged = float(summary[0]), bool(summary[1])
-    return SolverResult(coef, b, epoch, float(summary[2]), float(summary[3]),
+    return SolverResult(coef, b, epoch - first_epoch, float(summary[2]), float(summary[3]),
                         float(summary[4]), penalty.active_features(blocks), converged,
                         history)
 
