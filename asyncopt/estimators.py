@@ -33,7 +33,7 @@ METHODS = {
     "pse_safe": {"pse": "safe"},
     "pse_strong": {"pse": "strong"}}
 BACKENDS = ("serial", "threads", "mpi")
-MPI_METHODS = ("ddss", "ddss_naive")
+MPI_METHODS = ("ddss", "ddss_naive", "prox_asaga", "prox_asvrg")
 
 
 def solve_method(problem, method, *, screening=True, checkpoint=None, step_scale=1.0,
@@ -49,6 +49,14 @@ def solve_method(problem, method, *, screening=True, checkpoint=None, step_scale
                       variance_reduced=spec["variance_reduced"], saga=spec["saga"],
                       dense=spec["dense"], checkpoint=checkpoint, step_scale=step_scale,
                       label=method, **common)
+
+
+def mpi_flags(method, screening=True):
+    """solve_mpi's method arguments for one of MPI_METHODS."""
+    spec = METHODS[method]
+    return dict(screening=screening and spec["screening"],
+                variance_reduced=spec["variance_reduced"], saga=spec["saga"],
+                dense=spec["dense"])
 
 
 def _check_choice(value, choices, what):
@@ -161,8 +169,8 @@ class _DDSSModel(BaseEstimator):
                             problem.lam, problem.fit_intercept)
         return solve_mpi(comm, shard, problem.penalty, X.shape[1], problem.loss.code,
                          problem.lam, problem.fit_intercept, tol=self.tol,
-                         max_epochs=int(self.max_epochs), screening=self.screening,
-                         variance_reduced=METHODS[self.method]["variance_reduced"],
+                         max_epochs=int(self.max_epochs), **mpi_flags(self.method,
+                                                                      self.screening),
                          step_scale=self.step_scale, random_state=self.random_state,
                          verbose=self.verbose, label=self.method)
 
@@ -184,7 +192,7 @@ _COMMON_DOC = """
         then asynchronous block coordinate descent; no checkpoints).
     backend : "serial" (one thread), "threads" (Sha-DDSS: lock-free threads sharing x) or
         "mpi" (Dis-DDSS: in a script started by mpirun, rank 0 the parameter server, the
-        other ranks workers on contiguous row shards; methods ddss and ddss_naive).
+        other ranks workers on contiguous row shards; not the PSE methods).
     n_jobs : threads of the "threads" backend (None or -1: all cores).
     kernel : inner loop of the "threads" backend: "numba" (nogil kernels, racing plain
         stores), "native" (C/OpenMP, compare-and-swap stores; needs the built extension)

@@ -25,10 +25,13 @@ def run_spmd(tmp_path, n_ranks, loss, method, groups):
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("n_ranks,loss,groups", [(3, "squared", 1), (5, "squared", 3),
-                                                 (3, "logistic", 3), (5, "logistic", 1)])
-def test_dis_ddss_reaches_the_serial_objective(tmp_path, n_ranks, loss, groups):
-    result = run_spmd(tmp_path, n_ranks, loss, "ddss", groups)
+@pytest.mark.parametrize("method,n_ranks,loss,groups", [
+    ("ddss", 3, "squared", 1), ("ddss", 5, "squared", 3), ("ddss", 3, "logistic", 3),
+    ("ddss", 5, "logistic", 1), ("prox_asaga", 3, "squared", 1),
+    ("prox_asaga", 5, "logistic", 3), ("prox_asvrg", 5, "squared", 3),
+    ("prox_asvrg", 3, "logistic", 1)])
+def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, loss, groups):
+    result = run_spmd(tmp_path, n_ranks, loss, method, groups)
     assert result["converged"]
     assert abs(result["objective"] - result["serial_objective"]) <= \
         1e-6 * abs(result["serial_objective"])

@@ -380,7 +380,7 @@ def fit_and_report_mpi(args, prog, estimator_cls, loss, title, world):
     import numpy as np
     from mpi4py import MPI
 
-    from asyncopt.estimators import MPI_METHODS
+    from asyncopt.estimators import MPI_METHODS, mpi_flags
     from asyncopt.losses import get_loss
     from asyncopt.penalties import L1
     from asyncopt.problem import Problem
@@ -405,8 +405,8 @@ def fit_and_report_mpi(args, prog, estimator_cls, loss, title, world):
     leader = world[0] == 0
     t0 = time.perf_counter()
     result = solve_mpi(comm, shard, penalty, p, code, alpha, fit_intercept, tol=args.tol,
-                       max_epochs=args.max_epochs, screening=not args.no_screening,
-                       variance_reduced=METHODS[args.method]["variance_reduced"],
+                       max_epochs=args.max_epochs,
+                       **mpi_flags(args.method, not args.no_screening),
                        batch=args.batch, random_state=args.seed, checkpoint=args.checkpoint,
                        verbose=0 if args.quiet or not leader else 1, label=args.method)
     wall = time.perf_counter() - t0

@@ -45,7 +45,8 @@ import time
 import numpy as np
 
 from ..kernels.linalg import csr_rmatvec
-from ..kernels.svrg import svrg_epoch_group, svrg_epoch_l1
+from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_group, saga_epoch_l1,
+                            svrg_epoch_group, svrg_epoch_l1)
 from ..losses import (LOGISTIC, SQUARED, generalized_residual, loss_derivative,
                       loss_second_derivative, mean_loss, mean_neg_conjugate)
 from ..penalties import block_norms
@@ -138,7 +139,7 @@ def _second_derivatives(code, z, y):
 
 def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept, *,
               tol=1e-4, max_epochs=200, screening=True, variance_reduced=True, batch=None,
-              step_scale=1.0, checkpoint=None,
+              step_scale=1.0, checkpoint=None, saga=False, dense=False,
               random_state=None, verbose=0, label="ddss", max_time=None):
     """Dis-DDSS on ``comm`` (rank 0 the server, the others workers). Every rank calls it;
     ``problem`` is the worker's Problem on its own rows (None on the server). Returns the
@@ -148,6 +149,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     (coef, intercept, lam, history); a run that finds it resumes from it (a crashed or
     killed job loses at most one epoch).
 
+    saga / dense: the ProxASAGA / ProxASVRG baselines on the same server (with
+    screening=False): SAGA keeps each row's gradient memory on its worker and sums the
+    average exactly over the shards every epoch; ProxASVRG takes dense steps.
     batch: local steps per message (default n / (50 workers): each worker sends ~50
     deltas per epoch, so a delta is computed on an x at most ~n/50 steps stale; 4 workers
     with 50-step batches on 400 rows stalled a group Lasso at gap 6e-4)."""
@@ -208,6 +212,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             epoch = resumed[2][-1]["epoch"] + 1
     first_epoch = epoch
     snapshot, step_factor = None, 1.0
+    memory = None
+    clock, stale = np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64)
     steps_total, staleness = 0, (0.0, 0)
     messages, message_bytes = 0, 0
     progress = ProgressLine(verbose if server else 0, label=label)
@@ -312,28 +318,65 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 continue
             # step data from the server's full gradient
             d = n / np.maximum(block_rows[blocks], 1.0)
-            eta0 = step_scale * step_factor / (3.0 * _lipschitz(loss_code) * max(max_row_sq + intercept_sq,
-                                                                    1e-300))
+            eta0 = step_scale * step_factor / (
+                3.0 * _lipschitz(loss_code) * max(max_row_sq + intercept_sq, 1e-300))
             eta = eta0 if variance_reduced else eta0 / (1.0 + epoch)
             step = np.zeros(1 + x.shape[0])
-            if server and variance_reduced:
+            if server and variance_reduced and not saga:
                 step[0] = -float(total[1]) / n
-                step[1:] = -np.repeat(d, np.diff(pen.indptr)) * correlation / n
+                step[1:] = -correlation / n
+                if not dense:
+                    step[1:] *= np.repeat(d, np.diff(pen.indptr))
             step = wire.bcast(step)
             mu_intercept, weighted_mu = float(step[0]), step[1:]
-            thresholds = eta * lam * d * pen.weights
+            thresholds = eta * lam * (1.0 if dense else d) * pen.weights
             eta_intercept = eta * intercept_sq
+            if saga:
+                # the SAGA gradient memory stays on the workers (one value per own row);
+                # its average (1/n) A^T memory is summed exactly over the shards each epoch
+                if not server and memory is None:
+                    memory = -rho
+                local_sum = np.zeros(1 + x.shape[0])
+                if not server:
+                    local_sum[0] = np.sum(memory)
+                    local_sum[1:] = csr_rmatvec(active.indptr, active.indices, active.data,
+                                                memory, active.n_features)
+                average_all = wire.allreduce(local_sum) / n
             if server:
                 snapshot = (x.copy(), b, primal, gap)
                 x, b, steps, staleness, msgs, mbytes = _serve_inner(
                     comm, wire, x, b, n, size - 1,
-                    delta_weights(column_rows, n, batch, size - 1), 1.0 / (size - 1))
+                    # dense steps move every coordinate in every batch: q_j = 1
+                    delta_weights(np.full_like(column_rows, n) if dense else column_rows, n,
+                                  batch, size - 1), 1.0 / (size - 1))
                 steps_total += steps
                 messages, message_bytes = msgs, mbytes
             else:
-                _work_inner(comm, wire, active, loss_code, x, b, eta_intercept, z,
-                            weighted_mu, mu_intercept, thresholds, eta, variance_reduced,
-                            rng, batch)
+                args = (active.indptr, active.indices, active.data, active.y, loss_code)
+                if saga:
+                    average, average_b = average_all[1:].copy(), average_all[:1].copy()
+                    reweight = np.repeat(d, np.diff(pen.indptr))
+                    kernel = saga_epoch_l1 if active.penalty.is_l1 else saga_epoch_group
+
+                    def run_batch(local, intercept, samples):
+                        kernel(*args, local, intercept, eta_intercept, memory, average,
+                               average_b, reweight, thresholds, eta, samples,
+                               *block_args)
+                elif dense:
+                    def run_batch(local, intercept, samples):
+                        dense_svrg_epoch(*args, local, intercept, eta_intercept, z,
+                                         weighted_mu, mu_intercept, thresholds, eta, samples,
+                                         active.block_indptr)
+                else:
+                    kernel = svrg_epoch_l1 if active.penalty.is_l1 else svrg_epoch_group
+
+                    def run_batch(local, intercept, samples):
+                        kernel(*args, local, intercept, eta_intercept, z, weighted_mu,
+                               mu_intercept, thresholds, eta, samples, variance_reduced,
+                               clock, stale, *block_args)
+                block_args = () if active.penalty.is_l1 else (active.block_indptr,
+                                                              active.feature_block)
+                _work_inner(comm, wire, active.y.shape[0], x, b, run_batch, rng, batch)
             epoch += 1
     finally:
         progress.close()
@@ -407,11 +450,10 @@ def _serve_inner(comm, wire, x, b, n, n_workers, omega=None, omega_intercept=1.0
     return x, b, steps, (tau_sum / max(steps, 1), tau_max), messages, message_bytes
 
 
-def _work_inner(comm, wire, active, code, x, b, eta_intercept, z_snap, weighted_mu,
-                mu_intercept, thresholds, eta, variance_reduced, rng, batch):
-    """One pass over the shard's rows in batches of local steps, each against the latest
-    x from the server; the last delta is flagged and answered with stop."""
-    rows = active.y.shape[0]
+def _work_inner(comm, wire, rows, x, b, run_batch, rng, batch):
+    """One pass over the shard's ``rows`` in batches of local steps (``run_batch(x, b,
+    samples)`` runs the method's kernel on the local copies), each batch against the
+    latest x from the server; the last delta is flagged and answered with stop."""
     order = epoch_rows(rng, rows, rows).astype(np.int64)
     position, version = 0, 0
     batch = max(1, int(batch))
@@ -419,18 +461,11 @@ def _work_inner(comm, wire, active, code, x, b, eta_intercept, z_snap, weighted_
     local = x.copy()
     intercept = np.array([b])
     reply = np.empty(3 + x.shape[0])
-    clock, stale = np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64)
     while True:
         samples = order[position:position + batch]
         position += samples.shape[0]
         b_before = intercept[0]
-        args = (active.indptr, active.indices, active.data, active.y, code, local,
-                intercept, eta_intercept, z_snap, weighted_mu, mu_intercept, thresholds, eta,
-                samples, variance_reduced, clock, stale)
-        if active.penalty.is_l1:
-            svrg_epoch_l1(*args)
-        else:
-            svrg_epoch_group(*args, active.block_indptr, active.feature_block)
+        run_batch(local, intercept, samples)
         delta = local - base
         index = np.flatnonzero(delta).astype(np.int32)
         values = np.empty(HEADER + index.shape[0])

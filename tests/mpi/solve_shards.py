@@ -8,6 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
+from asyncopt.estimators import mpi_flags
 from asyncopt.penalties import L1, GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers import solve_ddss
@@ -34,8 +35,8 @@ def main(out, loss, method, groups, batch=None, seed=0, n=400, p=150):
         shard = Problem(X[part], y[part], loss, penalty, lam, True)
     del X
     result = solve_mpi(comm, shard, penalty, p, full.loss.code, lam, True, tol=1e-8,
-                       max_epochs=2000 if method == "ddss" else 100,
-                       variance_reduced=method != "ddss_naive",
+                       max_epochs=100 if method == "ddss_naive" else 3000,
+                       **mpi_flags(method),
                        batch=batch, random_state=0)
     held = comm.gather(rows, root=0)
     if rank == 0:
