@@ -294,3 +294,24 @@ def test_progress_bytes_human_readable():
         rec.update(bytes_sent=1_200_000, bytes_recv=3000)
         pl.update(rec)
     assert "sent 1.2 MB" in s.getvalue() and "recv 3.0 kB" in s.getvalue()
+
+
+def test_cli_output_history_lines_and_resume(tmp_path, capsys):
+    data = write_libsvm(tmp_path / "small.svm")
+    status, out, err = run_main("asyncopt-lasso", [data, "--quiet", "--resume",
+                                                   "--checkpoint", str(tmp_path)], capsys)
+    assert status == 2 and "--resume needs an existing --checkpoint file" in err
+    argv = [data, "--quiet", "--checkpoint", str(tmp_path), "--max-epochs", "2",
+            "--tol", "1e-12", "--output", str(tmp_path / "model.npz"),
+            "--history", str(tmp_path / "run.jsonl")]
+    status, out, err = run_main("asyncopt-lasso", argv, capsys)
+    assert status == 0, err
+    assert (tmp_path / "checkpoint.npz").exists()
+    lines = (tmp_path / "run.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [0, 1, 2]
+    model = np.load(tmp_path / "model.npz")
+    assert set(model.files) == {"coef", "intercept", "alpha"}
+    status, out, err = run_main("asyncopt-lasso", argv + ["--resume"], capsys)
+    assert status == 0, err
+    resumed = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in resumed] == [0, 1, 2, 3, 4, 5]

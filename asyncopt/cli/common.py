@@ -138,8 +138,15 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
     p.add_argument("--history-json", default=None, metavar="PATH",
                    help="write the per-iteration history (list of records) as JSON")
     p.add_argument("--checkpoint", default=None, metavar="PATH",
-                   help="write the solution so far to PATH (.npz) every minute and at the "
-                        "end; if PATH exists, resume from it")
+                   help="write the solution so far to PATH (.npz; a directory gets "
+                        "PATH/checkpoint.npz) every minute (under mpirun: every outer "
+                        "iteration) and at the end; if it exists, resume from it")
+    p.add_argument("--resume", action="store_true",
+                   help="require resuming: fail unless the --checkpoint file exists")
+    p.add_argument("--output", default=None, metavar="PATH",
+                   help="write a .npz with arrays coef, intercept and alpha")
+    p.add_argument("--history", default=None, metavar="PATH",
+                   help="write the history as JSON lines, one record per outer iteration")
     p.add_argument("--save-coef", default=None, metavar="PATH",
                    help="save coefficients: .npy (coef only), .txt/.csv (text), "
                         "else .npz with coef, intercept, alpha")
@@ -273,6 +280,24 @@ def write_history(path, history):
         f.write("\n")
 
 
+def checkpoint_path(args):
+    """--checkpoint as a file path (a directory gets checkpoint.npz inside); checks
+    --resume."""
+    path = args.checkpoint
+    if path is not None and os.path.isdir(path):
+        path = os.path.join(path, "checkpoint.npz")
+    if args.resume and (path is None or not os.path.exists(path)):
+        raise CliUsageError("--resume needs an existing --checkpoint file" +
+                            ("" if path is None else f" ({path} not found)"))
+    return path
+
+
+def write_history_lines(path, history):
+    with open(path, "w", encoding="utf-8") as f:
+        for record in history or []:
+            f.write(json.dumps(_jsonable(record)) + "\n")
+
+
 def save_coef(path, est, alpha):
     import numpy as np
 
@@ -341,7 +366,7 @@ def fit_and_report(args, prog, estimator_cls, loss, title):
         screening=not args.no_screening,
         random_state=args.seed,
         verbose=0 if args.quiet or not leader else 1,
-        checkpoint=args.checkpoint,
+        checkpoint=checkpoint_path(args),
     )
     t0 = time.perf_counter()
     with warnings.catch_warnings():
@@ -407,7 +432,8 @@ def fit_and_report_mpi(args, prog, estimator_cls, loss, title, world):
     result = solve_mpi(comm, shard, penalty, p, code, alpha, fit_intercept, tol=args.tol,
                        max_epochs=args.max_epochs,
                        **mpi_flags(args.method, not args.no_screening),
-                       batch=args.batch, random_state=args.seed, checkpoint=args.checkpoint,
+                       batch=args.batch, random_state=args.seed,
+                       checkpoint=checkpoint_path(args),
                        verbose=0 if args.quiet or not leader else 1, label=args.method)
     wall = time.perf_counter() - t0
     if not leader:
@@ -466,9 +492,16 @@ def report(args, title, est, name, n, p, nnz, classes, alpha, ratio, lmax, fit_i
     if args.history_json:
         write_history(args.history_json, history)
         rows.append(("history", args.history_json))
+    if args.history:
+        write_history_lines(args.history, history)
+        rows.append(("history", args.history))
     if args.save_coef:
         save_coef(args.save_coef, est, alpha)
         rows.append(("coefficients", args.save_coef))
+    if args.output:
+        save_coef(args.output if args.output.lower().endswith(".npz")
+                  else args.output + ".npz", est, alpha)
+        rows.append(("output", args.output))
 
     sys.stdout.write(format_summary(rows, title) + "\n")
     sys.stdout.flush()
