@@ -16,8 +16,11 @@ zeros to the sums):
      worker compacts its shard.
 Inner loop (asynchronous): a worker runs ``batch`` sparse prox-SVRG steps on its copy of x
 (kernels/svrg.py), sends the sparse delta (int32 indices, float64 values with a header
-[version, steps, intercept delta, last]) and waits for the fresh x; the server applies
-deltas in arrival order. Each worker makes exactly one pass over its shard per epoch (its
+[version, steps, intercept delta, last]) and waits for the reply: the coordinates of x that
+changed since its previous reply (int32 indices + float64 values with [control, version,
+b, full]; the whole x instead when that is smaller), so replies shrink with the active set
+and the sparsity of the deltas; the server
+applies deltas in arrival order. Each worker makes exactly one pass over its shard per epoch (its
 rows in a fresh chunked random order) and flags its last delta, which the server answers
 with "stop": every row is visited once per epoch, as in the serial solver. (Ending the
 epoch after n steps in total instead let fast workers revisit their rows while slow ones
@@ -54,9 +57,10 @@ from ..screening import gap_safe_keep, gap_safe_radius
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import SolverResult, epoch_rows
 
-TAG_INDEX, TAG_VALUES, TAG_REPLY = 11, 12, 13
+TAG_INDEX, TAG_VALUES, TAG_REPLY_INDEX, TAG_REPLY = 11, 12, 13, 14
 STOP, INNER, RECERTIFY, REJECT = 0, 1, 2, 3
 HEADER = 4          # [version, steps, intercept delta, last] in front of a delta's values
+REPLY_HEADER = 4    # [control, version, b, full] in front of a reply's values
 
 
 def _mpi():
@@ -415,7 +419,8 @@ def _serve_inner(comm, wire, x, b, n, n_workers, omega=None, omega_intercept=1.0
     tau_sum, tau_max = 0, 0
     running = n_workers
     status = MPI.Status()
-    reply = np.empty(3 + x.shape[0])
+    changed_at = np.zeros(x.shape[0], dtype=np.int64)
+    seen = np.zeros(n_workers + 1, dtype=np.int64)
     while running:
         pause = 2e-5
         while not comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_INDEX, status=status):
@@ -433,18 +438,27 @@ def _serve_inner(comm, wire, x, b, n, n_workers, omega=None, omega_intercept=1.0
         tau_sum += tau * int(values[1])
         tau_max = max(tau_max, tau)
         version += 1
+        changed_at[index] = version
         steps += int(values[1])
         done = values[3] != 0
+        fresh = np.flatnonzero(changed_at > seen[source]).astype(np.int32)
+        seen[source] = version
+        full = 3 * fresh.shape[0] >= 2 * x.shape[0]   # 12 B per sparse entry, 8 B dense
+        if full:
+            fresh = fresh[:0]
+        reply = np.empty(REPLY_HEADER + (x.shape[0] if full else fresh.shape[0]))
         reply[0] = STOP if done else INNER
         reply[1] = version
         reply[2] = b
-        reply[3:] = x
+        reply[3] = full
+        reply[REPLY_HEADER:] = x if full else x[fresh]
+        comm.Send(fresh, dest=source, tag=TAG_REPLY_INDEX)
         comm.Send(reply, dest=source, tag=TAG_REPLY)
         nbytes = index.nbytes + values.nbytes
         messages += 1
         message_bytes += nbytes
         wire.received += nbytes
-        wire.sent += reply.nbytes
+        wire.sent += fresh.nbytes + reply.nbytes
         if done:
             running -= 1
     return x, b, steps, (tau_sum / max(steps, 1), tau_max), messages, message_bytes
@@ -460,7 +474,7 @@ def _work_inner(comm, wire, rows, x, b, run_batch, rng, batch):
     base = x.copy()
     local = x.copy()
     intercept = np.array([b])
-    reply = np.empty(3 + x.shape[0])
+    status = _mpi().Status()
     while True:
         samples = order[position:position + batch]
         position += samples.shape[0]
@@ -476,13 +490,26 @@ def _work_inner(comm, wire, rows, x, b, run_batch, rng, batch):
         values[HEADER:] = delta[index]
         wait(comm.Isend(index, dest=0, tag=TAG_INDEX))
         wait(comm.Isend(values, dest=0, tag=TAG_VALUES))
-        wait(comm.Irecv(reply, source=0, tag=TAG_REPLY))
+        pause = 2e-5
+        while not comm.Iprobe(source=0, tag=TAG_REPLY_INDEX, status=status):
+            time.sleep(pause)
+            pause = min(2 * pause, 1e-3)
+        fresh = np.empty(status.Get_count(_mpi().INT32_T), dtype=np.int32)
+        comm.Recv(fresh, source=0, tag=TAG_REPLY_INDEX)
+        reply_status = _mpi().Status()
+        comm.Probe(source=0, tag=TAG_REPLY, status=reply_status)
+        reply = np.empty(reply_status.Get_count(_mpi().DOUBLE))
+        comm.Recv(reply, source=0, tag=TAG_REPLY)
         wire.sent += index.nbytes + values.nbytes
-        wire.received += reply.nbytes
+        wire.received += fresh.nbytes + reply.nbytes
         version = int(reply[1])
         intercept[0] = reply[2]
-        base[:] = reply[3:]
-        local[:] = base
+        if reply[3]:
+            base[:] = reply[REPLY_HEADER:]
+            local[:] = base
+        else:
+            base[fresh] = reply[REPLY_HEADER:]
+            local[fresh] = reply[REPLY_HEADER:]
         if reply[0] == STOP:
             return
 
