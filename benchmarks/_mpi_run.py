@@ -1,0 +1,198 @@
+"""One Dis-DDSS (or baseline) run under mpirun, for bench_distributed.py and
+bench_speedup.py. SPMD: every rank runs this file.
+
+    mpirun -n K+1 python benchmarks/_mpi_run.py --data ctr_small --loss squared \\
+        --lam-ratio 1e-3 --fit-intercept --method ddss --tol 1e-6 --max-time 30 --out r.json
+
+Every rank builds the same data with bench_serial.load_data (a deterministic generator or
+the embedded a9a file), the workers (ranks 1..K) each keep a contiguous block of rows
+(np.array_split order, as tests/mpi/solve_shards.py) and the server (rank 0) none;
+lam = lam_ratio * distributed_lam_max. Before the timed solve every rank runs the same
+method on a tiny problem (numba kernels loaded or compiled, MPI connections opened) and
+builds its shard's shuffled CSR copy, then a barrier; the history's clock (solve_mpi's
+own) starts inside the solve. Rank 0 writes the JSON: the history, the result, the shard
+sizes and each rank's load / warm-up / solve seconds.
+
+The driver side (``launch``) lives here too, so that both benchmarks start runs the same
+way; importing this module does not import mpi4py (only ``main`` does).
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.abspath(__file__)
+# one thread per rank: the ranks are the parallelism (numba kernels here are serial)
+RANK_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "NUMBA_NUM_THREADS": "1"}
+
+
+# --------------------------------------------------------------------------- driver side
+
+def find_mpirun(explicit=None):
+    """mpirun next to the interpreter (the PyPI mpich wheel puts it there), else on PATH."""
+    if explicit:
+        return explicit
+    here = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    return here if os.path.exists(here) else shutil.which("mpirun")
+
+
+def launch(n_ranks, out, *, data, loss, lam_ratio, fit_intercept, method, tol, max_time,
+           seed=0, timeout=None, mpirun=None, extra_args=()):
+    """Run ``mpirun -n n_ranks python _mpi_run.py ...`` and return
+    (payload dict or None, wall seconds of the whole mpirun, error text or None).
+    A run past ``timeout`` seconds has its process group killed."""
+    mpirun = find_mpirun(mpirun)
+    if mpirun is None:
+        return None, 0.0, "no mpirun found (pip install mpich)"
+    if os.path.exists(out):
+        os.remove(out)
+    cmd = [mpirun, "-n", str(n_ranks), sys.executable, SCRIPT, "--out", out,
+           "--data", data, "--loss", loss, "--lam-ratio", repr(float(lam_ratio)),
+           "--method", method, "--tol", repr(float(tol)), "--max-time", repr(float(max_time)),
+           "--seed", str(seed)] + (["--fit-intercept"] if fit_intercept else []) + \
+        list(extra_args)
+    path = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, PYTHONPATH=(path + os.pathsep if path else "") + ROOT)
+    for key, value in RANK_ENV.items():
+        env.setdefault(key, value)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)        # mpirun and the ranks it started
+        proc.communicate()
+        return None, time.perf_counter() - t0, f"killed after {timeout:.0f} s (timeout)"
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0 or not os.path.exists(out):
+        tail = (stderr or stdout or "").strip().splitlines()[-6:]
+        return None, wall, f"mpirun exit {proc.returncode}: " + " | ".join(tail)
+    with open(out) as f:
+        return json.load(f), wall, None
+
+
+# --------------------------------------------------------------------------- SPMD side
+
+def _warm_up(comm, method_flags, loss, fit_intercept):
+    """The same method on a tiny CTR problem (every rank): kernels compiled or loaded from
+    numba's cache, MPI connections set up, before anything is timed."""
+    import numpy as np
+    from asyncopt.data import make_ctr
+    from asyncopt.losses import get_loss
+    from asyncopt.penalties import L1
+    from asyncopt.problem import Problem
+    from asyncopt.solvers.mpi import distributed_lam_max, solve_mpi
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    n, p = 60 * (size - 1), 120
+    X, y, _ = make_ctr(n, p, nnz_per_row=5, random_state=1)
+    if loss == "logistic":
+        y = np.where(y > np.median(y), 1.0, -1.0)
+    penalty = L1(p)
+    shard = None
+    if rank > 0:
+        rows = np.array_split(np.arange(n), size - 1)[rank - 1]
+        shard = Problem(X[rows], y[rows], loss, penalty, 1.0, fit_intercept)
+    code = get_loss(loss).code
+    lam = 0.1 * distributed_lam_max(comm, shard, penalty, n, code, fit_intercept)
+    solve_mpi(comm, shard if shard is None else shard.with_lam(lam), penalty, p, code, lam,
+              fit_intercept, tol=1e-5, max_epochs=3, random_state=0, **method_flags)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="one solve_mpi run (run under mpirun)")
+    parser.add_argument("--out", required=True, help="JSON written by rank 0")
+    parser.add_argument("--data", required=True, help="a bench_serial.load_data key")
+    parser.add_argument("--loss", default="squared", choices=("squared", "logistic"))
+    parser.add_argument("--lam-ratio", type=float, required=True)
+    parser.add_argument("--fit-intercept", action="store_true")
+    parser.add_argument("--method", default="ddss",
+                        choices=("ddss", "ddss_naive", "prox_asaga", "prox_asvrg"))
+    parser.add_argument("--tol", type=float, default=1e-6)
+    parser.add_argument("--max-time", type=float, default=None)
+    parser.add_argument("--max-epochs", type=int, default=10 ** 7)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch", type=int, default=None,
+                        help="local steps per message (solve_mpi's default: n / (50 workers))")
+    parser.add_argument("--no-warm-up", action="store_true")
+    args = parser.parse_args(argv)
+
+    t_process = time.perf_counter()
+    from mpi4py import MPI
+
+    sys.path.append(ROOT)
+    import numpy as np
+    from benchmarks.bench_serial import load_data
+    from asyncopt.estimators import mpi_flags
+    from asyncopt.losses import get_loss
+    from asyncopt.penalties import L1
+    from asyncopt.problem import Problem
+    from asyncopt.solvers.mpi import distributed_lam_max, solve_mpi
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size < 2:
+        raise SystemExit("_mpi_run.py needs mpirun -n 2 or more (1 server + workers)")
+    flags = mpi_flags(args.method)
+    t0 = time.perf_counter()
+    X, y = load_data(args.data)
+    n, p = X.shape
+    nnz = int(X.nnz)
+    penalty = L1(p)
+    shard, rows = None, 0
+    if rank > 0:
+        part = np.array_split(np.arange(n), size - 1)[rank - 1]
+        lo, hi = int(part[0]), int(part[-1]) + 1
+        shard = Problem(X[lo:hi], y[lo:hi], args.loss, penalty, 1.0, args.fit_intercept)
+        rows = hi - lo
+    code = get_loss(args.loss).code
+    del X, y
+    # also builds each shard's shuffled CSR copy (cached, shared by with_lam): untimed
+    lam_max = distributed_lam_max(comm, shard, penalty, n, code, args.fit_intercept)
+    lam = args.lam_ratio * lam_max
+    shard = None if shard is None else shard.with_lam(lam)
+    t_load = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    if not args.no_warm_up:
+        _warm_up(comm, flags, args.loss, args.fit_intercept)
+    comm.Barrier()
+    t_warm = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    result = solve_mpi(comm, shard, penalty, p, code, lam, args.fit_intercept,
+                       tol=args.tol, max_epochs=args.max_epochs, random_state=args.seed,
+                       max_time=args.max_time, batch=args.batch, label=args.method,
+                       **flags)
+    t_solve = time.perf_counter() - t0
+    timings = comm.gather({"rank": rank, "rows": rows, "load_s": t_load,
+                           "warm_up_s": t_warm, "solve_s": t_solve,
+                           "process_s": time.perf_counter() - t_process}, root=0)
+    if rank == 0:
+        payload = {
+            "method": args.method, "flags": flags, "n_ranks": size, "workers": size - 1,
+            "data": args.data, "loss": args.loss, "fit_intercept": args.fit_intercept,
+            "lam_ratio": args.lam_ratio, "lam_max": lam_max, "lam": lam,
+            "n_samples": n, "n_features": p, "nnz": nnz, "tol": args.tol,
+            "max_time": args.max_time, "seed": args.seed, "batch": args.batch,
+            "converged": bool(result.converged), "epochs": int(result.n_iter),
+            "gap": float(result.gap), "primal": float(result.primal),
+            "support": int(np.count_nonzero(result.coef)), "intercept": float(result.intercept),
+            "ranks": timings, "history": result.history,
+            "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
+        }
+        tmp = args.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(payload, f)
+        os.replace(tmp, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,436 @@
+"""Speed-up benchmark (thesis Figure 3): seconds to duality gap 1e-6 * P(0) of Dis-DDSS on
+1, 2, 4, 8 MPI workers (mpirun -n 2, 3, 5, 9) and of Sha-DDSS on 1, 2 (4, 8 where the
+machine has the cores) threads; speed-up t(1) / t(k) against the ideal k.
+
+    cd /work/main && PYTHONPATH=. .venv/bin/python benchmarks/bench_speedup.py [--quick]
+        [--workers 1 2 4 8] [--threads 1 2] [--time-cap S] [--repeat N]
+
+Problem: Lasso with intercept at lam = 1e-3 lam_max on make_ctr(200_000, 100_000,
+nnz_per_row=30, random_state=0) (bench_serial's ctr_lasso_1e-3); --quick:
+make_ctr(20_000, 10_000, ...), 30 s cap, about 2-3 minutes.
+
+Dis-DDSS: one ``mpirun -n K+1 python benchmarks/_mpi_run.py`` per worker count and round
+(bench_distributed.run_mpi); the solve time is the history's time at the first record with
+rel gap <= target (solve_mpi's clock; data loading, numba loading and MPI start-up
+excluded), and the wall time of the whole mpirun is kept too. Runs with more ranks than
+cores are marked oversubscribed. Sha-DDSS: solve_ddss(problem, tol,
+inner_loop=ThreadsInnerLoop(T)) in this process, the time read off its history the same way.
+--repeat N: best of N (rounds interleaved).
+
+Targets: Dis-DDSS 2 workers >= 1.6x faster than 1 worker; -n 9 (8 workers) within 3x of
+-n 3's time (solve and whole mpirun); 8 workers >= 6x faster than 1 on a 16-core machine
+("not measurable here" with fewer than 9 cores).
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+# the repository root, after PYTHONPATH (so PYTHONPATH can point at another asyncopt tree)
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks._mpi_run import RANK_ENV, find_mpirun  # noqa: E402
+from benchmarks.bench_distributed import (add_common_arguments, load_results,  # noqa: E402
+                                          run_mpi, save_figure)
+from benchmarks.bench_serial import (DATA_DESCRIPTION, _check, _yes_no, load_data,  # noqa: E402
+                                     log, problem_specs, source_fingerprint)
+from benchmarks.bench_shared import better  # noqa: E402
+from benchmarks.common import (RESULTS_DIR, SolverRun, format_table, from_history,  # noqa: E402
+                               machine_info, ratio, run_from_dict, write_json)
+
+from asyncopt.data import make_ctr  # noqa: E402
+from asyncopt.problem import Problem  # noqa: E402
+from asyncopt.solvers import solve_ddss  # noqa: E402
+from asyncopt.solvers.threads import ThreadsInnerLoop  # noqa: E402
+
+PROBLEM = "ctr_lasso_1e-3"
+FAMILIES = {"dis": "Dis-DDSS (MPI workers)", "sha": "Sha-DDSS (threads)"}
+
+
+def key_of(family, k):
+    return f"{family}@{k}"
+
+
+# --------------------------------------------------------------------------- runs
+
+def run_dis(spec, workers, target, cap, rep, args, workdir, cores):
+    """One Dis-DDSS mpirun on ``workers`` workers (bench_distributed.run_mpi)."""
+    run, _ = run_mpi(spec, "ddss", workers, target, cap, rep, args, workdir)
+    run.solver = key_of("dis", workers)
+    run.extra.update(k=workers, n_ranks=workers + 1, oversubscribed=workers + 1 > cores)
+    ranks = run.extra.get("ranks")
+    if ranks:
+        # mpirun wall minus the slowest rank's solve: process start-up, imports, data,
+        # warm-up, the final gather and exit
+        run.extra["startup_s"] = run.extra["mpirun_wall_s"] - max(r["solve_s"] for r in ranks)
+    return run
+
+
+def warm_up_threads(threads, fit_intercept):
+    """Compile / load the serial and threaded DDSS epochs on a tiny problem."""
+    X, y, _ = make_ctr(400, 300, nnz_per_row=5, random_state=1)
+    tiny = Problem(X, y, "squared", lam=1.0, fit_intercept=fit_intercept)
+    tiny = tiny.with_lam(0.1 * tiny.lam_max())
+    for t in threads:
+        solve_ddss(tiny, tol=1e-5, max_epochs=5, random_state=0,
+                   inner_loop=ThreadsInnerLoop(n_jobs=t))
+
+
+def run_sha(problem, threads, target, cap, rep, cores):
+    """One Sha-DDSS solve on ``threads`` threads in this process."""
+    t0 = time.perf_counter()
+    result = solve_ddss(problem, tol=target, max_epochs=10 ** 7, random_state=rep,
+                        max_time=cap, inner_loop=ThreadsInnerLoop(n_jobs=threads))
+    wall = time.perf_counter() - t0
+    run = from_history(key_of("sha", threads), result.history, target,
+                       note="" if result.converged else "stopped at the time cap")
+    if run.reached and run.time > cap:
+        run.reached, run.time, run.note = False, None, "reached after the time cap"
+    last = result.history[-1]
+    run.extra.update(k=threads, threads=threads, oversubscribed=threads > cores,
+                     call_wall_s=wall, converged=bool(result.converged),
+                     staleness_mean=float(last["staleness_mean"]),
+                     support=int((result.coef != 0).sum()))
+    return run
+
+
+def round_summary(run, rep):
+    e = run.extra
+    return {"round": rep, "reached": run.reached, "solve_s": run.time,
+            "best_rel_gap": run.best_rel_gap, "epochs": e.get("epochs"),
+            "mpirun_wall_s": e.get("mpirun_wall_s"), "call_wall_s": e.get("call_wall_s"),
+            "error": run.error}
+
+
+# --------------------------------------------------------------------------- main
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="CTR 20k x 10k instead of 200k x 100k, 30 s cap: a 2-3 minute "
+                             "smoke test")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8], metavar="K",
+                        help="MPI worker counts (mpirun -n K+1; default 1 2 4 8)")
+    parser.add_argument("--threads", type=int, nargs="+", default=None, metavar="T",
+                        help="Sha-DDSS thread counts (default: those of 1 2 4 8 that do not "
+                             "exceed the cores, at least 1 2)")
+    parser.add_argument("--no-mpi", action="store_true", help="skip the Dis-DDSS runs")
+    parser.add_argument("--no-threads", action="store_true", help="skip the Sha-DDSS runs")
+    parser.add_argument("--time-cap", type=float, default=None,
+                        help="seconds per run (max_time; default 300, 30 with --quick)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of every count, interleaved; best of N (default 1)")
+    add_common_arguments(parser, "bench_speedup")
+    args = parser.parse_args(argv)
+    if args.replot:
+        return replot(args.replot)
+    cores = os.cpu_count() or 1
+    workers = [] if args.no_mpi else sorted(set(args.workers))
+    threads = [] if args.no_threads else sorted(set(
+        args.threads or [t for t in (1, 2, 4, 8) if t <= max(cores, 2)]))
+    if any(k < 1 for k in workers + threads):
+        parser.error("worker and thread counts must be >= 1")
+    cap = args.time_cap if args.time_cap is not None else (30.0 if args.quick else 300.0)
+    target = args.target
+    spec = next(s for s in problem_specs(args.quick) if s["name"] == PROBLEM)
+    stem = "bench_speedup_quick" if args.quick else "bench_speedup"
+    json_path = args.output or os.path.join(RESULTS_DIR, stem + ".json")
+    png_path = os.path.splitext(json_path)[0] + ".png"
+
+    info = machine_info(("mpi4py", "matplotlib"))
+    info["asyncopt_source"] = source_fingerprint()
+    info["mpirun"] = find_mpirun(args.mpirun)
+    info["rank_env"] = {k: os.environ.get(k, v) for k, v in RANK_ENV.items()}
+    log(f"bench_speedup: os.cpu_count() = {cores}, {info['cpu_model']}, mpirun "
+        f"{info['mpirun']}, " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
+    log(f"{PROBLEM}: {DATA_DESCRIPTION[spec['data']]}, lam = {spec['lam_ratio']:g} lam_max; "
+        f"target gap <= {target:g} * P(0), cap {cap:g} s, repeat {args.repeat}; "
+        f"Dis-DDSS workers {workers} (ranks {[w + 1 for w in workers]}), Sha-DDSS threads "
+        f"{threads}")
+    over = [f"-n {w + 1}" for w in workers if w + 1 > cores] + \
+        [f"{t} threads" for t in threads if t > cores]
+    if over:
+        log(f"warning: more ranks / threads than the {cores} cores (oversubscribed): "
+            + ", ".join(over))
+    if workers and info["mpirun"] is None:
+        log("error: no mpirun (pip install mpich); use --no-mpi")
+        return 1
+
+    problem, meta = None, {**spec, "data_description": DATA_DESCRIPTION[spec["data"]]}
+    if threads:
+        t0 = time.perf_counter()
+        X, y = load_data(spec["data"])
+        base = Problem(X, y, spec["loss"], lam=1.0, fit_intercept=spec["fit_intercept"])
+        lam_max = base.lam_max()           # also builds the shuffled CSR copy, untimed
+        problem = base.with_lam(spec["lam_ratio"] * lam_max)
+        meta.update(n_samples=X.shape[0], n_features=X.shape[1], nnz=X.nnz,
+                    lam_max_serial=lam_max, lam_serial=problem.lam,
+                    P0=problem.zero_certificate().primal)
+        warm_up_threads(threads, spec["fit_intercept"])
+        log(f"data {X.shape}, nnz {X.nnz:,}, P(0) = {meta['P0']:.6g}; warm-up "
+            f"({time.perf_counter() - t0:.1f} s)")
+
+    best, rounds = {}, {}
+    t_start = time.perf_counter()
+    order = [("dis", w) for w in workers] + [("sha", t) for t in threads]
+    with tempfile.TemporaryDirectory(prefix="bench_speedup_") as workdir:
+        for rep in range(max(1, args.repeat)):
+            for family, k in (order if rep % 2 == 0 else order[::-1]):
+                key = key_of(family, k)
+                t0 = time.perf_counter()
+                try:
+                    if family == "dis":
+                        run = run_dis(spec, k, target, cap, rep, args, workdir, cores)
+                    else:
+                        run = run_sha(problem, k, target, cap, rep, cores)
+                except Exception as exc:  # noqa: BLE001 - report, go on with the rest
+                    run = SolverRun(key, False, error=repr(exc), extra={"k": k})
+                run.extra.setdefault("k", k)
+                rounds.setdefault(key, []).append(round_summary(run, rep))
+                if better(run, best.get(key)):
+                    best[key] = run
+                _log_run(rep, key, run, cap, time.perf_counter() - t0)
+    for key, run in best.items():
+        walls = [r["mpirun_wall_s"] for r in rounds[key] if r.get("mpirun_wall_s")
+                 and not r["error"]]
+        if walls:
+            run.extra["best_mpirun_wall_s"] = min(walls)
+        run.extra["rounds"] = rounds[key]
+    report(best, workers, threads, cap, target, args, info, meta, cores, json_path,
+           png_path, time.perf_counter() - t_start)
+    return 0
+
+
+def _log_run(rep, key, run, cap, wall):
+    if run.error:
+        log(f"  [{rep}] {key:6s} ERROR {run.error}")
+        return
+    e = run.extra
+    t = f"{run.time:.2f} s" if run.reached else f">{cap:g} s"
+    where = (f"mpirun {e['mpirun_wall_s']:.1f} s (start-up etc. {e.get('startup_s', 0):.1f} s)"
+             if "mpirun_wall_s" in e else f"call {e.get('call_wall_s', wall):.2f} s")
+    log(f"  [{rep}] {key:6s} to target {t:>8s}  best gap {run.best_rel_gap:.1e}  epochs "
+        f"{e.get('epochs')}  {where}" + ("  [oversubscribed]" if e.get("oversubscribed")
+                                         else ""))
+
+
+# --------------------------------------------------------------------------- report
+
+def speedups(best, family, counts, cap):
+    """{k: (value, text, kind)} of t(first count) / t(k) on the solve time."""
+    if not counts:
+        return {}
+    base = best.get(key_of(family, counts[0]))
+    return {k: ratio(base, best.get(key_of(family, k)), cap) for k in counts}
+
+
+def wall_ratio(best, a, b):
+    """best mpirun wall of ``a`` / that of ``b`` (None if either is missing)."""
+    wa = best.get(a).extra.get("best_mpirun_wall_s") if best.get(a) else None
+    wb = best.get(b).extra.get("best_mpirun_wall_s") if best.get(b) else None
+    return None if not wa or not wb else wa / wb
+
+
+def targets_report(best, cap, cores):
+    lines, out = [], {}
+
+    def add(label, what, v, shown, kind, op, bound, note=""):
+        ok = _check(v, kind, op, bound)
+        out[label] = {"met": ok, "ratio": v, "ratio_text": shown, "ratio_kind": kind,
+                      "what": what}
+        lines.append(f"{what}: {shown} -> {_yes_no(ok)}{note}")
+
+    d1, d2, d8 = (best.get(key_of("dis", k)) for k in (1, 2, 8))
+    if d1 and d2:
+        v, shown, kind = ratio(d1, d2, cap)
+        add("dis@1/dis@2 >= 1.6", "Dis-DDSS 2 workers >= 1.6x faster than 1 (t1/t2, solve "
+            "to 1e-6)", v, shown, kind, ">=", 1.6)
+    if d2 and d8:
+        v, shown, kind = ratio(d8, d2, cap)
+        add("dis@8/dis@2 <= 3 (solve)", "-n 9 within 3x of -n 3 (t8/t2, solve to 1e-6)",
+            v, shown, kind, "<=", 3, "" if cores >= 9 else f" [-n 9 oversubscribed on "
+                                                             f"{cores} cores]")
+        w = wall_ratio(best, key_of("dis", 8), key_of("dis", 2))
+        if w is not None:
+            add("dis@8/dis@2 <= 3 (mpirun wall)", "-n 9 within 3x of -n 3 (whole mpirun "
+                "wall, start-up included)", w, f"{w:.2f}", "exact", "<=", 3)
+    if d1 and d8:
+        v, shown, kind = ratio(d1, d8, cap)
+        label = "dis@1/dis@8 >= 6 (16 cores)"
+        what = "Dis-DDSS 8 workers >= 6x faster than 1 on a 16-core machine (t1/t8)"
+        if cores < 9:
+            out[label] = {"met": None, "ratio": v, "ratio_text": shown, "ratio_kind": kind,
+                          "what": what, "status": f"not measurable here ({cores} cores < 9 "
+                                                  f"ranks)"}
+            lines.append(f"{what}: not measurable here ({cores} cores < 9 ranks; measured "
+                         f"{shown}, oversubscribed)")
+        else:
+            add(label, what, v, shown, kind, ">=", 6,
+                "" if cores >= 16 else f" [{cores} cores, not 16]")
+    return lines, out
+
+
+def table_rows(best, workers, threads, cap):
+    header = ["backend", "k", "ranks/threads", "oversub.", "s to target", "speed-up",
+              "ideal", "epochs", "best gap", "mpirun s", "mpirun speed-up", "start-up s"]
+    rows = []
+    dis_sp = speedups(best, "dis", workers, cap)
+    sha_sp = speedups(best, "sha", threads, cap)
+    base_wall = best.get(key_of("dis", workers[0])).extra.get("best_mpirun_wall_s") \
+        if workers and best.get(key_of("dis", workers[0])) else None
+    for family, counts, sp in (("dis", workers, dis_sp), ("sha", threads, sha_sp)):
+        for k in counts:
+            run = best.get(key_of(family, k))
+            if run is None:
+                continue
+            e = run.extra
+            wall = e.get("best_mpirun_wall_s")
+            row = [FAMILIES[family].split(" ")[0], k,
+                   f"-n {k + 1}" if family == "dis" else f"{k} thread" + "s" * (k > 1),
+                   "yes" if e.get("oversubscribed") else "no",
+                   "error" if run.error else (f"{run.time:.2f}" if run.reached
+                                              else f">{cap:g}"),
+                   sp[k][1], f"{k / counts[0]:g}", e.get("epochs", "-"),
+                   "-" if run.best_rel_gap is None else f"{run.best_rel_gap:.1e}",
+                   "-" if wall is None else f"{wall:.1f}",
+                   "-" if wall is None or base_wall is None else f"{base_wall / wall:.2f}",
+                   "-" if "startup_s" not in e else f"{e['startup_s']:.1f}"]
+            rows.append(row)
+    return header, rows
+
+
+def report(best, workers, threads, cap, target, args, info, meta, cores, json_path,
+           png_path, seconds):
+    header, rows = table_rows(best, workers, threads, cap)
+    table = format_table(header, rows)
+    target_lines, met = targets_report(best, cap, cores)
+    dis = next((r for k, r in best.items() if k.startswith("dis@") and "lam" in r.extra),
+               None)
+    log(f"\nseconds to gap <= {target:g} * P(0) (solver clock; >cap: not reached in {cap:g} "
+        f"s); speed-up = t(1) / t(k) ('>': a lower bound, '<': an upper bound); mpirun s: "
+        f"the whole mpirun (best of rounds), start-up: mpirun wall - slowest rank's solve; "
+        f"os.cpu_count() = {cores}\n")
+    log(table)
+    log("\ntargets" + (" (quick sizes: not the 200,000 x 100,000 problem)" if args.quick
+                       else "") + ":")
+    for line in target_lines:
+        log("  " + line)
+    payload = {
+        "benchmark": "bench_speedup", "quick": args.quick, "complete": True,
+        "target_rel_gap": target, "time_cap_s": cap, "repeat": args.repeat,
+        "cpu_count": cores, "workers": workers, "threads": threads,
+        "n_ranks": [w + 1 for w in workers],
+        "oversubscribed": {key: bool(r.extra.get("oversubscribed")) for key, r in best.items()},
+        "machine": info, "total_seconds": seconds, "problem": meta,
+        "runs": {key: r.as_dict() for key, r in best.items()},
+        "speedup": {"dis": {str(k): v[0] for k, v in speedups(best, "dis", workers, cap).items()},
+                    "sha": {str(k): v[0] for k, v in speedups(best, "sha", threads, cap).items()}},
+        "table": {"header": header, "rows": rows}, "table_text": table,
+        "targets": met, "targets_text": target_lines,
+        "method": {
+            "dis": "mpirun -n k+1 python benchmarks/_mpi_run.py --method ddss (bench_distributed"
+                   ".run_mpi): shards of contiguous rows, warm-up solve, barrier, solve_mpi(tol="
+                   "target, max_time=cap); time = history time of the first record with "
+                   "rel_gap <= target (solver clock); extra.mpirun_wall_s: the whole mpirun, "
+                   "extra.startup_s: that minus the slowest rank's solve",
+            "sha": "solve_ddss(problem, tol=target, inner_loop=ThreadsInnerLoop(T), max_time=cap)"
+                   " in the driver after a warm-up; time read off its history the same way; "
+                   "extra.call_wall_s: the whole call",
+            "speedup": "t(first count) / t(k) on the solve time; capped runs give bounds",
+            "repeat": "rounds interleave every count (odd rounds reversed); best of N on the "
+                      "solve time (else lowest gap); best_mpirun_wall_s is the minimum over "
+                      "rounds; extra.rounds has every round",
+            "oversubscribed": "more MPI ranks (workers + server) or threads than "
+                              "os.cpu_count()",
+        },
+    }
+    if dis is not None:
+        payload["problem"].update(lam_mpi=dis.extra["lam"], lam_max_mpi=dis.extra["lam_max"])
+    write_json(json_path, payload)
+    if not args.no_plot and best:
+        plot_speedup(png_path, best, workers, threads, cap, target, info, meta)
+    log(f"\nwrote {json_path}" + ("" if args.no_plot else f" and {png_path}"))
+
+
+def plot_speedup(path, best, workers, threads, cap, target, info, meta):
+    """Left: speed-up t(1) / t(k) against k with the ideal line (hollow markers: more
+    ranks / threads than cores; triangles: bounds from capped runs). Right: seconds to the
+    target (solve, and the whole mpirun for Dis-DDSS)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11.5, 4.6))
+    colours = {"dis": "tab:blue", "sha": "tab:orange"}
+    counts_all = sorted(set(workers) | set(threads)) or [1]
+    ax1.plot(counts_all, counts_all, color="k", ls="--", lw=0.8, label="ideal")
+    for family, counts in (("dis", workers), ("sha", threads)):
+        sp = speedups(best, family, counts, cap)
+        xs, ys = [], []
+        for k in counts:
+            v, _, kind = sp.get(k, (None, None, None))
+            run = best.get(key_of(family, k))
+            if v is None or run is None:
+                continue
+            over = run.extra.get("oversubscribed")
+            marker = {"lower": "^", "upper": "v"}.get(kind, "o")
+            ax1.plot(k, v, marker=marker, ms=8, color=colours[family],
+                     mfc="none" if over else colours[family], ls="none")
+            xs.append(k)
+            ys.append(v)
+        if xs:
+            ax1.plot(xs, ys, color=colours[family], lw=1.4, label=FAMILIES[family])
+        for k in counts:
+            run = best.get(key_of(family, k))
+            if run is None or run.error:
+                continue
+            t = run.time if run.reached else cap
+            over = run.extra.get("oversubscribed")
+            ax2.plot(k, t, marker="o" if run.reached else "^", ms=7, color=colours[family],
+                     mfc="none" if over else colours[family], ls="none")
+        pts = [(k, best[key_of(family, k)].time) for k in counts
+               if key_of(family, k) in best and best[key_of(family, k)].reached]
+        if pts:
+            ax2.plot(*zip(*pts), color=colours[family], lw=1.4,
+                     label=f"{FAMILIES[family]}: solve")
+    walls = [(k, best[key_of("dis", k)].extra.get("best_mpirun_wall_s")) for k in workers
+             if key_of("dis", k) in best and best[key_of("dis", k)].extra.get(
+                 "best_mpirun_wall_s")]
+    if walls:
+        ax2.plot(*zip(*walls), color=colours["dis"], ls=":", marker="s", ms=5,
+                 label="Dis-DDSS: whole mpirun (start-up included)")
+    ax2.axhline(cap, color="grey", ls=":", lw=0.8)
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(counts_all, [str(k) for k in counts_all])
+        ax.set_xlabel("workers (MPI) / threads")
+        ax.grid(alpha=0.3)
+    ax1.set_yscale("log", base=2)
+    ax1.set_ylabel("speed-up t(1) / t(k)")
+    ax1.set_title("speed-up to gap {:g} (hollow: oversubscribed)".format(target), fontsize=10)
+    ax1.legend(fontsize=8)
+    ax2.set_yscale("log")
+    ax2.set_ylabel("seconds")
+    ax2.set_title(f"seconds to gap {target:g} (triangles: not reached in the cap)",
+                  fontsize=10)
+    ax2.legend(fontsize=8)
+    fig.suptitle(f"{meta.get('name', PROBLEM)}: {meta.get('data_description', '')}, "
+                 f"lam = {meta.get('lam_ratio', 1e-3):g} lam_max ({info['cpu_count']} cores, "
+                 f"{info['cpu_model']}, {info['date'][:10]})", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    return save_figure(fig, path)
+
+
+def replot(json_path):
+    payload, png_path = load_results(json_path)
+    best = {k: run_from_dict(v) for k, v in payload["runs"].items()}
+    plot_speedup(png_path, best, payload["workers"], payload["threads"],
+                 payload["time_cap_s"], payload["target_rel_gap"], payload["machine"],
+                 payload["problem"])
+    log(f"wrote {png_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
