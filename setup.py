@@ -15,6 +15,8 @@ INSTALL_REQUIRES = [
     "numba>=0.58",
     "scikit-learn>=1.3",
 ]
+# Optional: asyncopt.deep (the torch bridge) needs PyTorch; the rest of asyncopt does not.
+EXTRAS_REQUIRE = {"deep": ["torch>=2.4"]}
 
 # ---------------------------------------------------------------------------
 # C extension (native/): the C + OpenMP lock-free inner loop of Sha-DDSS.
@@ -79,6 +81,7 @@ setup(
     packages=find_packages(exclude=["tests", "tests.*", "benchmarks", "benchmarks.*"]),
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
     package_data={"asyncopt.data": ["*.npz", "*.xz", "*.gz"]},
     include_package_data=False,
     ext_modules=EXT_MODULES,

@@ -1,0 +1,414 @@
+"""Synchronous federated rounds over flat float32 parameter vectors (DESIGN 6).
+
+Protocol of round r (FedAvg, McMahan et al. 2017; FedProx, Li et al. 2020):
+
+1. the server samples m = max(1, round(fraction * K)) of the K clients without
+   replacement (``numpy.random.default_rng(seed)``, one draw per round; all K when
+   fraction = 1) and sends each the global vector w_r;
+2. client i loads w_r into its model, trains locally (the user's ``local_train(model,
+   client, round) -> n_i``, e.g. :class:`LocalTrainer`: E epochs of SGD on its data,
+   optionally with the FedProx term mu/2 ||w - w_r||^2 added to the loss) and replies
+   with its vector w_r^i and its sample count n_i;
+3. the server sets w_{r+1} = sum_i n_i w_r^i / sum_i n_i over the participants
+   (accumulated in float64; clients with n_i = 0 weigh 0; if all weigh 0, w_{r+1} = w_r).
+
+The vector (:class:`ParameterVector`) is every parameter of the model, then every
+floating-point buffer (BatchNorm running mean and variance), flattened in
+``named_parameters`` / ``named_buffers`` order and cast to float32: buffers are averaged
+like parameters, as FedAvg on state dicts does. Integer buffers (BatchNorm's
+``num_batches_tracked``) never travel: each model keeps its own (they only matter for
+``momentum=None``). ``buffers=False`` leaves all buffers local.
+
+Byte accounting, per round: ``bytes_sent`` = 4 P m (the server's vector to each
+participant) and ``bytes_received`` = 4 P m (one vector from each), P the vector's length;
+the sample counts and participant lists (O(m) integers) are not counted. Both transports
+report the same counts: they are the protocol's, not the wire's (:class:`MPITransport`
+keeps its wire totals in ``wire_bytes_sent`` / ``wire_bytes_received``).
+
+Transports (same protocol, one interface: ``is_server``; ``start(n_clients,
+vector_size)`` on every rank; on the server ``exchange(round, clients, vector,
+run_client)``, yielding ``(client, vector, n)`` in ascending client order, and ``close()``;
+on the other ranks ``serve(run_client)``, which returns when the server closes;
+``abort()`` when a rank fails; ``run_client(client, vector, round) -> (vector, n)`` is one
+client's local update):
+
+- :class:`InProcessTransport`: every client runs in this process, one after the other,
+  on the one model;
+- :class:`MPITransport`: rank 0 is the server, ranks 1..W each run a fixed set of clients
+  on their own copy of the model.
+"""
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..progress import format_bytes
+
+FLOAT32_BYTES = 4
+
+
+class ParameterVector:
+    """A model's parameters (and floating-point buffers) <-> one flat float32 vector.
+
+    The layout is fixed at construction: parameters in ``named_parameters()`` order, then,
+    when ``buffers`` is true, floating-point buffers in ``named_buffers()`` order; each
+    tensor flattened (row-major). ``names`` and ``shapes`` describe it; ``size`` is P.
+    """
+
+    def __init__(self, model, buffers=True):
+        named = list(model.named_parameters())
+        if buffers:
+            named += [(name, b) for name, b in model.named_buffers()
+                      if torch.is_floating_point(b)]
+        if not named:
+            raise ValueError("the model has no parameters")
+        self.names = [name for name, _ in named]
+        self.tensors = [t for _, t in named]
+        self.shapes = [tuple(t.shape) for t in self.tensors]
+        self.numels = [t.numel() for t in self.tensors]
+        self.size = int(sum(self.numels))
+
+    @property
+    def nbytes(self):
+        """Bytes of one vector on the wire: 4 P."""
+        return FLOAT32_BYTES * self.size
+
+    @torch.no_grad()
+    def get(self):
+        """The current values as a new float32 numpy vector of length P."""
+        return torch.cat([t.detach().reshape(-1).to("cpu", torch.float32)
+                          for t in self.tensors]).numpy()
+
+    @torch.no_grad()
+    def set(self, vector):
+        """Load a length-P vector into the tensors (cast to each tensor's dtype)."""
+        vector = np.asarray(vector)
+        if vector.shape != (self.size,):
+            raise ValueError(f"expected a vector of shape ({self.size},), got {vector.shape}")
+        flat = torch.from_numpy(np.ascontiguousarray(vector, dtype=np.float32))
+        for tensor, piece in zip(self.tensors, torch.split(flat, self.numels)):
+            tensor.copy_(piece.view_as(tensor))
+
+
+def fedprox_term(params, global_params, mu):
+    """The FedProx proximal term mu/2 sum_j ||w_j - w_global_j||^2 (Li et al. 2020, eq. 2),
+    with gradient mu (w - w_global) with respect to w; ``global_params`` are constants."""
+    params, global_params = list(params), list(global_params)
+    if len(params) != len(global_params):
+        raise ValueError("params and global_params differ in length")
+    total = sum(((w - g.detach()) ** 2).sum() for w, g in zip(params, global_params))
+    return 0.5 * mu * total
+
+
+class LocalTrainer:
+    """The usual client update: ``epochs`` passes of minibatch SGD over the client's
+    samples with ``loss_fn(model(x), y)`` (default cross-entropy), plus the FedProx term
+    mu/2 ||w - w_r||^2 when ``mu > 0`` (w_r: the parameters the client received).
+
+    ``trainer(model, client, round)`` trains ``model`` in place on ``X[partition[client]]``
+    and returns the client's sample count. Batches are consecutive slices of the epoch's
+    order; a last batch of one sample joins the batch before it (BatchNorm cannot train
+    on one sample). Each call builds a fresh ``torch.optim.SGD(lr,
+    momentum, weight_decay)`` (no optimizer state crosses rounds). Reproducible: epoch e
+    visits the samples in the order ``numpy.random.default_rng([seed, round, client])
+    .permutation(n_i)`` (one permutation per epoch, batches of ``batch_size`` in that
+    order), after a first draw ``integers(2**63)`` of that generator that seeds torch's
+    global RNG (dropout) inside a ``torch.random.fork_rng`` block, which leaves it as it
+    was.
+    """
+
+    def __init__(self, X, y, partition, *, epochs=1, batch_size=32, lr=0.05, momentum=0.0,
+                 weight_decay=0.0, mu=0.0, loss_fn=None, seed=0):
+        self.X = torch.as_tensor(X)
+        self.y = torch.as_tensor(y)
+        self.partition = [np.asarray(p, dtype=np.int64) for p in partition]
+        self.epochs, self.batch_size = int(epochs), int(batch_size)
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.mu, self.seed = float(mu), seed
+        self.loss_fn = loss_fn or torch.nn.functional.cross_entropy
+
+    def __call__(self, model, client, round_index):
+        indices = self.partition[client]
+        if indices.size == 0:
+            return 0
+        rng = np.random.default_rng([self.seed, round_index, client])
+        params = [p for p in model.parameters() if p.requires_grad]
+        received = [p.detach().clone() for p in params] if self.mu > 0 else None
+        optimizer = torch.optim.SGD(params, lr=self.lr, momentum=self.momentum,
+                                    weight_decay=self.weight_decay)
+        model.train()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(rng.integers(2 ** 63)))
+            for _ in range(self.epochs):
+                order = indices[rng.permutation(indices.size)]
+                starts = list(range(0, order.size, self.batch_size))
+                if len(starts) > 1 and order.size - starts[-1] == 1:
+                    starts.pop()
+                for start, end in zip(starts, starts[1:] + [order.size]):
+                    batch = torch.from_numpy(order[start:end])
+                    loss = self.loss_fn(model(self.X[batch]), self.y[batch])
+                    if self.mu > 0:
+                        loss = loss + fedprox_term(params, received, self.mu)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+        return int(indices.size)
+
+
+def sample_clients(rng, n_clients, fraction):
+    """m = max(1, round(fraction * K)) distinct clients, ascending (all K when m = K)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"client_fraction must be in (0, 1], got {fraction}")
+    m = max(1, int(round(fraction * n_clients)))
+    if m == n_clients:
+        return np.arange(n_clients, dtype=np.int64)
+    return np.sort(rng.choice(n_clients, size=m, replace=False)).astype(np.int64)
+
+
+class InProcessTransport:
+    """All clients in this process, run one after the other on the server's model."""
+
+    is_server = True
+
+    def start(self, n_clients, vector_size):
+        pass
+
+    def exchange(self, round_index, clients, vector, run_client):
+        for client in np.sort(np.asarray(clients, dtype=np.int64)):
+            reply, n = run_client(int(client), vector, round_index)
+            yield int(client), reply, n
+
+    def serve(self, run_client):
+        raise RuntimeError("InProcessTransport has no worker side")
+
+    def close(self):
+        pass
+
+    def abort(self):
+        pass
+
+
+TAG_VECTOR, TAG_COUNT = 31, 32
+
+
+def client_ranks(n_clients, n_workers, assignment="round_robin"):
+    """The MPI rank (1..n_workers) that runs each client 0..K-1: ``"round_robin"``, client
+    c on rank 1 + c mod W; ``"contiguous"``, clients cut into W consecutive blocks of
+    ``numpy.array_split`` sizes, block w on rank w + 1."""
+    if assignment == "round_robin":
+        return 1 + np.arange(n_clients, dtype=np.int64) % n_workers
+    if assignment == "contiguous":
+        sizes = [len(block) for block in np.array_split(np.arange(n_clients), n_workers)]
+        return np.repeat(np.arange(1, n_workers + 1, dtype=np.int64), sizes)
+    raise ValueError(f"assignment must be 'round_robin' or 'contiguous', got {assignment!r}")
+
+
+class MPITransport:
+    """rank 0: the server; ranks 1..W (W = size - 1 >= 1): the clients, assigned
+    ``"round_robin"`` (client c on rank 1 + c mod W, the default) or ``"contiguous"``
+    (clients cut into W consecutive blocks, ``numpy.array_split`` sizes); see
+    :func:`client_ranks`.
+
+    Messages of a round, all numpy buffers (no pickles): Bcast of the header int64
+    [round, m] (m = -1: stop), Bcast of the m participant ids (int64), Bcast of the global
+    vector (float32, P); then every worker, for its participants in ascending order, Sends
+    its vector (float32, P, tag 31) and [client, n] (int64, tag 32) to rank 0, which
+    receives the participants in ascending client order (each worker sends in that order
+    too, so no message waits on a later one). Waits sleep instead of spinning
+    (``asyncopt.solvers.mpi.wait``), so more ranks than cores stay usable.
+    ``wire_bytes_sent`` / ``wire_bytes_received``: the float32 payload this rank put on /
+    took off the wire (the vector Bcast counts once per worker rank).
+    """
+
+    def __init__(self, comm=None, assignment="round_robin"):
+        from mpi4py import MPI
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        if self.size < 2:
+            raise ValueError("MPITransport needs at least 2 ranks (a server and a worker)")
+        client_ranks(0, 1, assignment)              # rejects an unknown assignment now
+        self.assignment = assignment
+        self.is_server = self.rank == 0
+        self.wire_bytes_sent = 0
+        self.wire_bytes_received = 0
+        self.n_clients = self.vector_size = None
+
+    def start(self, n_clients, vector_size):
+        self.n_clients, self.vector_size = int(n_clients), int(vector_size)
+        self.client_rank = client_ranks(n_clients, self.size - 1, self.assignment)
+
+    def rank_of(self, clients):
+        """The worker rank of each client."""
+        return self.client_rank[np.asarray(clients, dtype=np.int64)]
+
+    def _bcast(self, buf):
+        from ..solvers.mpi import wait
+        wait(self.comm.Ibcast(buf, root=0))
+        return buf
+
+    def _bcast_round(self, round_index, clients, vector):
+        self._bcast(np.array([round_index, len(clients)], dtype=np.int64))
+        self._bcast(np.asarray(clients, dtype=np.int64))
+        self._bcast(vector)
+        self.wire_bytes_sent += vector.nbytes * (self.size - 1)
+
+    def exchange(self, round_index, clients, vector, run_client):
+        """Server side of one round: yields (client, vector, n) in ascending client order
+        (``run_client`` runs on the workers, not here)."""
+        from ..solvers.mpi import wait
+        clients = np.sort(np.asarray(clients, dtype=np.int64))
+        self._bcast_round(round_index, clients,
+                          np.ascontiguousarray(vector, dtype=np.float32))
+        buf = np.empty(self.vector_size, dtype=np.float32)
+        count = np.empty(2, dtype=np.int64)
+        for client, rank in zip(clients, self.rank_of(clients)):
+            wait(self.comm.Irecv(buf, source=int(rank), tag=TAG_VECTOR))
+            wait(self.comm.Irecv(count, source=int(rank), tag=TAG_COUNT))
+            if count[0] != client:
+                raise RuntimeError(f"rank {rank} replied for client {count[0]}, "
+                                   f"expected {client}")
+            self.wire_bytes_received += buf.nbytes
+            yield int(client), buf.copy(), int(count[1])
+
+    def serve(self, run_client):
+        """Worker side: run this rank's participants every round until the server stops."""
+        from ..solvers.mpi import wait
+        vector = np.empty(self.vector_size, dtype=np.float32)
+        while True:
+            header = self._bcast(np.empty(2, dtype=np.int64))
+            round_index, m = int(header[0]), int(header[1])
+            if m < 0:
+                return
+            clients = self._bcast(np.empty(m, dtype=np.int64))
+            self._bcast(vector)
+            self.wire_bytes_received += vector.nbytes
+            for client in clients[self.rank_of(clients) == self.rank]:
+                reply, n = run_client(int(client), vector, round_index)
+                reply = np.ascontiguousarray(reply, dtype=np.float32)
+                wait(self.comm.Isend(reply, dest=0, tag=TAG_VECTOR))
+                wait(self.comm.Isend(np.array([client, n], dtype=np.int64), dest=0,
+                                     tag=TAG_COUNT))
+                self.wire_bytes_sent += reply.nbytes
+
+    def close(self):
+        """Server side: tell the workers to stop."""
+        if self.is_server:
+            self._bcast(np.array([-1, -1], dtype=np.int64))
+
+    def abort(self):
+        """A rank failed: print its traceback and end every rank (``MPI_Abort``), since
+        the others would wait for it forever."""
+        traceback.print_exc()
+        sys.stderr.flush()
+        self.comm.Abort(1)
+
+
+@dataclass
+class FederatedResult:
+    """``vector``: the final global vector (None on worker ranks, which also get an empty
+    ``history``); ``history``: one dict per round (see :func:`run_federated`)."""
+    vector: object
+    history: list = field(default_factory=list)
+    is_server: bool = True
+
+    @property
+    def bytes_sent(self):
+        return self.history[-1]["bytes_sent_total"] if self.history else 0
+
+    @property
+    def bytes_received(self):
+        return self.history[-1]["bytes_received_total"] if self.history else 0
+
+
+def _format_round(record, rounds, n_clients, label):
+    parts = [label, f"round {record['round'] + 1:>3}/{rounds}",
+             f"clients {len(record['participants'])}/{n_clients}",
+             f"sent {format_bytes(record['bytes_sent'])} "
+             f"recv {format_bytes(record['bytes_received'])}",
+             f"total {format_bytes(record['bytes_sent_total'])} "
+             f"/ {format_bytes(record['bytes_received_total'])}"]
+    metric = record.get("metric")
+    if isinstance(metric, dict):
+        parts += [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                  for k, v in metric.items()]
+    elif metric is not None:
+        parts.append(f"metric {metric:.4g}" if isinstance(metric, float) else f"metric {metric}")
+    parts.append(f"{record['time']:.2f} s")
+    return " | ".join(parts)
+
+
+def run_federated(model, local_train, n_clients, rounds, *, client_fraction=1.0, seed=0,
+                  transport=None, evaluate=None, buffers=True, verbose=True, label="fedavg"):
+    """Run ``rounds`` synchronous rounds of the protocol in the module docstring.
+
+    ``model``: the global model on the server (its current values are w_0) and the
+    client model on MPI worker ranks (the same architecture on every rank);
+    ``local_train(model, client, round) -> n_samples`` trains in place (see
+    :class:`LocalTrainer`); ``evaluate(model) -> float | dict`` runs on the server after
+    each round with the new global values loaded. ``transport``: an
+    :class:`InProcessTransport` (default) or :class:`MPITransport` (call this on every
+    rank). ``verbose``: one line per round on stderr.
+
+    Each history record: ``round`` (0-based), ``participants`` (client ids),
+    ``n_samples`` (their counts), ``bytes_sent`` and ``bytes_received`` (4 P m each),
+    ``bytes_sent_total`` and ``bytes_received_total`` (cumulative), ``time`` (seconds
+    since the start), and ``metric`` when ``evaluate`` is given. On the server the model
+    ends holding the final global vector.
+    """
+    transport = transport if transport is not None else InProcessTransport()
+    flat = ParameterVector(model, buffers=buffers)
+
+    def run_client(client, vector, round_index):
+        flat.set(vector)
+        n = local_train(model, client, round_index)
+        return flat.get(), int(n)
+
+    transport.start(n_clients, flat.size)
+    try:
+        if not transport.is_server:
+            transport.serve(run_client)
+            return FederatedResult(vector=None, history=[], is_server=False)
+        return _serve_rounds(model, flat, run_client, n_clients, rounds, client_fraction,
+                             seed, transport, evaluate, verbose, label)
+    except BaseException:
+        transport.abort()
+        raise
+
+
+def _serve_rounds(model, flat, run_client, n_clients, rounds, client_fraction, seed,
+                  transport, evaluate, verbose, label):
+    """The server's side of :func:`run_federated`: sample, exchange, average, record."""
+    rng = np.random.default_rng(seed)
+    vector = flat.get()
+    history, sent_total, received_total = [], 0, 0
+    start = time.perf_counter()
+    for r in range(rounds):
+        clients = sample_clients(rng, n_clients, client_fraction)
+        total = np.zeros(flat.size, dtype=np.float64)
+        weight, counts = 0, []
+        for client, reply, n in transport.exchange(r, clients, vector, run_client):
+            counts.append(n)
+            if n > 0:
+                total += n * reply.astype(np.float64)
+                weight += n
+        if weight > 0:
+            vector = (total / weight).astype(np.float32)
+        flat.set(vector)
+        sent = received = flat.nbytes * len(clients)
+        sent_total += sent
+        received_total += received
+        record = {"round": r, "participants": [int(c) for c in clients],
+                  "n_samples": counts, "bytes_sent": sent, "bytes_received": received,
+                  "bytes_sent_total": sent_total, "bytes_received_total": received_total}
+        if evaluate is not None:
+            record["metric"] = evaluate(model)
+        record["time"] = time.perf_counter() - start
+        history.append(record)
+        if verbose:
+            print(_format_round(record, rounds, n_clients, label), file=sys.stderr,
+                  flush=True)
+    transport.close()
+    return FederatedResult(vector=vector, history=history, is_server=True)
