@@ -5,7 +5,11 @@
   parameter groups (:class:`ParamGroupSpec`) after every inner step;
 - ``partition``: seeded IID / Dirichlet / k-classes / class-split client partitions;
 - ``federated``: synchronous federated rounds (FedAvg, FedProx) over flat float32 vectors,
-  in process or under mpirun, with byte accounting.
+  in process or under mpirun, with byte accounting;
+- ``fedlpfm``: Fed-LPFM (frozen per-client teachers distilled into the federated
+  student) and its baselines FedAvg, FedProx and FML, the seven partitions by name;
+- ``ato``: Auto-Train-Once structured pruning (controller-guided group prox on
+  zero-invariant groups, physical removal) and its equal-FLOPs baselines.
 
 PyTorch is optional for the rest of asyncopt; only this package imports it.
 """
@@ -14,9 +18,14 @@ try:
 except ImportError:
     raise ImportError("asyncopt.deep needs PyTorch: pip install torch==2.13.0") from None
 
+from .ato import (ATOController, ATOResult, GatedNet, TinyResNet, ato_schedule,
+                  flops_regularizer, magnitude_masks, random_masks, train_ato, train_dense,
+                  train_static_group_lasso, uniform_widths)
 from .federated import (FederatedResult, InProcessTransport, LocalTrainer, MPITransport,
-                        ParameterVector, client_ranks, fedprox_term, run_federated,
-                        sample_clients)
+                        ParameterVector, aggregation_weights, client_ranks, fedprox_term,
+                        run_federated, sample_clients)
+from .fedlpfm import (PARTITION_NAMES, DistillationLoss, MutualLearningLoss,
+                      distillation_loss, kd_term, make_partition, student_mlp)
 from .partition import (class_split_partition, dirichlet_partition, iid_partition,
                         k_classes_partition)
 from .prox import (ParamGroupSpec, ProxOptimizer, group_soft_threshold_,
@@ -27,4 +36,10 @@ __all__ = [
     "iid_partition", "dirichlet_partition", "k_classes_partition", "class_split_partition",
     "ParameterVector", "fedprox_term", "LocalTrainer", "sample_clients",
     "InProcessTransport", "MPITransport", "client_ranks", "run_federated", "FederatedResult",
+    "aggregation_weights", "PARTITION_NAMES", "make_partition", "student_mlp", "kd_term",
+    "distillation_loss", "DistillationLoss", "MutualLearningLoss",
+    "GatedNet", "TinyResNet", "ATOController", "ATOResult", "train_ato", "train_dense",
+    "train_static_group_lasso", "flops_regularizer", "ato_schedule", "magnitude_masks",
+    "random_masks", "uniform_widths",
 ]
+

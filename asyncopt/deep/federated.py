@@ -107,6 +107,10 @@ class LocalTrainer:
     """The usual client update: ``epochs`` passes of minibatch SGD over the client's
     samples with ``loss_fn(model(x), y)`` (default cross-entropy), plus the FedProx term
     mu/2 ||w - w_r||^2 when ``mu > 0`` (w_r: the parameters the client received).
+    ``batch_loss(model, x, y, client) -> loss``, when given, replaces ``loss_fn(model(x),
+    y)`` as the minibatch loss (the FedProx term is still added): the hook for local
+    objectives that need more than the model's outputs, e.g. distillation from a client's
+    frozen teacher (``asyncopt.deep.fedlpfm``); it runs inside the seeded RNG block.
 
     ``trainer(model, client, round)`` trains ``model`` in place on ``X[partition[client]]``
     and returns the client's sample count. Batches are consecutive slices of the epoch's
@@ -121,7 +125,7 @@ class LocalTrainer:
     """
 
     def __init__(self, X, y, partition, *, epochs=1, batch_size=32, lr=0.05, momentum=0.0,
-                 weight_decay=0.0, mu=0.0, loss_fn=None, seed=0):
+                 weight_decay=0.0, mu=0.0, loss_fn=None, seed=0, batch_loss=None):
         self.X = torch.as_tensor(X)
         self.y = torch.as_tensor(y)
         self.partition = [np.asarray(p, dtype=np.int64) for p in partition]
@@ -129,6 +133,7 @@ class LocalTrainer:
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
         self.mu, self.seed = float(mu), seed
         self.loss_fn = loss_fn or torch.nn.functional.cross_entropy
+        self.batch_loss = batch_loss
 
     def __call__(self, model, client, round_index):
         indices = self.partition[client]
@@ -149,13 +154,25 @@ class LocalTrainer:
                     starts.pop()
                 for start, end in zip(starts, starts[1:] + [order.size]):
                     batch = torch.from_numpy(order[start:end])
-                    loss = self.loss_fn(model(self.X[batch]), self.y[batch])
+                    x, y = self.X[batch], self.y[batch]
+                    if self.batch_loss is not None:
+                        loss = self.batch_loss(model, x, y, client)
+                    else:
+                        loss = self.loss_fn(model(x), y)
                     if self.mu > 0:
                         loss = loss + fedprox_term(params, received, self.mu)
                     optimizer.zero_grad()
                     loss.backward()
                     optimizer.step()
         return int(indices.size)
+
+
+def aggregation_weights(counts):
+    """FedAvg's weights n_i / sum_j n_j as a list of floats (a client with n_i = 0 weighs
+    0; all zeros when every client is empty, the round that keeps the global vector)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    total = counts.sum()
+    return (counts / total if total > 0 else np.zeros_like(counts)).tolist()
 
 
 def sample_clients(rng, n_clients, fraction):
@@ -353,7 +370,8 @@ def run_federated(model, local_train, n_clients, rounds, *, client_fraction=1.0,
     rank). ``verbose``: one line per round on stderr.
 
     Each history record: ``round`` (0-based), ``participants`` (client ids),
-    ``n_samples`` (their counts), ``bytes_sent`` and ``bytes_received`` (4 P m each),
+    ``n_samples`` (their counts), ``weights`` (the aggregation weights n_i / sum_j n_j:
+    0 for an empty client, summing to 1 unless all are empty), ``bytes_sent`` and ``bytes_received`` (4 P m each),
     ``bytes_sent_total`` and ``bytes_received_total`` (cumulative), ``time`` (seconds
     since the start), and ``metric`` when ``evaluate`` is given. On the server the model
     ends holding the final global vector.
@@ -401,7 +419,7 @@ def _serve_rounds(model, flat, run_client, n_clients, rounds, client_fraction, s
         sent_total += sent
         received_total += received
         record = {"round": r, "participants": [int(c) for c in clients],
-                  "n_samples": counts, "bytes_sent": sent, "bytes_received": received,
+                  "n_samples": counts, "weights": aggregation_weights(counts), "bytes_sent": sent, "bytes_received": received,
                   "bytes_sent_total": sent_total, "bytes_received_total": received_total}
         if evaluate is not None:
             record["metric"] = evaluate(model)
