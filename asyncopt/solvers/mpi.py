@@ -184,9 +184,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     saga / dense: the ProxASAGA / ProxASVRG baselines on the same server (with
     screening=False): SAGA keeps each row's gradient memory on its worker and sums the
     average exactly over the shards every epoch; ProxASVRG takes dense steps.
-    batch: local steps per message (default n / (50 workers): each worker sends ~50
-    deltas per epoch, so a delta is computed on an x at most ~n/50 steps stale; 4 workers
-    with 50-step batches on 400 rows stalled a group Lasso at gap 6e-4)."""
+    batch: local steps per message (default ``default_batch``)."""
     from ..progress import ProgressLine
 
     start = time.perf_counter()
@@ -203,7 +201,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     if fewest < 1:
         raise ValueError(f"more workers ({size - 1}) than rows ({n}): every worker needs "
                          "at least one row")
-    batch = max(1, n // (50 * (size - 1))) if batch is None else int(batch)
+    batch = default_batch(n, size - 1) if batch is None else int(batch)
     p = n_features
     zeros_p = np.zeros(p)
     column_sq = wire.allreduce(zeros_p if server else active.column_sq_norms)
@@ -449,6 +447,19 @@ def overshoot_weights(contraction, n_workers, move_cap):
     times the epochs of one.)"""
     contraction = np.asarray(contraction, dtype=np.float64)
     return np.minimum(1.0, move_cap / np.maximum(n_workers * -np.expm1(-contraction), 1e-300))
+
+
+def default_batch(n, n_workers):
+    """Local steps per message: n / (m l) with m = min(50, ceil(2.5 l^2)) messages per
+    worker per epoch. Few messages hide the round trip (the server of an oversubscribed
+    node answers late); many keep the deltas of l workers from compounding. Measured on
+    CTR 200,000 x 100,000 (to gap 1e-6): 1 worker 0.96 s with m = 2.5 vs 1.40 s with
+    m = 50; 2 workers 1.32 s with m = 10 vs 2.3 s with m = 50 and divergence with m = 2;
+    4 workers 33 epochs with m = 10 vs 21 with m = 50; 8 workers diverged with m = 10
+    and 20 and need m = 50. (4 workers with 50-step batches on 400 rows stalled a group
+    Lasso at gap 6e-4: at least one step per message, and m caps at 50.)"""
+    messages = min(50, int(np.ceil(2.5 * n_workers ** 2)))
+    return max(1, n // (messages * n_workers))
 
 
 def staleness_damping(tau, n_workers):
