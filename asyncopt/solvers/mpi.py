@@ -48,6 +48,8 @@ busy-polls: a wait checks for at most 1 ms, then sleeps between checks (50 us gr
 0.2 ms), so runs with more ranks than cores stay usable.
 """
 import os
+import signal
+import threading
 import time
 
 import numpy as np
@@ -165,6 +167,25 @@ def _derivatives(code, z, y):
         if code != SQUARED else z - y
 
 
+def _checkpoint_on_sigterm(path, live, history, penalty, n_features, lam):
+    """On SIGTERM (a scheduler ending the job, mpirun forwarding a kill) the server writes
+    its current x (mid-epoch: a valid iterate) with the history to the checkpoint, then
+    exits with status 143; the per-iteration checkpoints stay as they were until then.
+    Returns the function that puts the previous handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_sigterm(signum, frame):
+        if "x" in live:
+            coef = np.zeros(n_features)
+            coef[penalty.active_features(live["blocks"])] = live["x"]
+            save_checkpoint(path, coef=coef, intercept=live["b"], lam=lam, history=history)
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
 def _second_derivatives(code, z, y):
     return np.array([loss_second_derivative(code, z[i], y[i]) for i in range(z.shape[0])])
 
@@ -247,6 +268,10 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     steps_total, staleness = 0, (0.0, 0)
     messages, message_bytes = 0, 0
     progress = ProgressLine(verbose if server else 0, label=label)
+    live = {}     # the server's current x, b and active blocks, for a SIGTERM checkpoint
+    restore_handler = None
+    if server and checkpoint is not None:
+        restore_handler = _checkpoint_on_sigterm(checkpoint, live, history, penalty, p, lam)
     try:
         while True:
             state = wire.bcast(np.concatenate(([b], x)))
@@ -378,6 +403,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 average_all = wire.allreduce(local_sum) / n
             if server:
                 snapshot = (x.copy(), b, primal, gap)
+                live.update(x=x, b=b, blocks=blocks)
                 per_batch = _lipschitz(loss_code) * batch
                 x, b, steps, staleness, msgs, mbytes = _serve_inner(
                     comm, wire, x, b, n, size - 1,
@@ -414,6 +440,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             epoch += 1
     finally:
         progress.close()
+        if restore_handler is not None:
+            restore_handler()
     coef = np.zeros(p)
     if server:
         coef[penalty.active_features(blocks)] = x
