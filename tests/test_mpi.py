@@ -177,3 +177,43 @@ def test_killed_worker_ends_the_job_and_the_checkpoint_resumes(tmp_path):
     assert "NOT reached" not in resumed.stdout
     after = load_checkpoint(str(ckpt), 120)[3]
     assert after[:len(history)] == history and after[-1]["rel_gap"] <= 1e-8
+
+
+def test_sigterm_checkpoints_the_servers_current_x_mid_epoch(tmp_path):
+    import signal
+    import time
+
+    import numpy as np
+
+    from asyncopt.solvers.checkpoint import load_checkpoint
+    data = _write_libsvm(tmp_path / "sigterm.svm", n=60000, p=120)
+    ckpt = tmp_path / "run.npz"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # one step per message: the first epoch takes 60,000 round trips (seconds), so the
+    # signal lands inside it, after the epoch-0 checkpoint (x = 0) and before epoch 1's
+    argv = [MPIRUN, "-n", "3", sys.executable, "-m", "asyncopt.cli.lasso", str(data),
+            "--checkpoint", str(ckpt), "--batch", "1", "--quiet"]
+    job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        deadline = time.time() + 60
+        while not ckpt.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        first = load_checkpoint(str(ckpt), 120)
+        assert len(first[3]) == 1 and not np.any(first[0])
+        time.sleep(1.0)
+        job.send_signal(signal.SIGTERM)
+        out, err = job.communicate(timeout=30)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode != 0
+    assert "Traceback" not in out + err
+    coef, _, _, history = load_checkpoint(str(ckpt), 120)
+    assert len(history) == 1 and np.count_nonzero(coef) > 0     # mid-epoch x, not x = 0
+    argv[argv.index("--batch"):argv.index("--batch") + 2] = ["--tol", "1e-8"]
+    resumed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "NOT reached" not in resumed.stdout
+    after = load_checkpoint(str(ckpt), 120)[3]
+    assert after[:1] == history and after[-1]["rel_gap"] <= 1e-8
