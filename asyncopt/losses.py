@@ -81,6 +81,17 @@ def mean_loss(code, z, y):
 
 
 @njit(cache=True)
+def derivative_sums(code, z, y):
+    """(sum_i f'(z_i), sum_i f''(z_i)): one shard's share of the intercept's Newton step."""
+    first = 0.0
+    second = 0.0
+    for i in range(z.shape[0]):
+        first += loss_derivative(code, z[i], y[i])
+        second += loss_second_derivative(code, z[i], y[i])
+    return first, second
+
+
+@njit(cache=True)
 def generalized_residual(code, z, y, out):
     """rho_i = -f'(z_i) into ``out`` (the dual point before scaling, DESIGN 1)."""
     for i in range(z.shape[0]):

@@ -30,7 +30,8 @@ sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._mpi_run import RANK_ENV, find_mpirun, launch  # noqa: E402
 from benchmarks.bench_serial import (DATA_DESCRIPTION, _check, _yes_no, load_data,  # noqa: E402
                                      log, problem_specs, select, source_fingerprint)
-from benchmarks.bench_shared import better, probe_dense_epoch, solve_async, time_to  # noqa: E402
+from benchmarks.bench_shared import (better, probe_dense_epoch, record_time_to,  # noqa: E402
+                                     solve_async, time_to)
 from benchmarks.common import (RESULTS_DIR, SolverRun, first_gap_at, format_table,  # noqa: E402
                                from_history, machine_info, run_from_dict, write_json)
 
@@ -387,10 +388,7 @@ def report(specs, state, methods, levels, cap, target, args, info, json_path, pn
     header, rows = table_rows(specs, results, methods, levels, cap)
     table = format_table(header, rows)
     target_lines, met = targets_report(results)
-    for p in state["problems"]:
-        for key, run in p["runs"].items():
-            run["extra"]["time_to"] = {f"{lv:g}": time_to(results[p["name"]][key], lv, cap)
-                                       for lv in levels}
+    record_time_to(state["problems"], results, levels, cap)
     if final:
         log(f"\nDis-* on {args.workers} workers (mpirun -n {args.workers + 1}): seconds to "
             f"rel gap (>cap: not reached in {cap:g} s), server bytes sent + received per "

@@ -187,6 +187,14 @@ def better(run, best):
         (best.best_rel_gap if best.best_rel_gap is not None else np.inf)
 
 
+def record_time_to(problems, results, levels, cap):
+    """Store in each JSON run record (``extra.time_to``) its seconds to every level."""
+    for p in problems:
+        for key, run in p["runs"].items():
+            run["extra"]["time_to"] = {f"{lv:g}": time_to(results[p["name"]][key], lv, cap)
+                                       for lv in levels}
+
+
 def time_to(run, level, cap):
     """Seconds for ``run``'s curve to reach rel gap ``level`` within the cap (None if not)."""
     if run is None or run.error:
@@ -431,10 +439,7 @@ def report(specs, state, keys, threads, levels, cap, target, args, info, json_pa
     header, rows = table_rows(specs, results, keys, threads, levels, cap)
     table = format_table(header, rows)
     target_lines, met = targets_report(results, cap, target)
-    for p in state["problems"]:
-        for key, run in p["runs"].items():
-            run["extra"]["time_to"] = {f"{lv:g}": time_to(results[p["name"]][key], lv, cap)
-                                       for lv in levels}
+    record_time_to(state["problems"], results, levels, cap)
     if final:
         log(f"\nseconds to duality gap <= level * P(0) at T threads (our gap; >cap: not "
             f"reached in {cap:g} s; references run on 1 thread, in the {threads[0]}T "

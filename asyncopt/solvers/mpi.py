@@ -57,8 +57,8 @@ import numpy as np
 from ..kernels.linalg import csr_rmatvec
 from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_group, saga_epoch_l1,
                             svrg_epoch_group, svrg_epoch_l1)
-from ..losses import (LOGISTIC, SQUARED, generalized_residual, loss_derivative,
-                      loss_second_derivative, mean_loss, mean_neg_conjugate)
+from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, mean_loss,
+                      mean_neg_conjugate)
 from ..penalties import block_norms
 from ..screening import gap_safe_keep, gap_safe_radius
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -147,11 +147,7 @@ def _intercept_refit(wire, code, z, y, b, n):
         z += shift
         return b + shift
     for _ in range(100):
-        sums = np.zeros(2)
-        if z.shape[0]:
-            sums[0] = np.sum(_derivatives(code, z, y))
-            sums[1] = np.sum(_second_derivatives(code, z, y))
-        grad, hess = wire.allreduce(sums) / n
+        grad, hess = wire.allreduce(np.array(derivative_sums(code, z, y))) / n
         if abs(grad) <= 1e-13:
             break
         step = float(np.clip(grad / max(hess, 1e-12), -5.0, 5.0))
@@ -162,9 +158,11 @@ def _intercept_refit(wire, code, z, y, b, n):
     return b
 
 
-def _derivatives(code, z, y):
-    return np.array([loss_derivative(code, z[i], y[i]) for i in range(z.shape[0])]) \
-        if code != SQUARED else z - y
+def _expand(penalty, n_features, blocks, x):
+    """x on the active blocks -> the vector over all n_features (zeros elsewhere)."""
+    coef = np.zeros(n_features)
+    coef[penalty.active_features(blocks)] = x
+    return coef
 
 
 def _checkpoint_on_sigterm(path, live, history, penalty, n_features, lam):
@@ -177,17 +175,12 @@ def _checkpoint_on_sigterm(path, live, history, penalty, n_features, lam):
 
     def on_sigterm(signum, frame):
         if "x" in live:
-            coef = np.zeros(n_features)
-            coef[penalty.active_features(live["blocks"])] = live["x"]
-            save_checkpoint(path, coef=coef, intercept=live["b"], lam=lam, history=history)
+            save_checkpoint(path, coef=_expand(penalty, n_features, live["blocks"], live["x"]),
+                            intercept=live["b"], lam=lam, history=history)
         raise SystemExit(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     return lambda: signal.signal(signal.SIGTERM, previous)
-
-
-def _second_derivatives(code, z, y):
-    return np.array([loss_second_derivative(code, z[i], y[i]) for i in range(z.shape[0])])
 
 
 def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept, *,
@@ -322,10 +315,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 history.append(record)
                 progress.update(record)
                 if checkpoint is not None:
-                    coef_now = np.zeros(p)
-                    coef_now[penalty.active_features(blocks)] = x
-                    save_checkpoint(checkpoint, coef=coef_now, intercept=b, lam=lam,
-                                    history=history)
+                    save_checkpoint(checkpoint, coef=_expand(penalty, p, blocks, x),
+                                    intercept=b, lam=lam, history=history)
                 keep = np.ones(pen.n_blocks, dtype=bool)
                 if gap <= tol * reference:
                     converged, status = True, STOP
@@ -442,10 +433,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
         progress.close()
         if restore_handler is not None:
             restore_handler()
-    coef = np.zeros(p)
-    if server:
-        coef[penalty.active_features(blocks)] = x
-    coef = wire.bcast(coef)
+    coef = wire.bcast(_expand(penalty, p, blocks, x) if server else np.zeros(p))
     summary = wire.bcast(np.array([b, float(converged)] + ([history[-1]["primal"],
                                   history[-1]["dual"], history[-1]["gap"]]
                                   if server else [0.0, 0.0, 0.0])))
@@ -540,7 +528,7 @@ def _serve_inner(comm, wire, x, b, n, n_workers, omega, omega_intercept):
         reply[2] = b
         reply[3] = full
         reply[REPLY_HEADER:] = x if full else x[fresh]
-        MPI.Request.Waitall(in_flight[source])
+        wait_all(in_flight[source])
         in_flight[source] = [comm.Isend(fresh, dest=source, tag=TAG_REPLY_INDEX),
                              comm.Isend(reply, dest=source, tag=TAG_REPLY)]
         nbytes = index.nbytes + values.nbytes
