@@ -219,8 +219,6 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     p = n_features
     zeros_p = np.zeros(p)
     column_sq = wire.allreduce(zeros_p if server else active.column_sq_norms)
-    column_rows = wire.allreduce(zeros_p if server
-                                 else active.column_counts.astype(np.float64))
     block_rows = wire.allreduce(np.zeros(penalty.n_blocks) if server
                                 else active.block_row_counts.astype(np.float64))
     row_sq = np.zeros(0) if server else active._row_sq_norms
@@ -353,16 +351,17 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                     x, b = snapshot[0].copy(), snapshot[1]
                 continue
             keep = control[1:].astype(bool)
-            feature_keep = np.repeat(keep, np.diff(pen.indptr))
-            if server:
-                correlation = correlation[feature_keep]
-            blocks = blocks[keep]
-            pen = penalty.restricted(blocks)
-            if not server:
-                active, _, _ = active.compact(keep, np.zeros(feature_keep.shape[0]))
-            x = x[feature_keep]
-            column_sq = column_sq[feature_keep]
-            column_rows = column_rows[feature_keep]
+            if not keep.all():
+                # a pass over the shard's nnz: skipped when the test screened nothing
+                feature_keep = np.repeat(keep, np.diff(pen.indptr))
+                if server:
+                    correlation = correlation[feature_keep]
+                blocks = blocks[keep]
+                pen = penalty.restricted(blocks)
+                if not server:
+                    active, _, _ = active.compact(keep, np.zeros(feature_keep.shape[0]))
+                x = x[feature_keep]
+                column_sq = column_sq[feature_keep]
             if status == RECERTIFY:
                 snapshot = None
                 continue
