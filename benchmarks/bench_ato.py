@@ -15,17 +15,21 @@ decay 5e-4, cosine), none fine-tuned after pruning:
 - dense: the full MLP;
 - ato: train_ato (lam = 10, gamma = 4, T_start/T_w/T_end = 10/20/50%), evaluated as the
   physically compacted model;
-- uniform: an MLP with both hidden widths scaled by one factor to ATO's FLOPs, trained from
-  scratch;
+- uniform (uniform pruning, Li et al. 2017): the trained dense MLP with every hidden layer
+  pruned by the same kept fraction (uniform_widths at ATO's FLOPs: 80-80), the units of
+  largest ||M_g||_2 kept per layer (uniform_masks), evaluated as the compacted model;
+- uniform_width_scratch (NOT pruning, extra reference): an MLP of those same uniform widths
+  trained from scratch with the same epochs and optimizer;
 - random / magnitude: the trained dense MLP with, per block, as many units kept as ATO
   keeps (so exactly ATO's FLOPs), chosen at random / by largest ||M_g||_2;
 - static_group_lasso (OTO-like): the ATO schedule without controller: at T_w the mask is
   frozen by magnitude with ATO's per-block counts, the rest are proxed to zero.
 
-Targets: ATO's FLOPs kept within p +/- 0.05; ATO accuracy >= random and >= uniform at equal
-FLOPs (mean over seeds). The last printed line is one JSON object; it is also written,
-with the machine info, to benchmarks/results/bench_ato_quick.json (--quick) or
-bench_ato.json.
+Targets: ATO's FLOPs kept within p +/- 0.05; ATO accuracy >= random and >= uniform pruning at
+equal FLOPs (mean over seeds). How ATO compares with uniform_width_scratch is printed too (not
+a target: a net trained from scratch at that width is not a pruning baseline). The last
+printed line is one JSON object; it is also written, with the machine info, to
+benchmarks/results/bench_ato_quick.json (--quick) or bench_ato.json.
 """
 import argparse
 import json
@@ -53,7 +57,7 @@ def run_seed(seed, data, epochs, p, verbose):
     import torch
     from asyncopt.deep.ato import (GatedNet, accuracy, magnitude_masks, random_masks,
                                    train_ato, train_dense, train_static_group_lasso,
-                                   uniform_widths)
+                                   uniform_masks, uniform_widths)
     Xtr, ytr, Xte, yte = data
     sizes = (64, 128, 128, 10)
     common = dict(epochs=epochs, seed=seed, verbose=verbose)
@@ -73,11 +77,16 @@ def run_seed(seed, data, epochs, p, verbose):
                                                  if "controller_flops_kept" in r), None)}
     total = dense.flops()
 
+    uni_masks = uniform_masks(dense, res.flops_kept * total)
+    uni = dense.compact(uni_masks).eval()
+    out["uniform"] = {"acc": accuracy(uni, Xte, yte), "flops_kept": uni.flops() / total,
+                      "kept": uni.widths}
+
     torch.manual_seed(seed)
     widths = uniform_widths(dense, res.flops_kept * total)
-    uni = train_dense(dense.like(widths), Xtr, ytr, **common)
-    out["uniform"] = {"acc": accuracy(uni, Xte, yte), "flops_kept": uni.flops() / total,
-                      "kept": widths}
+    scratch = train_dense(dense.like(widths), Xtr, ytr, **common)
+    out["uniform_width_scratch"] = {"acc": accuracy(scratch, Xte, yte),
+                                    "flops_kept": scratch.flops() / total, "kept": widths}
 
     rnd = random_masks(dense.widths, counts, seed=seed)
     out["random"] = {"acc": accuracy(dense, Xte, yte, rnd),
@@ -94,7 +103,11 @@ def run_seed(seed, data, epochs, p, verbose):
     return out
 
 
-METHODS = ("dense", "ato", "uniform", "random", "magnitude", "static_group_lasso")
+METHODS = ("dense", "ato", "uniform", "uniform_width_scratch", "random", "magnitude",
+           "static_group_lasso")
+LABELS = {"uniform": "uniform (pruning)",
+          "uniform_width_scratch": "uniform width (scratch, not pruning)"}
+BASELINES = ("uniform", "random", "magnitude", "static_group_lasso", "uniform_width_scratch")
 
 
 def main(argv=None):
@@ -128,7 +141,7 @@ def main(argv=None):
     rows = []
     for m in METHODS:
         (a, sa), (f, _) = stat(m, "acc"), stat(m, "flops_kept")
-        rows.append([m, f"{a:.4f} +/- {sa:.4f}", f"{f:.3f}"])
+        rows.append([LABELS.get(m, m), f"{a:.4f} +/- {sa:.4f}", f"{f:.3f}"])
     print(f"\nATO on digits, MLP 64-128-128-10, p = {args.p}, {epochs} epochs, seeds {seeds}, "
           "no fine-tuning (test accuracy, mean +/- std over seeds)")
     print(format_table(["method", "test acc", "FLOPs kept"], rows))
@@ -140,13 +153,21 @@ def main(argv=None):
         "ato_ge_uniform": bool(ato_acc >= stat("uniform", "acc")[0]),
     }
     print("targets: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in targets.items()))
+    scratch_acc = stat("uniform_width_scratch", "acc")[0]
+    print(f"not a target: ato {ato_acc:.4f} vs uniform width trained from scratch "
+          f"{scratch_acc:.4f} (ato - scratch = {ato_acc - scratch_acc:+.4f}; ato "
+          f"{'>=' if ato_acc >= scratch_acc else '<'} scratch)")
     summary = {"method": "ato", "target_p": args.p, "flops_kept": round(flops, 4),
                "dense_acc": round(stat("dense", "acc")[0], 4), "ato_acc": round(ato_acc, 4),
                "baselines": {m: round(stat(m, "acc")[0], 4)
-                             for m in ("uniform", "random", "magnitude", "static_group_lasso")}}
+                             for m in BASELINES}}
     path = args.out or os.path.join(RESULTS_DIR, "bench_ato_quick.json" if args.quick
                                     else "bench_ato.json")
     write_json(path, {"summary": summary, "targets": targets,
+                      "not_targets": {"ato_minus_uniform_width_scratch":
+                                      round(ato_acc - scratch_acc, 4),
+                                      "ato_ge_uniform_width_scratch":
+                                      bool(ato_acc >= scratch_acc)},
                       "config": {"epochs": epochs, "seeds": seeds, "p": args.p,
                                  "quick": args.quick, "threads": args.threads,
                                  "model": "mlp 64-128-128-10", "lam": 10.0, "gamma": 4.0,

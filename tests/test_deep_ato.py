@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 from asyncopt.deep.ato import (ATOController, GatedNet, TinyResNet,  # noqa: E402
                                _project_to_budget,
                                ato_schedule, flops_regularizer, magnitude_masks,
-                               random_masks, train_ato, uniform_widths)
+                               random_masks, train_ato, uniform_masks, uniform_widths)
 
 torch.set_num_threads(1)
 
@@ -183,6 +183,64 @@ def test_uniform_widths_and_budget_projection():
     counts = [int(m.sum()) for m in masks]
     assert [int(m.sum()) for m in random_masks(net.widths, counts)] == counts
     assert [int(m.sum()) for m in magnitude_masks(net, counts)] == counts
+
+
+@pytest.mark.parametrize("make", [tiny_mlp, tiny_conv, tiny_resnet])
+def test_uniform_pruning_baseline(make):
+    net = make()
+    net.eval()
+    with torch.no_grad():                       # distinct group norms, not all alike
+        for b in range(len(net.widths)):
+            spec = net.zig_spec(b)
+            spec.scale_(torch.linspace(0.2, 3.0, net.widths[b])[
+                torch.randperm(net.widths[b], generator=torch.Generator().manual_seed(b))]
+                .to(spec.dtype))
+    before = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    total = net.flops()
+    for frac in (0.3, 0.5, 0.75):
+        target = frac * total
+        widths = uniform_widths(net, target)
+        masks = uniform_masks(net, target)
+        counts = [int(m.sum()) for m in masks]
+        # the kept counts per block are uniform_widths' counts
+        assert counts == widths
+        assert all(((m == 0) | (m == 1)).all() for m in masks)
+        # one kept fraction r for every block (up to rounding to whole units)
+        r = [k / w for k, w in zip(counts, net.widths)]
+        assert max(r) - min(r) <= max(1.0 / w for w in net.widths) + 1e-12
+        # in each block the kept groups are the top-k by ||M_g||_2
+        for norms, m, k in zip(net.group_norms(), masks, counts):
+            top = set(torch.argsort(norms, descending=True)[:k].tolist())
+            assert set(torch.nonzero(m).flatten().tolist()) == top
+            if k < len(m):
+                assert norms[m > 0].min() > norms[m == 0].max()
+        # FLOPs: masked == compact == the narrow net of uniform widths
+        small = net.compact(masks)
+        assert small.widths == widths
+        assert small.flops() == pytest.approx(net.like(widths).flops())
+        assert float(net.flops(masks)) == pytest.approx(net.like(widths).flops())
+        x = inputs(net)
+        with torch.no_grad():
+            assert torch.allclose(small(x), net(x, masks), atol=1e-5)
+        # no fine-tuning: the dense net is unchanged and the kept groups are copied as is
+        for k_, v in net.state_dict().items():
+            assert torch.equal(v, before[k_]), k_
+        gated_input = not isinstance(net, TinyResNet)      # GatedNet: block b reads block b-1
+        for b, m in enumerate(masks):
+            keep = torch.nonzero(m).flatten()
+            for t_src, t_dst in zip(net.zig_tensors(b), small.zig_tensors(b)):
+                src = t_src.index_select(0, keep)
+                if gated_input and b > 0 and src.dim() > 1:
+                    src = src.index_select(1, torch.nonzero(masks[b - 1]).flatten())
+                assert torch.equal(t_dst, src), (b, tuple(t_src.shape))
+        if gated_input:
+            last = torch.nonzero(masks[-1]).flatten()
+            assert torch.equal(small.head.weight, net.head.weight.index_select(1, last))
+            assert torch.equal(small.head.bias, net.head.bias)
+    # an equal-width MLP: exactly the same count, hence fraction, in every layer
+    mlp = GatedNet.mlp((64, 128, 128, 10))
+    ws = [int(m.sum()) for m in uniform_masks(mlp, 0.5 * mlp.flops())]
+    assert ws[0] == ws[1] == uniform_widths(mlp, 0.5 * mlp.flops())[0] < 128
 
 
 def digits_small(n=600):

@@ -62,7 +62,7 @@ from .prox import ParamGroupSpec, ProxOptimizer
 __all__ = [
     "GatedNet", "TinyResNet", "ATOController", "ATOResult", "flops_regularizer", "ato_schedule",
     "train_ato", "train_dense", "train_static_group_lasso", "accuracy", "magnitude_masks",
-    "random_masks", "uniform_widths", "masks_from_counts",
+    "random_masks", "uniform_widths", "uniform_masks", "masks_from_counts",
 ]
 
 
@@ -440,6 +440,26 @@ def uniform_widths(model, target_flops):
     return widths(best)
 
 
+def uniform_masks(model, target_flops):
+    """Uniform pruning (uniform magnitude filter pruning, Li et al., "Pruning Filters for
+    Efficient ConvNets", ICLR 2017): prune a trained net, every gated block by the same
+    kept fraction r, keeping in each block the groups of largest norm; no fine-tuning.
+
+        k_b = max(1, round(r |block b|)),   r: P(k) closest to ``target_flops``
+                                            (:func:`uniform_widths`),
+        w_{b,g} = [g among the k_b groups of block b with largest ||M_g||_2]
+                                            (:func:`magnitude_masks`).
+
+    Li et al. rank conv filters by their L1 norm; here, as for the magnitude baseline, the
+    score is the L2 norm of the whole zero-invariant group (Linear row + bias, or conv
+    channel + BN gamma, beta). Returns 0/1 masks, one per block, for ``model(x, masks)``
+    or ``model.compact(masks)`` (whose widths are those of :func:`uniform_widths`, so its
+    FLOPs equal those of the narrow net ``model.like(uniform_widths(model, target_flops))``).
+    The parameters are not touched.
+    """
+    return magnitude_masks(model, uniform_widths(model, target_flops))
+
+
 def _project_to_budget(model, masks, logits, lo, hi):
     """Greedy move of a 0/1 mask into lo <= P(w)/P_total <= hi along the logits (switch
     off the kept group of smallest logit, or on the pruned group of largest logit),
@@ -529,7 +549,8 @@ def _train_epoch(model, opt, X, y, batch_size, gen):
 
 def train_dense(model, X, y, *, epochs=60, lr=0.05, momentum=0.9, weight_decay=5e-4,
                 batch_size=64, lr_schedule="cosine", seed=0, verbose=False):
-    """Plain training (the dense and uniform-width baselines), same optimizer as ATO."""
+    """Plain training (the dense and the uniform-width-from-scratch baselines), same optimizer
+    as ATO."""
     X, y = _tensor(X), _labels(y)
     gen = torch.Generator().manual_seed(seed)
     opt = _make_optimizer(model, lr, momentum, weight_decay)
