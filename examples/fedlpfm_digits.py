@@ -1,12 +1,12 @@
 """Fed-LPFM on scikit-learn's digits (thesis 002 ch. 5; METHODS card "Fed-LPFM").
 
-A frozen, deliberately imperfect teacher (a linear classifier fitted briefly on a public
-pool) is held privately by every client; the GroupNorm student MLP 64-32-10 is trained
+A frozen, imperfect teacher (an MLP fitted on a small public pool of 200 digits; test
+accuracy about 0.94) is held privately by every client; the GroupNorm student MLP 64-32-10 is trained
 federatedly with the local loss lam CE + (1 - lam) T^2 KL(teacher || student). Only the
 student's vector is exchanged. Compared with FedAvg under the class split (2 classes per
 client), same seed.
 
-    PYTHONPATH=. python examples/fedlpfm_digits.py [--partition class_split] [--rounds 30]
+    PYTHONPATH=. python examples/fedlpfm_digits.py [--partition class_split] [--rounds 12]
 """
 import argparse
 
@@ -19,14 +19,14 @@ from asyncopt.deep.fedlpfm import (PARTITION_NAMES, accuracy, digits_pools, make
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--partition", default="class_split", choices=PARTITION_NAMES)
-    p.add_argument("--rounds", type=int, default=30)
-    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     torch.set_num_threads(1)
 
     pools = digits_pools(seed=0)
-    teacher = train_teacher(pools["X_public"], pools["y_public"])   # frozen
+    teacher = train_teacher(pools["X_public"], pools["y_public"])   # MLP teacher, frozen
     print(f"teacher test accuracy {accuracy(teacher, pools['X_test'], pools['y_test']):.3f}")
     X, y = pools["X_clients"], pools["y_clients"]
     parts = make_partition(args.partition, y, 10, seed=args.seed)

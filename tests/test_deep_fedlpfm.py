@@ -228,3 +228,32 @@ def test_run_federated_direct_with_distillation_hook(small):
     result = run_federated(model, trainer, 2, 1, verbose=False)
     assert result.vector.size == ParameterVector(model).size
     assert F.cross_entropy(model(torch.as_tensor(X)), torch.as_tensor(y)).item() < 10
+
+
+def test_train_teacher_kinds_are_frozen_reproducible_and_validated():
+    pools = digits_pools(n_public=150, n_test=100, seed=0)
+    Xp, yp = pools["X_public"], pools["y_public"]
+    mlp = train_teacher(Xp, yp, steps=5)                      # default kind: MLP 64-128-10
+    linear = train_teacher(Xp, yp, steps=5, kind="linear")
+    assert [tuple(m.weight.shape) for m in mlp if isinstance(m, torch.nn.Linear)] == \
+        [(128, 64), (10, 128)]
+    assert isinstance(linear, torch.nn.Linear) and tuple(linear.weight.shape) == (10, 64)
+    for t in (mlp, linear):
+        assert not t.training and not any(p.requires_grad for p in t.parameters())
+    again = train_teacher(Xp, yp, steps=5)
+    assert all(torch.equal(a, b) for a, b in zip(mlp.parameters(), again.parameters()))
+    with pytest.raises(ValueError):
+        train_teacher(Xp, yp, kind="forest")
+
+
+def test_validation_split_is_disjoint_covering_and_reproducible():
+    from asyncopt.deep.fedlpfm import validation_split
+    X = np.arange(50, dtype=np.float32)[:, None]
+    y = np.arange(50) % 10
+    X_tr, y_tr, X_val, y_val = validation_split(X, y, fraction=0.2, seed=7)
+    assert len(y_val) == 10 and len(y_tr) == 40
+    both = np.concatenate([X_tr[:, 0], X_val[:, 0]])
+    assert np.array_equal(np.sort(both), X[:, 0])            # disjoint and covering
+    assert np.array_equal(y_tr, (X_tr[:, 0].astype(int) % 10))   # rows stay paired
+    again = validation_split(X, y, fraction=0.2, seed=7)
+    assert np.array_equal(again[2], X_val)
