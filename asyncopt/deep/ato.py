@@ -68,7 +68,37 @@ __all__ = [
 
 # ------------------------------------------------------------------------------ the model
 
-class GatedNet(nn.Module):
+class _GatedBlocks:
+    """What every ATO target net shares, given ``widths`` (kept groups per gated block),
+    ``config`` (the constructor's other arguments) and ``zig_tensors(block)`` (the tensors
+    whose rows / channels form the block's zero-invariant groups)."""
+
+    def like(self, widths):
+        """A fresh (re-initialised) net of the same kind with other block widths."""
+        return type(self)(widths=widths, **self.config)
+
+    @property
+    def block_sizes(self):
+        return list(self.widths)
+
+    def zig_spec(self, block, groups=None):
+        """The :class:`ParamGroupSpec` of ``block``'s ZIGs (all of them, or only the listed
+        group indices, in that order)."""
+        if groups is None:
+            return ParamGroupSpec.aligned([(t, 0) for t in self.zig_tensors(block)])
+        return ParamGroupSpec([[(t, 0, int(g)) for t in self.zig_tensors(block)]
+                               for g in groups])
+
+    @torch.no_grad()
+    def group_norms(self):
+        """||M_g||_2 of every ZIG, one (|block|,) tensor per block."""
+        return [self.zig_spec(b).sq_norms().sqrt() for b in range(len(self.widths))]
+
+    def full_masks(self):
+        return [torch.ones(w) for w in self.widths]
+
+
+class GatedNet(_GatedBlocks, nn.Module):
     """A chain of gated blocks and a linear classifier, the target network of ATO.
 
     ``kind="linear"``: block i is ``Linear(widths[i-1], widths[i])`` (optionally
@@ -114,14 +144,6 @@ class GatedNet(nn.Module):
         sizes = list(sizes)
         return cls(sizes[0], sizes[1:-1], sizes[-1], kind="linear", batch_norm=batch_norm)
 
-    def like(self, widths):
-        """A fresh (re-initialised) net of the same kind with other block widths."""
-        return GatedNet(widths=widths, **self.config)
-
-    @property
-    def block_sizes(self):
-        return list(self.widths)
-
     def forward(self, x, masks=None):
         kind = self.config["kind"]
         h = x
@@ -144,19 +166,6 @@ class GatedNet(nn.Module):
             modules.append(self.norms[block])
         return [p for m in modules for name in ("weight", "bias")
                 if (p := getattr(m, name, None)) is not None]
-
-    def zig_spec(self, block, groups=None):
-        """The :class:`ParamGroupSpec` of ``block``'s ZIGs (all of them, or only the listed
-        group indices, in that order)."""
-        if groups is None:
-            return ParamGroupSpec.aligned([(t, 0) for t in self.zig_tensors(block)])
-        return ParamGroupSpec([[(t, 0, int(g)) for t in self.zig_tensors(block)]
-                               for g in groups])
-
-    @torch.no_grad()
-    def group_norms(self):
-        """||M_g||_2 of every ZIG, one (|block|,) tensor per block."""
-        return [self.zig_spec(b).sq_norms().sqrt() for b in range(len(self.widths))]
 
     # -- FLOPs ----------------------------------------------------------------------------
 
@@ -183,9 +192,6 @@ class GatedNet(nn.Module):
             prev = k
         total = total + prev * self.config["n_out"]
         return float(total) if masks is None else total
-
-    def full_masks(self):
-        return [torch.ones(w) for w in self.widths]
 
     # -- physical removal -----------------------------------------------------------------
 
@@ -218,7 +224,7 @@ class GatedNet(nn.Module):
         return small
 
 
-class TinyResNet(nn.Module):
+class TinyResNet(_GatedBlocks, nn.Module):
     """A tiny ResNet whose gated groups are only the channels internal to each residual
     block (METHODS card: in residual nets only block-internal channels are gated; the
     channels on the skip path are kept).
@@ -246,13 +252,6 @@ class TinyResNet(nn.Module):
         self.bn2 = nn.ModuleList(nn.BatchNorm2d(c) for _ in self.widths)
         self.head = nn.Linear(c, int(n_out))
 
-    def like(self, widths):
-        return TinyResNet(widths=widths, **self.config)
-
-    @property
-    def block_sizes(self):
-        return list(self.widths)
-
     def forward(self, x, masks=None):
         h = F.relu(self.stem(x))
         for i in range(len(self.widths)):
@@ -264,12 +263,6 @@ class TinyResNet(nn.Module):
 
     def zig_tensors(self, block):
         return [self.conv1[block].weight, self.bn1[block].weight, self.bn1[block].bias]
-
-    zig_spec = GatedNet.zig_spec
-    group_norms = GatedNet.group_norms
-
-    def full_masks(self):
-        return [torch.ones(w) for w in self.widths]
 
     def flops(self, masks=None):
         """MACs per example: stem 9 in C HW + sum_i 2 * 9 C k_i HW + C n_out, k_i the kept
