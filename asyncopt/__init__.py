@@ -2,10 +2,27 @@
 
     from asyncopt import Lasso
     model = Lasso(alpha=0.01).fit(X, y)     # coef_, intercept_, dual_gap_, active_set_
+
+The estimators load on first use (PEP 562): a process that only runs a solver, such as
+each rank of ``mpirun -n 9 asyncopt-lasso``, does not pay for importing scikit-learn.
 """
-from .estimators import GroupLasso, Lasso, SparseLogisticRegression, lasso_path
-from .problem import Problem, lam_max
+import importlib
 
 __version__ = "0.1.0"
 __all__ = ["Lasso", "GroupLasso", "SparseLogisticRegression", "lasso_path", "lam_max",
            "Problem", "__version__"]
+_HOMES = {"Lasso": "estimators", "GroupLasso": "estimators",
+          "SparseLogisticRegression": "estimators", "lasso_path": "estimators",
+          "lam_max": "problem", "Problem": "problem"}
+
+
+def __getattr__(name):
+    if name in _HOMES:
+        value = getattr(importlib.import_module("." + _HOMES[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -20,20 +20,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .penalties import L1, GroupL1
 from .problem import Problem, check_lam, encode_binary_labels
 from .solvers import solve_ddss, solve_pse
+from .solvers.methods import BACKENDS, METHODS, MPI_METHODS, mpi_flags  # noqa: F401
 from .solvers.threads import ThreadsInnerLoop, effective_n_jobs
 
-METHODS = {
-    "ddss": {"screening": True, "variance_reduced": True, "saga": False, "dense": False},
-    "ddss_naive": {"screening": True, "variance_reduced": False, "saga": False,
-                   "dense": False},
-    "prox_asaga": {"screening": False, "variance_reduced": True, "saga": True,
-                   "dense": False},
-    "prox_asvrg": {"screening": False, "variance_reduced": True, "saga": False,
-                   "dense": True},
-    "pse_safe": {"pse": "safe"},
-    "pse_strong": {"pse": "strong"}}
-BACKENDS = ("serial", "threads", "mpi")
-MPI_METHODS = ("ddss", "ddss_naive", "prox_asaga", "prox_asvrg")
 
 
 def solve_method(problem, method, *, screening=True, checkpoint=None, step_scale=1.0,
@@ -49,14 +38,6 @@ def solve_method(problem, method, *, screening=True, checkpoint=None, step_scale
                       variance_reduced=spec["variance_reduced"], saga=spec["saga"],
                       dense=spec["dense"], checkpoint=checkpoint, step_scale=step_scale,
                       label=method, **common)
-
-
-def mpi_flags(method, screening=True):
-    """solve_mpi's method arguments for one of MPI_METHODS."""
-    spec = METHODS[method]
-    return dict(screening=screening and spec["screening"],
-                variance_reduced=spec["variance_reduced"], saga=spec["saga"],
-                dense=spec["dense"])
 
 
 def _check_choice(value, choices, what):

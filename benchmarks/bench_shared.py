@@ -41,7 +41,7 @@ from benchmarks.common import (RESULTS_DIR, SolverRun, first_gap_at,  # noqa: E4
                                ratio, run_from_dict, write_json)
 
 from asyncopt.data import make_ctr  # noqa: E402
-from asyncopt.estimators import METHODS  # noqa: E402
+from asyncopt.solvers.methods import METHODS  # noqa: E402
 from asyncopt.kernels import native  # noqa: E402
 from asyncopt.problem import Problem  # noqa: E402
 from asyncopt.solvers import solve_ddss  # noqa: E402

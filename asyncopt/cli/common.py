@@ -22,7 +22,7 @@ import sys
 import time
 import warnings
 
-from asyncopt.estimators import BACKENDS, METHODS
+from asyncopt.solvers.methods import BACKENDS, METHODS
 from asyncopt.solvers.threads import effective_n_jobs
 
 __all__ = [
@@ -406,7 +406,7 @@ def fit_and_report_mpi(args, prog, estimator_cls, loss, title, world):
     import numpy as np
     from mpi4py import MPI
 
-    from asyncopt.estimators import MPI_METHODS, mpi_flags
+    from asyncopt.solvers.methods import MPI_METHODS, mpi_flags
     from asyncopt.losses import get_loss
     from asyncopt.penalties import L1
     from asyncopt.problem import Problem

@@ -4,7 +4,6 @@ import lzma
 from importlib import resources
 
 import numpy as np
-from sklearn.datasets import load_svmlight_file
 
 from .crosses import feature_crosses
 from .libsvm import _compact_csr
@@ -17,6 +16,7 @@ A9A_N_FEATURES = 123
 def _a9a_arrays():
     with resources.files(__package__).joinpath(A9A_FILE).open("rb") as raw, \
             lzma.open(raw) as f:
+        from sklearn.datasets import load_svmlight_file  # 0.8 s: only when parsing
         X, y = load_svmlight_file(f, n_features=A9A_N_FEATURES, zero_based=False)
     X = _compact_csr(X)
     X.data.setflags(write=False)

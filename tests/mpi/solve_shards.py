@@ -8,7 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from asyncopt.estimators import mpi_flags
+from asyncopt.solvers.methods import mpi_flags
 from asyncopt.penalties import L1, GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers import solve_ddss
