@@ -69,7 +69,8 @@ def run_mpi(spec, method, workers, target, cap, seed, args, workdir, epoch_estim
                                   lam_ratio=spec["lam_ratio"],
                                   fit_intercept=spec["fit_intercept"], method=method,
                                   tol=target, max_time=cap, seed=seed, timeout=timeout,
-                                  mpirun=args.mpirun)
+                                  mpirun=args.mpirun,
+                                  shard_root=os.path.join(workdir, "shards"))
     if error:
         return SolverRun(method, False, error=error, extra={"mpirun_wall_s": wall}), None
     history = payload["history"]

@@ -1,0 +1,61 @@
+"""Start-up of an MPI rank: what it imports and what data it reads."""
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks._mpi_run import _load_rows, prepare_shards  # noqa: E402
+from benchmarks.bench_serial import load_data  # noqa: E402
+
+
+def test_a_solver_rank_does_not_import_scikit_learn():
+    code = ("import sys\n"
+            "from asyncopt.solvers.methods import mpi_flags\n"
+            "from asyncopt.solvers.mpi import solve_mpi\n"
+            "from asyncopt.problem import Problem\n"
+            "from asyncopt.data import make_ctr\n"
+            "import asyncopt\n"
+            "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn')\n"
+            "assert not loaded, loaded\n"
+            "assert asyncopt.Lasso.__module__ == 'asyncopt.estimators'\n"
+            "assert 'sklearn' in sys.modules\n")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr
+
+
+def test_each_worker_reads_exactly_its_rows_from_the_shard_files(tmp_path):
+    X, y = load_data("ctr_small")
+    folder = prepare_shards("ctr_small", 3, str(tmp_path))
+    assert prepare_shards("ctr_small", 3, str(tmp_path)) == folder    # written once
+    args = SimpleNamespace(shards=folder, data="ctr_small")
+    blocks = []
+    for rank in range(4):
+        Xr, yr, n, p, nnz = _load_rows(args, rank, 4)
+        assert (n, p, nnz) == (X.shape[0], X.shape[1], X.nnz)
+        if rank == 0:
+            assert Xr is None and yr is None
+            continue
+        blocks.append((Xr, yr))
+    assert [b[0].shape[0] for b in blocks] == [len(part) for part in
+                                              np.array_split(np.arange(X.shape[0]), 3)]
+    assert (sp.vstack([b[0] for b in blocks]) != X).nnz == 0
+    np.testing.assert_array_equal(np.concatenate([b[1] for b in blocks]), y)
+    # the same rows as building the data on every rank
+    Xs, ys, *_ = _load_rows(SimpleNamespace(shards=None, data="ctr_small"), 2, 4)
+    assert (Xs != blocks[1][0]).nnz == 0
+    np.testing.assert_array_equal(ys, blocks[1][1])
+
+
+def test_shards_for_another_worker_count_are_refused(tmp_path):
+    folder = prepare_shards("ctr_small", 2, str(tmp_path))
+    with pytest.raises(SystemExit, match="2 workers, not 3"):
+        _load_rows(SimpleNamespace(shards=folder, data="ctr_small"), 1, 4)
