@@ -44,6 +44,14 @@ def find_mpirun(explicit=None):
     return here if os.path.exists(here) else shutil.which("mpirun")
 
 
+def worker_rows(n, n_workers, worker):
+    """(lo, hi): the contiguous rows lo..hi-1 of worker ``worker`` (0-based), the blocks of
+    np.array_split(range(n), n_workers)."""
+    size, extra = divmod(n, n_workers)
+    lo = worker * size + min(worker, extra)
+    return lo, lo + size + (worker < extra)
+
+
 def prepare_shards(data, n_workers, root):
     """Write the workers' contiguous row blocks of ``data`` (np.array_split order) once, as
     root/<data>_<k>/shard_<i>.npz (the CSR arrays and y) plus meta.json, and return that
@@ -61,8 +69,8 @@ def prepare_shards(data, n_workers, root):
     X, y = load_data(data)
     n, p = X.shape
     os.makedirs(folder, exist_ok=True)
-    for i, part in enumerate(np.array_split(np.arange(n), n_workers)):
-        lo, hi = int(part[0]), int(part[-1]) + 1
+    for i in range(n_workers):
+        lo, hi = worker_rows(n, n_workers, i)
         block = X[lo:hi]
         np.savez(os.path.join(folder, f"shard_{i}.npz"), indptr=block.indptr,
                  indices=block.indices, data=block.data, y=y[lo:hi])
@@ -134,8 +142,8 @@ def _warm_up(comm, method_flags, loss, fit_intercept):
     penalty = L1(p)
     shard = None
     if rank > 0:
-        rows = np.array_split(np.arange(n), size - 1)[rank - 1]
-        shard = Problem(X[rows], y[rows], loss, penalty, 1.0, fit_intercept)
+        lo, hi = worker_rows(n, size - 1, rank - 1)
+        shard = Problem(X[lo:hi], y[lo:hi], loss, penalty, 1.0, fit_intercept)
     code = get_loss(loss).code
     lam = 0.1 * distributed_lam_max(comm, shard, penalty, n, code, fit_intercept)
     solve_mpi(comm, shard if shard is None else shard.with_lam(lam), penalty, p, code, lam,
@@ -165,8 +173,7 @@ def _load_rows(args, rank, size):
     n, p = X.shape
     if rank == 0:
         return None, None, n, p, int(X.nnz)
-    part = np.array_split(np.arange(n), size - 1)[rank - 1]
-    lo, hi = int(part[0]), int(part[-1]) + 1
+    lo, hi = worker_rows(n, size - 1, rank - 1)
     return X[lo:hi], y[lo:hi], n, p, int(X.nnz)
 
 
@@ -184,7 +191,8 @@ def main(argv=None):
     parser.add_argument("--max-epochs", type=int, default=10 ** 7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch", type=int, default=None,
-                        help="local steps per message (solve_mpi's default: n / (50 workers))")
+                        help="local steps per message (solve_mpi's default_batch: "
+                             "n / (m workers), m = min(50, 2.5 workers^2))")
     parser.add_argument("--no-warm-up", action="store_true")
     parser.add_argument("--shards", default=None,
                         help="a prepare_shards folder: each worker loads only its shard")
