@@ -38,7 +38,23 @@ def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, lo
     # rank 0 holds no rows, the workers a contiguous shard each, together every row once
     rows = result["shard_rows"]
     assert rows[0] == 0 and sum(rows) == 400 and max(rows[1:]) - min(rows[1:]) <= 1
-    assert all(h["staleness_max"] >= 0 for h in result["history"])
+    history = result["history"]
+    assert all(h["staleness_max"] >= 0 for h in history)
+    # staleness damping l / tau switches to (l / tau)^2 at most once, for good, and only at
+    # an epoch that ended with a larger gap than it started from
+    powers = [h["damping_power"] for h in history]
+    assert set(powers) <= {1.0, 2.0} and powers == sorted(powers)
+    if 2.0 in powers:
+        switch = powers.index(2.0)
+        assert switch >= 2 and history[switch]["gap"] > history[switch - 1]["gap"]
+
+
+def test_staleness_damping_is_one_up_to_l_then_l_over_tau_to_the_power():
+    from asyncopt.solvers.mpi import staleness_damping
+    for power in (1.0, 2.0):
+        assert [staleness_damping(tau, 4, power) for tau in range(5)] == [1.0] * 5
+        assert staleness_damping(8, 4, power) == pytest.approx(0.5 ** power)
+        assert staleness_damping(20, 4, power) == pytest.approx(0.2 ** power)
 
 
 def test_messages_shrink_as_screening_removes_features(tmp_path):

@@ -35,9 +35,11 @@ The server sums deltas (as Hogwild sums updates) with two weights: ``overshoot_w
 caps the summed move of a coordinate that one batch already moves most of the way to its
 minimum (the intercept, the most popular features: l such deltas side by side overshoot
 and, past twice the way, diverge), and ``staleness_damping`` scales a delta computed more
-than l versions ago by l / tau. CTR 20,000 x 10,000 at 1e-3 lam_max, 1 worker 34 epochs:
-2 and 4 workers need 35-37 and ~55 epochs; with the former weights (average wherever a
-batch likely touches the coordinate) they needed 80 and 154.
+than l versions ago by l / tau, or by (l / tau)^2 for the rest of the run once an epoch
+has ended with a larger gap than it started with (the asynchrony is then noisier than
+l / tau absorbs). CTR 20,000 x 10,000 at 1e-3 lam_max, 1 worker 34 epochs: 2 and 4
+workers need 35-37 and ~55 epochs; with the former weights (average wherever a batch
+likely touches the coordinate) they needed 80 and 154.
 As a safeguard the server keeps the snapshot of each inner loop and, when
 the next certificate shows P above P(snapshot) + G(snapshot) (so above P* + 2 G), rejects
 the epoch: x returns to the snapshot and every rank first halves the move cap (down to
@@ -65,6 +67,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import SolverResult, epoch_rows
 
 MOVE_CAP, MIN_MOVE_CAP = 1.9, 0.45
+STALL_DAMPING_POWER = 2.0
 TAG_INDEX, TAG_VALUES, TAG_REPLY_INDEX, TAG_REPLY = 11, 12, 13, 14
 STOP, INNER, RECERTIFY, REJECT = 0, 1, 2, 3
 HEADER = 4          # [version, steps, intercept delta, last] in front of a delta's values
@@ -254,6 +257,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             epoch = resumed[2][-1]["epoch"] + 1
     first_epoch = epoch
     snapshot, step_factor, move_cap = None, 1.0, MOVE_CAP
+    damping_power = 1.0
     memory = None
     clock, stale = np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64)
     steps_total, staleness = 0, (0.0, 0)
@@ -300,6 +304,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 gap = max(primal - dual, 0.0)
                 if reference is None:     # P at x = 0 (the first record) is P(0)
                     reference = primal
+                if snapshot is not None and gap > snapshot[3]:
+                    damping_power = STALL_DAMPING_POWER
                 now = time.perf_counter() - start
                 record = {"epoch": epoch, "time": time_offset + now, "primal": primal, "dual": dual,
                           "gap": gap, "rel_gap": gap / reference if reference > 0 else 0.0,
@@ -309,7 +315,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                           "staleness_mean": staleness[0], "staleness_max": staleness[1],
                           "messages": messages, "message_bytes": message_bytes,
                           "intercept": b, "step_factor": step_factor,
-                          "move_cap": move_cap}
+                          "move_cap": move_cap, "damping_power": damping_power}
                 history.append(record)
                 progress.update(record)
                 if checkpoint is not None:
@@ -398,7 +404,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 x, b, steps, staleness, msgs, mbytes = _serve_inner(
                     comm, wire, x, b, n, size - 1,
                     overshoot_weights(eta * per_batch * column_sq / n, size - 1, move_cap),
-                    float(overshoot_weights(eta_intercept * per_batch, size - 1, move_cap)))
+                    float(overshoot_weights(eta_intercept * per_batch, size - 1, move_cap)),
+                    damping_power)
                 steps_total += steps
                 messages, message_bytes = msgs, mbytes
             else:
@@ -477,17 +484,25 @@ def default_batch(n, n_workers):
     return max(1, n // (messages * n_workers))
 
 
-def staleness_damping(tau, n_workers):
+def staleness_damping(tau, n_workers, power=1.0):
     """The weight of a delta computed tau server versions ago: 1 up to tau = l (each other
-    worker one message ahead, the normal round), then l / tau (the staleness-aware rule
-    of Zhang et al., IJCAI 2016, step / tau, relative to the normal staleness l).
-    Oversubscribed cores deschedule workers for many rounds; their deltas, taken from an
-    x that moved l / tau rounds ago, pushed 8 workers on 2 cores into step halvings and
-    138 epochs (34 with the damping; 1 worker: 34)."""
-    return 1.0 if tau <= n_workers else n_workers / tau
+    worker one message ahead, the normal round), then (l / tau)^power: power 1 is the
+    staleness-aware rule of Zhang et al. (IJCAI 2016, step / tau, relative to the normal
+    staleness l). Oversubscribed cores deschedule workers for many rounds; their deltas,
+    taken from an x that moved l / tau rounds ago, pushed 8 workers on 2 cores into step
+    halvings and 138 epochs (34 with the damping; 1 worker: 34).
+
+    The server raises power to STALL_DAMPING_POWER = 2 for the rest of the run after an
+    epoch that ended with a larger gap than it started with. CTR 200,000 x
+    100,000, 8 workers on 2 cores (mpirun -n 9), to gap 1e-6: with power 1 throughout,
+    25-83 epochs depending on timing (the gap wandered at 1e-3..4e-2 for up to 70
+    epochs); with the switch, 27-29 epochs in 6 runs out of 6 (9.4-10.5 s). Power 2 from
+    the start also converged (32-34 epochs) but cost 2 and 4 workers 3-6 epochs; with the
+    switch 2 workers are unchanged (20 epochs) and 4 need 25 instead of 23-24."""
+    return 1.0 if tau <= n_workers else (n_workers / tau) ** power
 
 
-def _serve_inner(comm, wire, x, b, n, n_workers, omega, omega_intercept):
+def _serve_inner(comm, wire, x, b, n, n_workers, omega, omega_intercept, damping_power):
     """Apply deltas in arrival order until every worker has sent its last one; returns
     (x, b, steps, (mean tau, max tau), messages, bytes of the messages)."""
     MPI = _mpi()
@@ -507,7 +522,7 @@ def _serve_inner(comm, wire, x, b, n, n_workers, omega, omega_intercept):
         values = np.empty(HEADER + count)
         comm.Recv(values, source=source, tag=TAG_VALUES)
         tau = version - int(values[0])
-        damping = staleness_damping(tau, n_workers)
+        damping = staleness_damping(tau, n_workers, damping_power)
         x[index] += damping * omega[index] * values[HEADER:]
         b += damping * omega_intercept * values[2]
         tau_sum += tau * int(values[1])
