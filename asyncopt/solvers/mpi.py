@@ -35,11 +35,11 @@ The server sums deltas (as Hogwild sums updates) with two weights: ``overshoot_w
 caps the summed move of a coordinate that one batch already moves most of the way to its
 minimum (the intercept, the most popular features: l such deltas side by side overshoot
 and, past twice the way, diverge), and ``staleness_damping`` scales a delta computed more
-than l versions ago by l / tau, or by (l / tau)^2 for the rest of the run once an epoch
-has ended with a larger gap than it started with (the asynchrony is then noisier than
-l / tau absorbs). CTR 20,000 x 10,000 at 1e-3 lam_max, 1 worker 34 epochs: 2 and 4
-workers need 35-37 and ~55 epochs; with the former weights (average wherever a batch
-likely touches the coordinate) they needed 80 and 154.
+than l versions ago by (l / tau)^k: k = 1 until an epoch ends with a larger gap than it
+started with, then adapted per epoch (``adapt_damping_power``: up after such an epoch,
+down after a calm stretch, 2 <= k <= 4). CTR 20,000 x 10,000 at 1e-3 lam_max, 1 worker
+34 epochs: 2 and 4 workers need 35-37 and ~55 epochs; with the former weights (average
+wherever a batch likely touches the coordinate) they needed 80 and 154.
 As a safeguard the server keeps the snapshot of each inner loop and, when
 the next certificate shows P above P(snapshot) + G(snapshot) (so above P* + 2 G), rejects
 the epoch: x returns to the snapshot and every rank first halves the move cap (down to
@@ -67,7 +67,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import SolverResult, epoch_rows
 
 MOVE_CAP, MIN_MOVE_CAP = 1.9, 0.45
-STALL_DAMPING_POWER = 2.0
+MAX_DAMPING_POWER, CALM_EPOCHS = 4.0, 4
 TAG_INDEX, TAG_VALUES, TAG_REPLY_INDEX, TAG_REPLY = 11, 12, 13, 14
 STOP, INNER, RECERTIFY, REJECT = 0, 1, 2, 3
 HEADER = 4          # [version, steps, intercept delta, last] in front of a delta's values
@@ -257,7 +257,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             epoch = resumed[2][-1]["epoch"] + 1
     first_epoch = epoch
     snapshot, step_factor, move_cap = None, 1.0, MOVE_CAP
-    damping_power = 1.0
+    damping_power, calm = 1.0, 0
     memory = None
     clock, stale = np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64)
     steps_total, staleness = 0, (0.0, 0)
@@ -304,8 +304,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 gap = max(primal - dual, 0.0)
                 if reference is None:     # P at x = 0 (the first record) is P(0)
                     reference = primal
-                if snapshot is not None and gap > snapshot[3]:
-                    damping_power = STALL_DAMPING_POWER
+                if snapshot is not None:
+                    damping_power, calm = adapt_damping_power(damping_power, calm,
+                                                              gap > snapshot[3])
                 now = time.perf_counter() - start
                 record = {"epoch": epoch, "time": time_offset + now, "primal": primal, "dual": dual,
                           "gap": gap, "rel_gap": gap / reference if reference > 0 else 0.0,
@@ -490,16 +491,34 @@ def staleness_damping(tau, n_workers, power=1.0):
     staleness-aware rule of Zhang et al. (IJCAI 2016, step / tau, relative to the normal
     staleness l). Oversubscribed cores deschedule workers for many rounds; their deltas,
     taken from an x that moved l / tau rounds ago, pushed 8 workers on 2 cores into step
-    halvings and 138 epochs (34 with the damping; 1 worker: 34).
-
-    The server raises power to STALL_DAMPING_POWER = 2 for the rest of the run after an
-    epoch that ended with a larger gap than it started with. CTR 200,000 x
-    100,000, 8 workers on 2 cores (mpirun -n 9), to gap 1e-6: with power 1 throughout,
-    25-83 epochs depending on timing (the gap wandered at 1e-3..4e-2 for up to 70
-    epochs); with the switch, 27-29 epochs in 6 runs out of 6 (9.4-10.5 s). Power 2 from
-    the start also converged (32-34 epochs) but cost 2 and 4 workers 3-6 epochs; with the
-    switch 2 workers are unchanged (20 epochs) and 4 need 25 instead of 23-24."""
+    halvings and 138 epochs (34 with the damping; 1 worker: 34). The server adapts the
+    power during the run (``adapt_damping_power``)."""
     return 1.0 if tau <= n_workers else (n_workers / tau) ** power
+
+
+def adapt_damping_power(power, calm, gap_rose):
+    """The staleness damping power after an epoch: +1 (up to MAX_DAMPING_POWER = 4) when
+    the epoch ended with a larger gap than it started with, -1 (not below 2) after
+    CALM_EPOCHS = 4 epochs in a row without that; power 1 until the first rise. Returns
+    (power, calm epochs so far). The bold-driver rule of step-size adaptation, applied to
+    how much stale deltas count rather than to the step: a smaller step does not help,
+    since ``overshoot_weights`` gives the popular coordinates the same summed move for any
+    step.
+
+    CTR 200,000 x 100,000, 8 workers on 2 cores (mpirun -n 9), to gap 1e-6: with power 1
+    throughout, 24-83 epochs in 12 runs, depending on timing (the gap wandered at
+    1e-3..4e-2 for up to 70 epochs); power 2 from the first rise on, 27-29 epochs in 7 of
+    7 runs; this rule, 28-30 epochs in 5 of 5 runs. With waits that sleep without the 1 ms
+    spin (another timing), power 2 from the first rise stalls at a gap of 1e-2 in 2 of 2
+    runs (with a step cut to 1/8, or a halved move cap, too); this rule converges in 115
+    epochs; raising the power without ever lowering it converges too, but slowly (7e-6
+    after 115 epochs). 2 and 4 workers: 20 and 25 epochs (23-24 with power 1)."""
+    if gap_rose:
+        return min(power + 1.0, MAX_DAMPING_POWER), 0
+    calm += 1
+    if power > 2.0 and calm >= CALM_EPOCHS:
+        return power - 1.0, 0
+    return power, calm
 
 
 def _serve_inner(comm, wire, x, b, n, n_workers, omega, omega_intercept, damping_power):
