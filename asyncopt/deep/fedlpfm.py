@@ -66,6 +66,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .ato import accuracy
 from .federated import LocalTrainer, aggregation_weights, run_federated
 from .partition import class_split_partition, dirichlet_partition, iid_partition
 
@@ -313,16 +314,6 @@ def validation_split(X, y, fraction=0.2, seed=12345):
     n_val = int(fraction * len(y))
     val, train = order[:n_val], order[n_val:]
     return X[train], y[train], X[val], y[val]
-
-
-@torch.no_grad()
-def accuracy(model, X, y):
-    """Top-1 accuracy of ``model`` on (X, y), in eval mode."""
-    was_training = model.training
-    model.eval()
-    correct = (model(torch.as_tensor(X)).argmax(1) == torch.as_tensor(y)).float().mean()
-    model.train(was_training)
-    return float(correct)
 
 
 def run_method(method, X, y, partition, rounds, *, make_model=student_mlp, teachers=None,
