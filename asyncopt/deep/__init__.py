@@ -42,4 +42,3 @@ __all__ = [
     "train_static_group_lasso", "flops_regularizer", "ato_schedule", "magnitude_masks",
     "random_masks", "uniform_widths",
 ]
-

@@ -371,10 +371,10 @@ def run_federated(model, local_train, n_clients, rounds, *, client_fraction=1.0,
 
     Each history record: ``round`` (0-based), ``participants`` (client ids),
     ``n_samples`` (their counts), ``weights`` (the aggregation weights n_i / sum_j n_j:
-    0 for an empty client, summing to 1 unless all are empty), ``bytes_sent`` and ``bytes_received`` (4 P m each),
-    ``bytes_sent_total`` and ``bytes_received_total`` (cumulative), ``time`` (seconds
-    since the start), and ``metric`` when ``evaluate`` is given. On the server the model
-    ends holding the final global vector.
+    0 for an empty client, summing to 1 unless all are empty), ``bytes_sent`` and
+    ``bytes_received`` (4 P m each), ``bytes_sent_total`` and ``bytes_received_total``
+    (cumulative), ``time`` (seconds since the start), and ``metric`` when ``evaluate`` is
+    given. On the server the model ends holding the final global vector.
     """
     transport = transport if transport is not None else InProcessTransport()
     flat = ParameterVector(model, buffers=buffers)
@@ -419,7 +419,8 @@ def _serve_rounds(model, flat, run_client, n_clients, rounds, client_fraction, s
         sent_total += sent
         received_total += received
         record = {"round": r, "participants": [int(c) for c in clients],
-                  "n_samples": counts, "weights": aggregation_weights(counts), "bytes_sent": sent, "bytes_received": received,
+                  "n_samples": counts, "weights": aggregation_weights(counts),
+                  "bytes_sent": sent, "bytes_received": received,
                   "bytes_sent_total": sent_total, "bytes_received_total": received_total}
         if evaluate is not None:
             record["metric"] = evaluate(model)
