@@ -44,15 +44,6 @@ import numpy as np  # noqa: E402
 from benchmarks.common import RESULTS_DIR, format_table, machine_info, write_json  # noqa: E402
 
 
-def load_data():
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-    X, y = load_digits(return_X_y=True)
-    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
-    mean, std = Xtr.mean(0), Xtr.std(0) + 1e-8
-    return ((Xtr - mean) / std).astype(np.float32), ytr, ((Xte - mean) / std).astype(np.float32), yte
-
-
 def run_seed(seed, data, epochs, p, verbose):
     import torch
     from asyncopt.deep.ato import (GatedNet, accuracy, magnitude_masks, random_masks,
@@ -121,10 +112,11 @@ def main(argv=None):
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     import torch
+    from asyncopt.deep.ato import digits_train_test
     torch.set_num_threads(args.threads)
     epochs = args.epochs or (30 if args.quick else 60)
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2, 3, 4])
-    data = load_data()
+    data = digits_train_test()
     t0 = time.perf_counter()
     runs = []
     for seed in seeds:

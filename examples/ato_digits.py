@@ -5,17 +5,12 @@ fine-tuning (thesis 002 ch. 4, METHODS card "ATO").
     cd /work/main && PYTHONPATH=. .venv/bin/python examples/ato_digits.py
 """
 import torch
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 from asyncopt.deep import GatedNet, train_ato
-from asyncopt.deep.ato import accuracy
+from asyncopt.deep.ato import accuracy, digits_train_test
 
 torch.set_num_threads(1)
-X, y = load_digits(return_X_y=True)
-Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
-mean, std = Xtr.mean(0), Xtr.std(0) + 1e-8
-Xtr, Xte = (Xtr - mean) / std, (Xte - mean) / std
+Xtr, ytr, Xte, yte = digits_train_test()     # standardised, stratified 80 / 20 split
 
 torch.manual_seed(0)
 net = GatedNet.mlp((64, 128, 128, 10))

@@ -63,6 +63,7 @@ __all__ = [
     "GatedNet", "TinyResNet", "ATOController", "ATOResult", "flops_regularizer", "ato_schedule",
     "train_ato", "train_dense", "train_static_group_lasso", "accuracy", "magnitude_masks",
     "random_masks", "uniform_widths", "uniform_masks", "masks_from_counts",
+    "digits_train_test",
 ]
 
 
@@ -359,6 +360,21 @@ def ato_schedule(epochs, t_start=0.1, t_w=0.2, t_end=0.5):
 
 
 # -------------------------------------------------------------------------------- helpers
+
+def digits_train_test(test_size=0.2, seed=0):
+    """scikit-learn's digits (1797 x 64, shipped with the package) for the ATO experiment:
+    a stratified train / test split (``train_test_split``, ``random_state=seed``), both
+    standardised with the training mean and standard deviation. Returns float32
+    ``(X_train, y_train, X_test, y_test)``."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    X, y = load_digits(return_X_y=True)
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=test_size, stratify=y,
+                                          random_state=seed)
+    mean, std = Xtr.mean(0), Xtr.std(0) + 1e-8
+    return (((Xtr - mean) / std).astype(np.float32), ytr,
+            ((Xte - mean) / std).astype(np.float32), yte)
+
 
 def _tensor(X, dtype=torch.float32):
     return X if isinstance(X, torch.Tensor) else torch.as_tensor(np.asarray(X), dtype=dtype)
