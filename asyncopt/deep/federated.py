@@ -56,10 +56,13 @@ class ParameterVector:
     The layout is fixed at construction: parameters in ``named_parameters()`` order, then,
     when ``buffers`` is true, floating-point buffers in ``named_buffers()`` order; each
     tensor flattened (row-major). ``names`` and ``shapes`` describe it; ``size`` is P.
+    ``trainable_only``: only the parameters with ``requires_grad`` (the adapters and head
+    of a LoRA-tuned model, ``asyncopt.deep.lora``); frozen weights never travel.
     """
 
-    def __init__(self, model, buffers=True):
-        named = list(model.named_parameters())
+    def __init__(self, model, buffers=True, trainable_only=False):
+        named = [(name, p) for name, p in model.named_parameters()
+                 if p.requires_grad or not trainable_only]
         if buffers:
             named += [(name, b) for name, b in model.named_buffers()
                       if torch.is_floating_point(b)]
@@ -125,7 +128,8 @@ class LocalTrainer:
     """
 
     def __init__(self, X, y, partition, *, epochs=1, batch_size=32, lr=0.05, momentum=0.0,
-                 weight_decay=0.0, mu=0.0, loss_fn=None, seed=0, batch_loss=None):
+                 weight_decay=0.0, mu=0.0, loss_fn=None, seed=0, batch_loss=None,
+                 make_optimizer=None):
         self.X = torch.as_tensor(X)
         self.y = torch.as_tensor(y)
         self.partition = [np.asarray(p, dtype=np.int64) for p in partition]
@@ -134,6 +138,7 @@ class LocalTrainer:
         self.mu, self.seed = float(mu), seed
         self.loss_fn = loss_fn or torch.nn.functional.cross_entropy
         self.batch_loss = batch_loss
+        self.make_optimizer = make_optimizer
 
     def __call__(self, model, client, round_index):
         indices = self.partition[client]
@@ -142,8 +147,11 @@ class LocalTrainer:
         rng = np.random.default_rng([self.seed, round_index, client])
         params = [p for p in model.parameters() if p.requires_grad]
         received = [p.detach().clone() for p in params] if self.mu > 0 else None
-        optimizer = torch.optim.SGD(params, lr=self.lr, momentum=self.momentum,
-                                    weight_decay=self.weight_decay)
+        if self.make_optimizer is not None:
+            optimizer = self.make_optimizer(params)
+        else:
+            optimizer = torch.optim.SGD(params, lr=self.lr, momentum=self.momentum,
+                                        weight_decay=self.weight_decay)
         model.train()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(rng.integers(2 ** 63)))
@@ -358,7 +366,8 @@ def _format_round(record, rounds, n_clients, label):
 
 
 def run_federated(model, local_train, n_clients, rounds, *, client_fraction=1.0, seed=0,
-                  transport=None, evaluate=None, buffers=True, verbose=True, label="fedavg"):
+                  transport=None, evaluate=None, buffers=True, trainable_only=False,
+                  verbose=True, label="fedavg"):
     """Run ``rounds`` synchronous rounds of the protocol in the module docstring.
 
     ``model``: the global model on the server (its current values are w_0) and the
@@ -367,7 +376,9 @@ def run_federated(model, local_train, n_clients, rounds, *, client_fraction=1.0,
     :class:`LocalTrainer`); ``evaluate(model) -> float | dict`` runs on the server after
     each round with the new global values loaded. ``transport``: an
     :class:`InProcessTransport` (default) or :class:`MPITransport` (call this on every
-    rank). ``verbose``: one line per round on stderr.
+    rank). ``verbose``: one line per round on stderr. ``trainable_only``: the vector holds
+    only the parameters with ``requires_grad`` (LoRA adapters and head), so P and the
+    byte counts are those of the tuned part.
 
     Each history record: ``round`` (0-based), ``participants`` (client ids),
     ``n_samples`` (their counts), ``weights`` (the aggregation weights n_i / sum_j n_j:
@@ -377,7 +388,7 @@ def run_federated(model, local_train, n_clients, rounds, *, client_fraction=1.0,
     given. On the server the model ends holding the final global vector.
     """
     transport = transport if transport is not None else InProcessTransport()
-    flat = ParameterVector(model, buffers=buffers)
+    flat = ParameterVector(model, buffers=buffers, trainable_only=trainable_only)
 
     def run_client(client, vector, round_index):
         flat.set(vector)

@@ -1,0 +1,124 @@
+"""LoRA, low-rank adaptation of frozen linear layers (Hu et al. 2021, eq. 3; paper 000
+section 3 and paper 003 section 2 use it as the tuned part of the foundation model).
+
+A :class:`LoRALinear` wraps a frozen ``nn.Linear`` W0 (weight of shape (m, d), y = x W0^T
++ b) and adds a rank-r update
+
+    y = x W0^T + b + (alpha / r) * dropout(x) A^T B^T,    A: (r, d), B: (m, r),
+
+A drawn as PEFT draws it (``kaiming_uniform_(a=sqrt(5))``), B = 0, so the wrapped layer
+starts as W0 exactly. Only A and B are trainable. :meth:`LoRALinear.merged_weight` is W0 +
+(alpha / r) B A.
+
+:func:`attach_lora` replaces every ``nn.Linear`` whose attribute name is one of
+``targets`` (default the attention projections ``q``, ``k``, ``v``, ``o`` of
+:mod:`asyncopt.deep.transformer`) and freezes the rest of the model except the modules
+named in ``trainable`` (the task head). :func:`adapter_vector` is the
+:class:`~asyncopt.deep.federated.ParameterVector` of what is trainable (adapters, then the
+head, in ``named_parameters`` order): the flat float32 vector that travels to the parameter
+server. Two models whose adapted layers have the same shapes (a foundation model and its
+compressed proxy, which differ only in their FFNs) have the same adapter layout, so a
+vector trained on one loads into the other unchanged.
+
+PEFT's ``LoraConfig`` does the same for Hugging Face models, but it requires
+``transformers`` and ``accelerate``; this module is the ~100 lines the bridge needs,
+with no dependency beyond torch.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .federated import ParameterVector
+
+ATTENTION_TARGETS = ("q", "k", "v", "o")
+
+
+class LoRALinear(nn.Module):
+    """A frozen ``nn.Linear`` plus the trainable low-rank update (alpha / r) B A (module
+    docstring). ``base`` is kept as a submodule (its weight and bias frozen in place)."""
+
+    def __init__(self, base, r=4, alpha=16.0, dropout=0.0):
+        super().__init__()
+        if not isinstance(base, nn.Linear):
+            raise TypeError(f"LoRA wraps nn.Linear, got {type(base).__name__}")
+        if int(r) < 1:
+            raise ValueError(f"LoRA rank r must be >= 1, got {r}")
+        self.base = base
+        for p in base.parameters():
+            p.requires_grad_(False)
+        self.r, self.alpha = int(r), float(alpha)
+        self.scale = self.alpha / self.r
+        factory = {"device": base.weight.device, "dtype": base.weight.dtype}
+        self.lora_A = nn.Parameter(torch.empty(self.r, base.in_features, **factory))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, self.r, **factory))
+        if base.weight.device.type != "meta":
+            nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+
+    @property
+    def in_features(self):
+        return self.base.in_features
+
+    @property
+    def out_features(self):
+        return self.base.out_features
+
+    def forward(self, x):
+        update = F.linear(F.linear(self.dropout(x), self.lora_A), self.lora_B)
+        return self.base(x) + self.scale * update
+
+    def merged_weight(self):
+        """W0 + (alpha / r) B A, the weight of the equivalent plain linear layer."""
+        return self.base.weight + self.scale * (self.lora_B @ self.lora_A)
+
+    def extra_repr(self):
+        return f"r={self.r}, alpha={self.alpha:g}"
+
+
+def freeze_except(model, trainable=()):
+    """Freeze every parameter of ``model`` except LoRA factors and the parameters of the
+    submodules whose qualified names are in ``trainable``."""
+    trainable = tuple(trainable)
+    for name, p in model.named_parameters():
+        keep = ".lora_" in f".{name}" or any(
+            name == t or name.startswith(t + ".") for t in trainable)
+        p.requires_grad_(keep)
+    return model
+
+
+def attach_lora(model, targets=ATTENTION_TARGETS, r=4, alpha=16.0, dropout=0.0,
+                trainable=("head",)):
+    """Wrap each ``nn.Linear`` of ``model`` whose attribute name is in ``targets`` in a
+    :class:`LoRALinear` (in place), then freeze everything but the adapters and the
+    submodules named in ``trainable``. Returns the qualified names of the wrapped layers
+    (an error if none matched)."""
+    targets = set(targets)
+    wrapped = []
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            if child_name in targets and isinstance(child, nn.Linear):
+                setattr(parent, child_name, LoRALinear(child, r=r, alpha=alpha,
+                                                       dropout=dropout))
+                wrapped.append(f"{parent_name}.{child_name}" if parent_name else child_name)
+    if not wrapped:
+        raise ValueError(f"no nn.Linear named one of {sorted(targets)} in the model")
+    freeze_except(model, trainable)
+    return wrapped
+
+
+def lora_layers(model):
+    """The :class:`LoRALinear` layers of ``model`` by qualified name."""
+    return {name: m for name, m in model.named_modules() if isinstance(m, LoRALinear)}
+
+
+def adapter_vector(model):
+    """The :class:`ParameterVector` of the trainable parameters (adapters and head): the
+    vector FedPFT's and Multi-LoRA's clients send, 4 bytes per entry."""
+    return ParameterVector(model, buffers=False, trainable_only=True)
+
+
+def trainable_parameter_count(model):
+    """Number of trainable scalars of ``model``."""
+    return int(sum(p.numel() for p in model.parameters() if p.requires_grad))
