@@ -30,7 +30,6 @@ benchmarks/results/bench_fedlpfm_quick.json (full mode: bench_fedlpfm.json; with
 (``--quiet`` turns it off).
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -45,7 +44,7 @@ from asyncopt.deep.fedlpfm import (DEFAULT_DIRECTION, DEFAULT_LAM,  # noqa: E402
                                    PARTITION_NAMES, TEACHER_KINDS, accuracy, digits_pools,
                                    make_partition, run_method, train_teacher,
                                    validation_split)
-from benchmarks.common import RESULTS_DIR, format_table, machine_info, write_json  # noqa: E402
+from benchmarks.common import finish_deep_benchmark, format_table  # noqa: E402
 
 QUICK = dict(rounds=12, epochs=5, seeds=3)
 FULL = dict(rounds=100, epochs=5, seeds=3)
@@ -145,12 +144,7 @@ def main(argv=None):
         summary["evaluated_on"] = "validation"
     name = "bench_fedlpfm" + ("_validation" if args.validation else "") + (
         "_quick" if args.quick else "")
-    out = args.out or os.path.join(RESULTS_DIR, name + ".json")
-    write_json(out, dict(summary, per_seed=per_seed, teacher_accuracy=teacher_acc,
-                         seconds=elapsed, config={k: v for k, v in vars(args).items()
-                                                  if k != "out"},
-                         machine=machine_info(("torch", "sklearn"))))
-    print(json.dumps(summary))
+    finish_deep_benchmark(args, name, summary, elapsed, per_seed=per_seed)
 
 
 if __name__ == "__main__":

@@ -318,6 +318,19 @@ def write_json(path, payload):
     return path
 
 
+def finish_deep_benchmark(args, name, summary, seconds, **details):
+    """The torch benchmarks' ending: write ``summary`` plus ``details``, the run's seconds,
+    its arguments (``config``, without ``out``) and the machine (with torch and
+    scikit-learn versions) to ``args.out`` or results/<name>.json, then print ``summary``
+    as the one-line JSON that ends stdout."""
+    out = getattr(args, "out", None) or os.path.join(RESULTS_DIR, name + ".json")
+    write_json(out, dict(summary, **details, seconds=seconds,
+                         config={k: v for k, v in vars(args).items() if k != "out"},
+                         machine=machine_info(("torch", "sklearn"))))
+    print(json.dumps(_jsonable(summary)))
+    return out
+
+
 SOLVER_STYLE = {}
 
 

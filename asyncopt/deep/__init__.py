@@ -9,7 +9,14 @@
 - ``fedlpfm``: Fed-LPFM (frozen per-client teachers distilled into the federated
   student) and its baselines FedAvg, FedProx and FML, the seven partitions by name;
 - ``ato``: Auto-Train-Once structured pruning (controller-guided group prox on
-  zero-invariant groups, physical removal) and its equal-FLOPs baselines.
+  zero-invariant groups, physical removal) and its equal-FLOPs baselines;
+- ``transformer``: a transformer encoder with separate attention (q, k, v, o) and FFN
+  modules, the card's tiny model and a BERT-layout model;
+- ``lora``: LoRA layers attachable to named modules, adapters as flat vectors;
+- ``pretrained``: the packaged all-MiniLM-L6-v2 read offline (safetensors reader, BERT
+  WordPiece tokenizer, sentence embeddings);
+- ``fedpft``: FedPFT (sub-FM by FFN saliency, layer- and neuron-level distillation,
+  adapters plugged into the FM) and its baselines FedPETuning and FedOT.
 
 PyTorch is optional for the rest of asyncopt; only this package imports it.
 """
@@ -26,10 +33,15 @@ from .federated import (FederatedResult, InProcessTransport, LocalTrainer, MPITr
                         run_federated, sample_clients)
 from .fedlpfm import (PARTITION_NAMES, DistillationLoss, MutualLearningLoss,
                       distillation_loss, kd_term, make_partition, student_mlp)
+from .fedpft import build_sub_fm, run_fedpft
+from .lora import LoRALinear, adapter_vector, attach_lora
 from .partition import (class_split_partition, dirichlet_partition, iid_partition,
                         k_classes_partition)
+from .pretrained import (MiniLMTokenizer, load_minilm, minilm_available, read_safetensors,
+                         sentence_embeddings)
 from .prox import (ParamGroupSpec, ProxOptimizer, group_soft_threshold_,
                    half_space_project_)
+from .transformer import TransformerEncoder, bert_encoder, tiny_encoder
 
 __all__ = [
     "ParamGroupSpec", "ProxOptimizer", "group_soft_threshold_", "half_space_project_",
@@ -41,4 +53,7 @@ __all__ = [
     "GatedNet", "TinyResNet", "ATOController", "ATOResult", "train_ato", "train_dense",
     "train_static_group_lasso", "flops_regularizer", "ato_schedule", "magnitude_masks",
     "random_masks", "uniform_widths",
+    "TransformerEncoder", "tiny_encoder", "bert_encoder", "LoRALinear", "attach_lora",
+    "adapter_vector", "build_sub_fm", "run_fedpft", "MiniLMTokenizer", "load_minilm",
+    "minilm_available", "read_safetensors", "sentence_embeddings",
 ]
