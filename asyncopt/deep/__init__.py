@@ -16,7 +16,10 @@
 - ``pretrained``: the packaged all-MiniLM-L6-v2 read offline (safetensors reader, BERT
   WordPiece tokenizer, sentence embeddings);
 - ``fedpft``: FedPFT (sub-FM by FFN saliency, layer- and neuron-level distillation,
-  adapters plugged into the FM) and its baselines FedPETuning and FedOT.
+  adapters plugged into the FM) and its baselines FedPETuning and FedOT;
+- ``attnprune``: attention-matrix pruning (gradient descent on a mask of the fused
+  W_Q W_K^T, binarised to a sparsity) and its baselines Wanda, SparseGPT and fused
+  magnitude; a wrapper running a MultiHeadAttention with pruned per-head fused matrices.
 
 PyTorch is optional for the rest of asyncopt; only this package imports it.
 """
@@ -28,6 +31,8 @@ except ImportError:
 from .ato import (ATOController, ATOResult, GatedNet, TinyResNet, ato_schedule,
                   flops_regularizer, magnitude_masks, random_masks, train_ato, train_dense,
                   train_static_group_lasso, uniform_widths)
+from .attnprune import (FusedScoreAttention, PrunedAttention, magnitude_prune, optimize_mask,
+                        prune_attention_module, prune_fused, sparsegpt_prune, wanda_prune)
 from .federated import (FederatedResult, InProcessTransport, LocalTrainer, MPITransport,
                         ParameterVector, aggregation_weights, client_ranks, fedprox_term,
                         run_federated, sample_clients)
@@ -56,4 +61,6 @@ __all__ = [
     "TransformerEncoder", "tiny_encoder", "bert_encoder", "LoRALinear", "attach_lora",
     "adapter_vector", "build_sub_fm", "run_fedpft", "MiniLMTokenizer", "load_minilm",
     "minilm_available", "read_safetensors", "sentence_embeddings",
+    "FusedScoreAttention", "PrunedAttention", "magnitude_prune", "optimize_mask",
+    "prune_attention_module", "prune_fused", "sparsegpt_prune", "wanda_prune",
 ]
