@@ -19,7 +19,9 @@
   adapters plugged into the FM) and its baselines FedPETuning and FedOT;
 - ``attnprune``: attention-matrix pruning (gradient descent on a mask of the fused
   W_Q W_K^T, binarised to a sparsity) and its baselines Wanda, SparseGPT and fused
-  magnitude; a wrapper running a MultiHeadAttention with pruned per-head fused matrices.
+  magnitude; a wrapper running a MultiHeadAttention with pruned per-head fused matrices;
+- ``multilora``: Multi-LoRA, k tasks sharing one low-rank factor (frozen, the paper's
+  algorithm, or trained on the server from the sum of the task gradients).
 
 PyTorch is optional for the rest of asyncopt; only this package imports it.
 """
@@ -40,6 +42,9 @@ from .fedlpfm import (PARTITION_NAMES, DistillationLoss, MutualLearningLoss,
                       distillation_loss, kd_term, make_partition, student_mlp)
 from .fedpft import build_sub_fm, run_fedpft
 from .lora import LoRALinear, adapter_vector, attach_lora
+from .multilora import (MultiLoRALinear, MultiTaskHead, attach_multilora,
+                        roberta_base_adapter_counts, set_active_task, task_context,
+                        train_multilora)
 from .partition import (class_split_partition, dirichlet_partition, iid_partition,
                         k_classes_partition)
 from .pretrained import (MiniLMTokenizer, load_minilm, minilm_available, read_safetensors,
@@ -63,4 +68,6 @@ __all__ = [
     "minilm_available", "read_safetensors", "sentence_embeddings",
     "FusedScoreAttention", "PrunedAttention", "magnitude_prune", "optimize_mask",
     "prune_attention_module", "prune_fused", "sparsegpt_prune", "wanda_prune",
+    "MultiLoRALinear", "MultiTaskHead", "attach_multilora", "roberta_base_adapter_counts",
+    "set_active_task", "task_context", "train_multilora",
 ]

@@ -49,12 +49,12 @@ from torch import nn
 
 from .ato import accuracy
 from .fedlpfm import digits_pools
-from .federated import LocalTrainer, ParameterVector, run_federated, sample_clients
+from .federated import (FLOAT32_BYTES, LocalTrainer, ParameterVector, run_federated,
+                        sample_clients)
 from .lora import attach_lora, freeze_except, lora_layers
 from .transformer import FeedForward
 
 METHODS = ("fedpetuning", "fedot", "fedpft", "fedpft_n", "fedpft_b", "fedpft_d")
-FLOAT32_BYTES = 4
 
 
 def ffn_saliency(ffn):

@@ -94,17 +94,25 @@ def attach_lora(model, targets=ATTENTION_TARGETS, r=4, alpha=16.0, dropout=0.0,
     :class:`LoRALinear` (in place), then freeze everything but the adapters and the
     submodules named in ``trainable``. Returns the qualified names of the wrapped layers
     (an error if none matched)."""
+    wrapped = wrap_linear_layers(
+        model, targets, lambda base: LoRALinear(base, r=r, alpha=alpha, dropout=dropout))
+    freeze_except(model, trainable)
+    return wrapped
+
+
+def wrap_linear_layers(model, targets, wrap):
+    """Replace, in place, every ``nn.Linear`` of ``model`` whose attribute name is in
+    ``targets`` by ``wrap(layer)``; return the qualified names replaced (an error if
+    none matched). The one traversal LoRA and Multi-LoRA attach with."""
     targets = set(targets)
     wrapped = []
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
             if child_name in targets and isinstance(child, nn.Linear):
-                setattr(parent, child_name, LoRALinear(child, r=r, alpha=alpha,
-                                                       dropout=dropout))
+                setattr(parent, child_name, wrap(child))
                 wrapped.append(f"{parent_name}.{child_name}" if parent_name else child_name)
     if not wrapped:
         raise ValueError(f"no nn.Linear named one of {sorted(targets)} in the model")
-    freeze_except(model, trainable)
     return wrapped
 
 

@@ -1,0 +1,490 @@
+"""Multi-LoRA: k parallel fine-tuning tasks share one low-rank factor of every adapted layer
+(paper 003, "Parameter-efficient fine-tuning via partially decomposable loss analysis and
+sharing", section 3 and Algorithm 1; ``METHODS.md``, card "Multi-LoRA").
+
+A :class:`MultiLoRALinear` wraps a frozen ``nn.Linear`` W0 (weight (m, d), y = x W0^T + b)
+and gives task i = 0..k-1 the rank-r update
+
+    y_i = x W0^T + b + s * dropout(x) A_i^T B_i^T,    dW_i = s B_i A_i,    s = alpha / r,
+
+A_i: (r, d), B_i: (m, r), with one of the two factors shared by all k tasks:
+
+- ``shared="input"`` (the paper's choice; its A in R^{d x r} multiplies the input first):
+  A_i = A for every task, B_i per task. Parameters d r + k r m per layer;
+- ``shared="output"``: B_i = B for every task, A_i per task. Parameters m r + k r d;
+- ``shared=None``: k independent LoRAs (A_i and B_i per task, Hu et al. 2021), k r (d + m)
+  per layer: the baseline, run by the same code.
+
+For d = m the ratio to k independent LoRAs is (d r + k r m) / (k r (d + m)) = (1 + k)/(2k)
+(RoBERTa-base, q and v of 12 layers, r = 8, k = 8 tasks: 1,327,104 against 2,359,296; the
+paper's table 1 rounds them to 1.3M and 2.4M). :func:`adapter_parameter_count` counts the
+factors of a model built with the adapters (on the meta device for RoBERTa-base:
+:func:`roberta_base_adapter_counts`); :func:`adapter_parameter_formula` is the closed form.
+
+Initialisation: the per-task factor is zero (B_i = 0, or A_i = 0 with ``shared="output"``),
+so every task starts at W0 exactly; the shared factor is random, ``shared_init``:
+``"kaiming"`` (PEFT's ``kaiming_uniform_(a=sqrt(5))``, LoRA's default, which the paper's
+experiments used: "randomly initialized by default configuration"), ``"gaussian"``
+(N(0, 1) entries, as Algorithm 1 line 3 prints), ``"orthogonal"`` (orthonormal rows of A
+or columns of B) or a callable that fills the tensor in place. With ``shared=None`` every
+A_i is drawn the same way and B_i = 0, as LoRA does.
+
+Tasks are chosen by the ``active_task`` attribute of the adapted layers and of the per-task
+heads (:class:`MultiTaskHead`): :func:`set_active_task` sets it across a model,
+:func:`task_context` for a block. :func:`attach_multilora` wraps the named ``nn.Linear``
+modules (``q`` and ``v`` by default, as the paper), replaces the model's head by k copies
+and freezes everything else.
+
+Training, two modes (``train_shared``):
+
+- shared factor frozen (Algorithm 1, lines 7-12: only the B_i train). Each task is then
+  an independent problem in its own factors; for a linear layer and the squared loss it is
+  a least-squares problem in B_i with the features s x A^T.
+- shared factor trained jointly (the theory of section 4: the partially decomposable
+  global loss of Definition 4.1, L(x, y) = sum_i L_i(x, y_i), x the shared factors, y_i
+  task i's; Claim 4.2: dL/dx = sum_i dL_i/dx, dL/dy_i = dL_i/dy_i).
+
+:func:`train_multilora` runs either mode as a synchronous parameter-server protocol, in
+process. The shared factors (and any other trainable parameter that belongs to no task)
+live on the server; task i's factors and head live on worker i and never travel. Step t:
+
+1. the server sends the shared vector x_t to every worker (P_s floats each; with the
+   shared factor frozen, only once, before the first step);
+2. worker i sets its task active, evaluates L_i(x_t, y_i) on its minibatch, takes
+   (g_x^i, g_y^i) = (dL_i/dx, dL_i/dy_i), updates y_i with its own optimizer on g_y^i and,
+   when the shared factor trains, sends g_x^i back (P_s floats);
+3. the server sums g_x = sum_i g_x^i (Claim 4.2) and updates x with its optimizer.
+
+All workers use the same x_t, so one step is one gradient step on the global loss. Bytes
+are the protocol's, 4 per entry (float32, as :class:`~asyncopt.deep.ParameterVector`):
+4 P_s k down and 4 P_s k up per step (trained), 4 P_s k down once and nothing up (frozen).
+
+Strong convexity (section 4.5). If every L_i is alpha-strongly convex in (x, y_i), the
+global Hessian satisfies z^T H z = sum_i (z_0, z_i)^T H_i (z_0, z_i) >= alpha (k ||z_0||^2
++ sum_i ||z_i||^2) >= alpha ||z||^2: L is alpha-strongly convex, with no further
+assumption. Lemma 4.8 (alpha/2 under (k-1)(alpha_0 - alpha) <= alpha/2) and the appendix's
+counterexample both treat the global (0, 0) block as one task's H_00 instead of the sum of
+the k tasks' blocks; the appendix matrix (4 at (0, 0), -3 to every task) is no global
+Hessian: tasks with per-task Hessian [[4, -3], [-3, 4]] give 4k at (0, 0), and the global
+matrix stays >= 1 = alpha (``tests/test_deep_multilora.py`` checks both numerically).
+
+Choices: the shared gradient is the plain sum of Claim 4.2 (not the mean), so with SGD the
+shared factor moves k times as far per unit of learning rate as with the mean; ``alpha``
+defaults to 16 (the paper's RoBERTa setting, as :class:`~asyncopt.deep.lora.LoRALinear`),
+``alpha=None`` sets s = 1. Each adapted layer has its own shared factor (shared across
+tasks, not layers).
+
+Measured (``benchmarks/bench_multilora.py``, full mode: 5 seeds, Adam, 2000 full-batch
+steps, each method's rate chosen on validation data from 1e-3..1e-1). Regression of the
+card (d = m = 32, r = 4, k = 8, :func:`multitask_regression`, noise floor 1.0), test MSE
+at n = 32 / 128 / 512 training samples per task: LoRA 2.348 / 1.101 / 1.045, shared factor
+trained 1.213 / 1.071 / 1.043, shared factor frozen (Algorithm 1) 5.242 / 4.742 / 4.619,
+W0 alone 4.927 / 4.936 / 4.944, with 0.5625 = (1 + k)/(2k) of LoRA's parameters. The
+trained shared factor learns from all k tasks' data, so it wins where each task has few
+samples; the frozen random factor spans a random r-dimensional input subspace and
+recovers only about r/d of the update, as the card expected. Rotated digits (MLP
+64-128-10, 80 images per task): test error LoRA 0.163, shared trained 0.190, frozen
+0.263, W0 alone 0.601, with 0.49 of LoRA's parameters: there the tasks' updates have no
+planted common factor and sharing costs accuracy.
+"""
+import copy
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .federated import FLOAT32_BYTES, FederatedResult
+from .lora import LoRALinear, freeze_except, wrap_linear_layers
+from .transformer import bert_encoder
+
+SHARED_SIDES = ("input", "output", None)
+SHARED_INITS = ("kaiming", "gaussian", "orthogonal")
+PAPER_TARGETS = ("q", "v")
+# RoBERTa-base (Liu et al. 2019) in bert_encoder's terms: the paper's table 1 model.
+ROBERTA_BASE = dict(vocab_size=50265, max_positions=514, type_vocab_size=1, d_model=768,
+                    n_heads=12, d_ff=3072, n_layers=12)
+
+__all__ = ["MultiLoRALinear", "MultiTaskHead", "attach_multilora", "set_active_task",
+           "task_context", "multilora_layers", "shared_parameters", "task_parameters",
+           "adapter_parameter_count", "adapter_parameter_formula",
+           "roberta_base_adapter_counts", "global_loss", "train_multilora",
+           "MultiLoRAResult", "multitask_regression", "SHARED_SIDES", "SHARED_INITS",
+           "PAPER_TARGETS", "ROBERTA_BASE"]
+
+
+def init_random_factor(tensor, how):
+    """Fill a random factor in place: ``"kaiming"``, ``"gaussian"``, ``"orthogonal"`` or a
+    callable ``how(tensor)`` (module docstring). Meta tensors are left as they are."""
+    if tensor.device.type == "meta":
+        return tensor
+    with torch.no_grad():
+        if callable(how):
+            how(tensor)
+        elif how == "kaiming":
+            nn.init.kaiming_uniform_(tensor, a=math.sqrt(5))
+        elif how == "gaussian":
+            nn.init.normal_(tensor)
+        elif how == "orthogonal":
+            nn.init.orthogonal_(tensor)
+        else:
+            raise ValueError(f"shared_init must be one of {SHARED_INITS} or a callable, "
+                             f"got {how!r}")
+    return tensor
+
+
+class MultiLoRALinear(nn.Module):
+    """A frozen ``nn.Linear`` W0 plus k task updates s B_i A_i, one factor shared
+    (module docstring). ``active_task`` picks the update used by ``forward`` (None until
+    set when k > 1).
+
+    Attributes: ``lora_A`` and ``lora_B``, each an ``nn.Parameter`` when shared (A: (r, d),
+    B: (m, r)) or an ``nn.ParameterList`` of k per-task factors; ``scale`` = s.
+    """
+
+    def __init__(self, base, r=8, n_tasks=2, alpha=16.0, shared="input",
+                 shared_init="kaiming", train_shared=False, dropout=0.0):
+        super().__init__()
+        if not isinstance(base, nn.Linear):
+            raise TypeError(f"Multi-LoRA wraps nn.Linear, got {type(base).__name__}")
+        if int(r) < 1 or int(n_tasks) < 1:
+            raise ValueError(f"r and n_tasks must be >= 1, got r={r}, n_tasks={n_tasks}")
+        if shared not in SHARED_SIDES:
+            raise ValueError(f"shared must be one of {SHARED_SIDES}, got {shared!r}")
+        if not callable(shared_init) and shared_init not in SHARED_INITS:
+            raise ValueError(f"shared_init must be one of {SHARED_INITS} or a callable, "
+                             f"got {shared_init!r}")
+        self.base = base
+        for p in base.parameters():
+            p.requires_grad_(False)
+        self.r, self.n_tasks, self.shared = int(r), int(n_tasks), shared
+        self.alpha = float(self.r if alpha is None else alpha)
+        self.scale = self.alpha / self.r
+        self.active_task = 0 if self.n_tasks == 1 else None
+        factory = {"device": base.weight.device, "dtype": base.weight.dtype}
+        shape_A, shape_B = (self.r, base.in_features), (base.out_features, self.r)
+
+        def random(shape):
+            return nn.Parameter(init_random_factor(torch.empty(shape, **factory), shared_init))
+
+        def zeros(shape):
+            return nn.ParameterList(nn.Parameter(torch.zeros(shape, **factory))
+                                    for _ in range(self.n_tasks))
+
+        if shared == "input":
+            self.lora_A, self.lora_B = random(shape_A), zeros(shape_B)
+        elif shared == "output":
+            self.lora_A, self.lora_B = zeros(shape_A), random(shape_B)
+        else:
+            self.lora_A = nn.ParameterList(random(shape_A) for _ in range(self.n_tasks))
+            self.lora_B = zeros(shape_B)
+        self.train_shared = bool(train_shared)
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+
+    @property
+    def train_shared(self):
+        """Whether the shared factor trains (``requires_grad``); False for ``shared=None``."""
+        return any(p.requires_grad for p in self.shared_parameters())
+
+    @train_shared.setter
+    def train_shared(self, value):
+        for p in self.shared_parameters():
+            p.requires_grad_(bool(value))
+
+    def shared_parameters(self):
+        """The shared factor as a list (empty for ``shared=None``)."""
+        return {"input": [self.lora_A], "output": [self.lora_B], None: []}[self.shared]
+
+    def task_parameters(self, task):
+        """Task ``task``'s own factor(s): B_i, A_i, or both (``shared=None``)."""
+        own = {"input": [self.lora_B], "output": [self.lora_A],
+               None: [self.lora_A, self.lora_B]}[self.shared]
+        return [factors[task] for factors in own]
+
+    def factors(self, task=None):
+        """(A_i, B_i) of ``task`` (default: the active task)."""
+        task = self._task(task)
+        A = self.lora_A if self.shared == "input" else self.lora_A[task]
+        B = self.lora_B if self.shared == "output" else self.lora_B[task]
+        return A, B
+
+    def _task(self, task):
+        task = self.active_task if task is None else task
+        if task is None:
+            raise RuntimeError("no active task: call set_active_task(model, i) first")
+        if not 0 <= int(task) < self.n_tasks:
+            raise IndexError(f"task {task} out of range for {self.n_tasks} tasks")
+        return int(task)
+
+    def forward(self, x):
+        A, B = self.factors()
+        return self.base(x) + self.scale * F.linear(F.linear(self.dropout(x), A), B)
+
+    def merged_weight(self, task=None):
+        """W0 + s B_i A_i, the weight of task ``task``'s equivalent plain linear layer."""
+        A, B = self.factors(task)
+        return self.base.weight + self.scale * (B @ A)
+
+    def extra_repr(self):
+        return (f"r={self.r}, n_tasks={self.n_tasks}, alpha={self.alpha:g}, "
+                f"shared={self.shared!r}")
+
+
+class MultiTaskHead(nn.Module):
+    """k task heads; ``forward`` applies ``heads[active_task]``."""
+
+    def __init__(self, heads):
+        super().__init__()
+        self.heads = nn.ModuleList(heads)
+        self.n_tasks = len(self.heads)
+        self.active_task = 0 if self.n_tasks == 1 else None
+
+    def task_parameters(self, task):
+        return list(self.heads[task].parameters())
+
+    def forward(self, x):
+        if self.active_task is None:
+            raise RuntimeError("no active task: call set_active_task(model, i) first")
+        return self.heads[self.active_task](x)
+
+
+def _task_modules(model):
+    return [m for m in model.modules() if isinstance(m, (MultiLoRALinear, MultiTaskHead))]
+
+
+def set_active_task(model, task):
+    """Make ``task`` the active one in every adapted layer and task head of ``model``."""
+    modules = _task_modules(model)
+    if not modules:
+        raise ValueError("the model has no Multi-LoRA layer or task head")
+    for m in modules:
+        if not 0 <= int(task) < m.n_tasks:
+            raise IndexError(f"task {task} out of range for {m.n_tasks} tasks")
+        m.active_task = int(task)
+    return model
+
+
+@contextmanager
+def task_context(model, task):
+    """``with task_context(model, i):`` task i is active inside, the previous one after."""
+    previous = [(m, m.active_task) for m in _task_modules(model)]
+    set_active_task(model, task)
+    try:
+        yield model
+    finally:
+        for m, t in previous:
+            m.active_task = t
+
+
+def attach_multilora(model, n_tasks, targets=PAPER_TARGETS, r=8, alpha=16.0, dropout=0.0,
+                     shared="input", shared_init="kaiming", train_shared=False,
+                     task_head="head", trainable=()):
+    """Wrap each ``nn.Linear`` of ``model`` whose attribute name is in ``targets`` in a
+    :class:`MultiLoRALinear` (in place), replace the submodule named ``task_head`` (if the
+    model has one and it is not None) by a :class:`MultiTaskHead` of k deep copies (every
+    task starts at the base model's output), freeze everything else except the
+    submodules named in ``trainable`` (shared by the tasks), and set the shared factors'
+    ``requires_grad`` to ``train_shared``. Returns the qualified names of the wrapped
+    layers (an error if none matched)."""
+    wrapped = wrap_linear_layers(model, targets, lambda base: MultiLoRALinear(
+        base, r=r, n_tasks=n_tasks, alpha=alpha, shared=shared, shared_init=shared_init,
+        dropout=dropout))
+    head_names = ()
+    if task_head and isinstance(getattr(model, task_head, None), nn.Module):
+        head = getattr(model, task_head)
+        setattr(model, task_head, MultiTaskHead(copy.deepcopy(head) for _ in range(n_tasks)))
+        head_names = (task_head,)
+    freeze_except(model, tuple(trainable) + head_names)
+    for layer in multilora_layers(model).values():
+        layer.train_shared = train_shared
+    return wrapped
+
+
+def multilora_layers(model):
+    """The :class:`MultiLoRALinear` layers of ``model`` by qualified name."""
+    return {name: m for name, m in model.named_modules() if isinstance(m, MultiLoRALinear)}
+
+
+def task_parameters(model, task):
+    """Task ``task``'s trainable parameters: its factors in every adapted layer and its
+    head (worker ``task``'s part; they never travel)."""
+    params = [p for m in _task_modules(model) for p in m.task_parameters(task)]
+    return [p for p in params if p.requires_grad]
+
+
+def shared_parameters(model):
+    """The trainable parameters that belong to no task (the server's part): the shared
+    factors when they train, and any other trainable parameter (``named_parameters``
+    order)."""
+    n_tasks = max((m.n_tasks for m in _task_modules(model)), default=0)
+    owned = {id(p) for m in _task_modules(model) for i in range(n_tasks)
+             for p in m.task_parameters(i)}
+    return [p for p in model.parameters() if p.requires_grad and id(p) not in owned]
+
+
+def adapter_parameter_count(model):
+    """Scalars in the adapter factors of ``model`` (shared and per-task, trainable or
+    frozen; bases and heads excluded): what the paper's table 1 counts. Works on meta
+    models."""
+    total = 0
+    for m in model.modules():
+        if isinstance(m, (MultiLoRALinear, LoRALinear)):
+            total += sum(p.numel() for name, p in m.named_parameters()
+                         if name.startswith("lora_"))
+    return int(total)
+
+
+def adapter_parameter_formula(shapes, r, n_tasks, shared="input"):
+    """The closed form of :func:`adapter_parameter_count` for layers of (in, out) =
+    (d, m) ``shapes``: d r + k r m (``"input"``), m r + k r d (``"output"``),
+    k r (d + m) (None)."""
+    if shared not in SHARED_SIDES:
+        raise ValueError(f"shared must be one of {SHARED_SIDES}, got {shared!r}")
+    k, total = int(n_tasks), 0
+    for d, m in shapes:
+        total += {"input": d * r + k * r * m, "output": m * r + k * r * d,
+                  None: k * r * (d + m)}[shared]
+    return int(total)
+
+
+def roberta_base_adapter_counts(r=8, n_tasks=8, targets=PAPER_TARGETS):
+    """Adapter parameters of the paper's table 1 setting, counted on RoBERTa-base built on
+    the meta device (no memory) with the adapters attached: {"lora": k independent LoRAs
+    (``shared=None``), "multilora": shared input factor, "multilora_output": shared
+    output factor, "ratio": multilora / lora}. Defaults: r = 8, k = 8, q and v."""
+    counts = {}
+    for key, shared in (("lora", None), ("multilora", "input"), ("multilora_output", "output")):
+        with torch.device("meta"):
+            model = bert_encoder(**ROBERTA_BASE)
+            attach_multilora(model, n_tasks, targets=targets, r=r, shared=shared)
+        counts[key] = adapter_parameter_count(model)
+    counts["ratio"] = counts["multilora"] / counts["lora"]
+    return counts
+
+
+def global_loss(model, task_loss, n_tasks, step=0):
+    """The partially decomposable global loss sum_i L_i (Definition 4.1), L_i =
+    ``task_loss(model, i, step)`` evaluated with task i active."""
+    total = 0
+    for task in range(n_tasks):
+        with task_context(model, task):
+            total = total + task_loss(model, task, step)
+    return total
+
+
+@dataclass
+class MultiLoRAResult(FederatedResult):
+    """``vector``: the server's final shared vector (float32, the trainable shared
+    parameters flattened; empty when the shared factors are frozen); ``history``: one dict
+    per step (``step``, ``losses`` (L_i before the step), ``bytes_sent`` /
+    ``bytes_received`` of the step and their running totals, ``metric`` when ``evaluate``
+    ran); ``shared_size`` P_s: the floats of the shared vector (frozen ones included: they
+    go down once); ``task_sizes``: each worker's own floats (never sent)."""
+    shared_size: int = 0
+    task_sizes: list = field(default_factory=list)
+
+
+def _sgd(lr):
+    return lambda params: torch.optim.SGD(params, lr=lr)
+
+
+def train_multilora(model, task_loss, n_tasks, steps, *, lr=0.01, make_optimizer=None,
+                    evaluate=None, eval_every=0):
+    """Train the Multi-LoRA model ``model`` for ``steps`` synchronous steps of the
+    parameter-server protocol of the module docstring (in process).
+
+    ``task_loss(model, task, step) -> scalar tensor``: worker ``task``'s loss L_i on its
+    minibatch of step ``step``, called with the task active. The server's part is
+    :func:`shared_parameters` (empty when the shared factors are frozen), worker i's is
+    :func:`task_parameters`; each has its own optimizer, ``make_optimizer(params)``
+    (default ``torch.optim.SGD(params, lr=lr)``). The server steps on the sum of the
+    workers' shared gradients (Claim 4.2). ``evaluate(model) -> float | dict`` runs every
+    ``eval_every`` steps and after the last (0: only after the last). Returns a
+    :class:`MultiLoRAResult`; ``model`` ends with the trained factors.
+    """
+    make_optimizer = make_optimizer or _sgd(lr)
+    shared = shared_parameters(model)
+    tasks = [task_parameters(model, i) for i in range(n_tasks)]
+    if not any(tasks) and not shared:
+        raise ValueError("nothing to train: no trainable task or shared parameter")
+    server = make_optimizer(shared) if shared else None
+    workers = [make_optimizer(params) if params else None for params in tasks]
+    frozen_shared = sum(p.numel() for m in multilora_layers(model).values()
+                        for p in m.shared_parameters() if not p.requires_grad)
+    shared_size = sum(p.numel() for p in shared)
+    result = MultiLoRAResult(vector=None, shared_size=int(shared_size + frozen_shared),
+                             task_sizes=[int(sum(p.numel() for p in t)) for t in tasks])
+    sent_total = received_total = 0
+    model.train()
+    for step in range(steps):
+        shared_grads = [torch.zeros_like(p) for p in shared]
+        losses = []
+        for task in range(n_tasks):
+            with task_context(model, task):
+                loss = task_loss(model, task, step)
+            grads = torch.autograd.grad(loss, shared + tasks[task], allow_unused=True)
+            for total, g in zip(shared_grads, grads[:len(shared)]):
+                if g is not None:
+                    total += g
+            if workers[task] is not None:
+                for p, g in zip(tasks[task], grads[len(shared):]):
+                    p.grad = torch.zeros_like(p) if g is None else g
+                workers[task].step()
+            losses.append(float(loss.detach()))
+        if server is not None:
+            for p, g in zip(shared, shared_grads):
+                p.grad = g
+            server.step()
+        sent = FLOAT32_BYTES * n_tasks * (shared_size + (frozen_shared if step == 0 else 0))
+        received = FLOAT32_BYTES * n_tasks * shared_size
+        sent_total, received_total = sent_total + sent, received_total + received
+        record = {"step": step, "losses": losses, "bytes_sent": sent,
+                  "bytes_received": received, "bytes_sent_total": sent_total,
+                  "bytes_received_total": received_total}
+        if evaluate is not None and (step == steps - 1 or
+                                     (eval_every and (step + 1) % eval_every == 0)):
+            record["metric"] = evaluate(model)
+            model.train()
+        result.history.append(record)
+    with torch.no_grad():
+        result.vector = (torch.cat([p.reshape(-1) for p in shared]).to("cpu", torch.float32)
+                         .numpy() if shared else np.zeros(0, dtype=np.float32))
+    return result
+
+
+# --------------------------------------------------------------------------- experiment
+
+def multitask_regression(n_tasks=8, d=32, m=32, r=4, n_train=128, n_val=128, n_test=1000,
+                         noise=1.0, weight_noise=0.1, seed=0, dtype=torch.float32):
+    """The card's small experiment: k linear regression tasks on one pre-trained W0 whose
+    true updates share an input factor.
+
+    W0 (m, d) and b0 (m,) ~ N(0, 1/d) and N(0, 1): the "pre-trained" layer; A* (r, d) with
+    orthonormal rows (common to all tasks); per task B_i* (m, r) ~ N(0, 1) and a
+    task-specific perturbation E_i (m, d) ~ N(0, weight_noise^2 r / d), so
+    dW_i* = B_i* A* + E_i (||E_i||_F^2 / ||B_i* A*||_F^2 ~ weight_noise^2); x ~ N(0, I_d),
+    y = x (W0 + dW_i*)^T + b0 + noise * N(0, I_m). Returns a dict with ``W0``, ``b0``,
+    ``A_true``, ``B_true`` (k, m, r), ``dW_true`` (k, m, d) and, per split ``train``,
+    ``val``, ``test``, the lists ``X_<split>``, ``Y_<split>`` of k tensors. The optimum
+    test MSE per output entry is noise^2; W0 alone scores about r + weight_noise^2 r +
+    noise^2.
+    """
+    g = torch.Generator().manual_seed(int(seed))
+
+    def normal(*shape, std=1.0):
+        return std * torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    W0, b0 = normal(m, d, std=d ** -0.5), normal(m)
+    A_true = torch.linalg.qr(normal(d, r))[0].T
+    B_true = normal(n_tasks, m, r)
+    dW_true = B_true @ A_true + normal(n_tasks, m, d, std=weight_noise * (r / d) ** 0.5)
+    data = {"W0": W0, "b0": b0, "A_true": A_true, "B_true": B_true, "dW_true": dW_true}
+    for split, n in (("train", n_train), ("val", n_val), ("test", n_test)):
+        X = [normal(n, d) for _ in range(n_tasks)]
+        Y = [x @ (W0 + dW).T + b0 + noise * normal(n, m) for x, dW in zip(X, dW_true)]
+        data["X_" + split], data["Y_" + split] = X, Y
+    return {k: [t.to(dtype) for t in v] if isinstance(v, list) else v.to(dtype)
+            for k, v in data.items()}
