@@ -20,6 +20,9 @@
 - ``attnprune``: attention-matrix pruning (gradient descent on a mask of the fused
   W_Q W_K^T, binarised to a sparsity) and its baselines Wanda, SparseGPT and fused
   magnitude; a wrapper running a MultiHeadAttention with pruned per-head fused matrices;
+- ``sgr``: SGR local learning (K gradient-isolated modules with local or fixed ETF heads,
+  the gradient-reconciliation term by double backward, layer-wise / reforward / global-BP
+  baselines, an MPI pipeline with one module per rank, a saved-activation meter);
 - ``multilora``: Multi-LoRA, k tasks sharing one low-rank factor (frozen, the paper's
   algorithm, or trained on the server from the sum of the task gradients).
 
@@ -51,6 +54,9 @@ from .pretrained import (MiniLMTokenizer, load_minilm, minilm_available, read_sa
                          sentence_embeddings)
 from .prox import (ParamGroupSpec, ProxOptimizer, group_soft_threshold_,
                    half_space_project_)
+from .sgr import (ETFClassifier, LocalNet, SavedTensorMeter, SGRTrainer, etf_matrix,
+                  peak_saved_bytes, plain_net, sgr_loss, split_sequential, train_global_bp,
+                  train_local, train_pipeline)
 from .transformer import TransformerEncoder, bert_encoder, tiny_encoder
 
 __all__ = [
@@ -70,4 +76,7 @@ __all__ = [
     "prune_attention_module", "prune_fused", "sparsegpt_prune", "wanda_prune",
     "MultiLoRALinear", "MultiTaskHead", "attach_multilora", "roberta_base_adapter_counts",
     "set_active_task", "task_context", "train_multilora",
+    "ETFClassifier", "LocalNet", "SavedTensorMeter", "SGRTrainer", "etf_matrix",
+    "peak_saved_bytes", "plain_net", "sgr_loss", "split_sequential", "train_global_bp",
+    "train_local", "train_pipeline",
 ]
