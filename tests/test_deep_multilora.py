@@ -3,6 +3,11 @@ starting at W0, task switching, the least-squares closed form reached by gradien
 with the shared factor frozen, the server's shared gradient as the sum of the task
 gradients, and the global Hessian's lambda_min >= alpha (against the paper's appendix)."""
 import copy
+import importlib.util
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -435,3 +440,52 @@ def test_multitask_regression_has_a_common_factor():
     again = multitask_regression(n_tasks=3, d=10, m=6, r=2, n_train=5, n_val=4, n_test=7,
                                  weight_noise=0.0, seed=3, dtype=torch.float64)
     assert torch.equal(again["Y_train"][2], data["Y_train"][2])
+
+
+# --------------------------------------------------------------------------- over MPI
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
+PS_SCRIPT = os.path.join(os.path.dirname(__file__), "mpi", "multilora_ps.py")
+needs_mpirun = pytest.mark.skipif(not os.path.exists(MPIRUN),
+                                  reason="no mpirun next to the interpreter (pip install mpich)")
+
+
+def load_ps_script():
+    spec = importlib.util.spec_from_file_location("multilora_ps", PS_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_ps(tmp_path, mode, fail=""):
+    out = tmp_path / "result.json"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([MPIRUN, "-n", "3", sys.executable, PS_SCRIPT, str(out), mode, fail],
+                          env=env, capture_output=True, text=True, timeout=180)
+    return proc, out
+
+
+@needs_mpirun
+@pytest.mark.parametrize("mode", ["trained", "frozen"])
+def test_parameter_server_over_mpirun_equals_the_in_process_run(tmp_path, mode):
+    proc, out = run_ps(tmp_path, mode)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    over_mpi = json.loads(out.read_text())
+    ps = load_ps_script()
+    model, task_loss = ps.build(mode == "trained")
+    result = train_multilora(model, task_loss, ps.N_TASKS, ps.STEPS,
+                             make_optimizer=ps.optimizer)
+    vector = ParameterVector(model, buffers=False, trainable_only=True).get()
+    np.testing.assert_array_equal(np.asarray(over_mpi["vector"], dtype=np.float32), vector)
+    np.testing.assert_array_equal(np.asarray(over_mpi["shared"], dtype=np.float32),
+                                  result.vector)
+    assert over_mpi["history"] == result.history
+    assert (len(result.vector) > 0) == (mode == "trained")
+
+
+@needs_mpirun
+def test_parameter_server_error_on_one_rank_aborts_all(tmp_path):
+    proc, out = run_ps(tmp_path, "trained", "fail")
+    assert proc.returncode != 0 and not out.exists()
+    assert proc.stderr.count("task 1 failed on purpose") == 1

@@ -45,7 +45,8 @@ Training, two modes (``train_shared``):
   task i's; Claim 4.2: dL/dx = sum_i dL_i/dx, dL/dy_i = dL_i/dy_i).
 
 :func:`train_multilora` runs either mode as a synchronous parameter-server protocol, in
-process. The shared factors (and any other trainable parameter that belongs to no task)
+process or, with ``comm=``, under mpirun (rank 0 the server, task i on rank 1 + i mod W;
+:func:`_train_over_mpi`), with the same trained parameters. The shared factors (and any other trainable parameter that belongs to no task)
 live on the server; task i's factors and head live on worker i and never travel. Step t:
 
 1. the server sends the shared vector x_t to every worker (P_s floats each; with the
@@ -89,6 +90,8 @@ planted common factor and sharing costs accuracy.
 """
 import copy
 import math
+import sys
+import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -392,7 +395,7 @@ def _sgd(lr):
 
 
 def train_multilora(model, task_loss, n_tasks, steps, *, lr=0.01, make_optimizer=None,
-                    evaluate=None, eval_every=0):
+                    evaluate=None, eval_every=0, comm=None):
     """Train the Multi-LoRA model ``model`` for ``steps`` synchronous steps of the
     parameter-server protocol of the module docstring (in process).
 
@@ -404,7 +407,15 @@ def train_multilora(model, task_loss, n_tasks, steps, *, lr=0.01, make_optimizer
     workers' shared gradients (Claim 4.2). ``evaluate(model) -> float | dict`` runs every
     ``eval_every`` steps and after the last (0: only after the last). Returns a
     :class:`MultiLoRAResult`; ``model`` ends with the trained factors.
+
+    ``comm``: an MPI communicator of W + 1 >= 2 ranks (call this on every rank, each with
+    the same model and ``task_loss``): the protocol then runs over MPI,
+    :func:`_train_over_mpi`; rank 0 returns the result, the workers one with
+    ``is_server=False``.
     """
+    if comm is not None:
+        return _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer or _sgd(lr),
+                               evaluate, comm)
     make_optimizer = make_optimizer or _sgd(lr)
     shared = shared_parameters(model)
     tasks = [task_parameters(model, i) for i in range(n_tasks)]
@@ -449,10 +460,136 @@ def train_multilora(model, task_loss, n_tasks, steps, *, lr=0.01, make_optimizer
             record["metric"] = evaluate(model)
             model.train()
         result.history.append(record)
-    with torch.no_grad():
-        result.vector = (torch.cat([p.reshape(-1) for p in shared]).to("cpu", torch.float32)
-                         .numpy() if shared else np.zeros(0, dtype=np.float32))
+    result.vector = _flat(shared)
     return result
+
+
+TAG_SHARED_GRADIENTS, TAG_LOSSES, TAG_TASK_VECTOR = 41, 42, 43
+
+
+def _flat(params):
+    with torch.no_grad():
+        if not params:
+            return np.zeros(0, dtype=np.float32)
+        return torch.cat([p.reshape(-1) for p in params]).to("cpu", torch.float32).numpy()
+
+
+@torch.no_grad()
+def _load_flat(params, vector):
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.copy_(torch.from_numpy(vector[offset:offset + n]).view_as(p))
+        offset += n
+
+
+def _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer, evaluate, comm):
+    """:func:`train_multilora` over MPI. Rank 0 is the server and holds the trainable
+    shared factors; task i runs on rank 1 + i mod W (``federated.client_ranks``), whose
+    optimizer alone steps its factors and head. Step t, numpy buffers only:
+
+    1. Bcast of the shared vector x_t (float32, P_s; skipped when it is frozen: every rank
+       built the same frozen factor);
+    2. each worker, for its tasks in ascending order, computes L_i, steps its own factors
+       and Sends the rows dL_i/dx (float32, n_own x P_s, tag 41) and the losses (float64,
+       tag 42) to rank 0;
+    3. rank 0 adds the k rows in task order (as the in-process loop does) and steps x.
+
+    After the last step every worker Sends each of its tasks' parameters (float32, tag 43)
+    to rank 0, which loads them and runs ``evaluate`` once. The trained parameters, losses
+    and byte counts equal the in-process run's when ``task_loss`` is deterministic in
+    (task, step) (tested under ``mpirun -n 3``). A failing rank prints its traceback and
+    ends all ranks (``MPI_Abort``).
+    """
+    from ..solvers.mpi import wait
+    from .federated import client_ranks
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size < 2:
+        raise ValueError("Multi-LoRA over MPI needs at least 2 ranks (a server, a worker)")
+    try:
+        owner = client_ranks(n_tasks, size - 1)
+        shared = shared_parameters(model)
+        tasks = [task_parameters(model, i) for i in range(n_tasks)]
+        shared_size = sum(p.numel() for p in shared)
+        frozen_shared = sum(p.numel() for m in multilora_layers(model).values()
+                            for p in m.shared_parameters() if not p.requires_grad)
+        result = MultiLoRAResult(vector=None, shared_size=int(shared_size + frozen_shared),
+                                 task_sizes=[int(sum(p.numel() for p in t)) for t in tasks],
+                                 is_server=rank == 0)
+        mine = [i for i in range(n_tasks) if owner[i] == rank]
+        workers = {i: make_optimizer(tasks[i]) for i in mine if tasks[i]}
+        server = make_optimizer(shared) if rank == 0 and shared else None
+        vector = np.empty(shared_size, dtype=np.float32)
+        sent_total = received_total = 0
+        model.train()
+        for step in range(steps):
+            if shared_size:
+                if rank == 0:
+                    vector[:] = _flat(shared)
+                wait(comm.Ibcast(vector, root=0))
+                if rank != 0:
+                    _load_flat(shared, vector)
+            if rank == 0:
+                rows = np.zeros((n_tasks, shared_size), dtype=np.float32)
+                losses = np.zeros(n_tasks, dtype=np.float64)
+                for worker in range(1, size):
+                    ids = np.flatnonzero(owner == worker)
+                    if ids.size == 0:
+                        continue
+                    buf = np.empty((ids.size, shared_size), dtype=np.float32)
+                    lbuf = np.empty(ids.size, dtype=np.float64)
+                    wait(comm.Irecv(buf, source=worker, tag=TAG_SHARED_GRADIENTS))
+                    wait(comm.Irecv(lbuf, source=worker, tag=TAG_LOSSES))
+                    rows[ids], losses[ids] = buf, lbuf
+                if server is not None:
+                    total = torch.zeros(shared_size, dtype=torch.float32)
+                    for row in rows:
+                        total += torch.from_numpy(row)
+                    offset = 0
+                    for p in shared:
+                        p.grad = total[offset:offset + p.numel()].view_as(p).clone()
+                        offset += p.numel()
+                    server.step()
+                sent = FLOAT32_BYTES * n_tasks * (shared_size
+                                                  + (frozen_shared if step == 0 else 0))
+                received = FLOAT32_BYTES * n_tasks * shared_size
+                sent_total, received_total = sent_total + sent, received_total + received
+                result.history.append({"step": step, "losses": losses.tolist(),
+                                       "bytes_sent": sent, "bytes_received": received,
+                                       "bytes_sent_total": sent_total,
+                                       "bytes_received_total": received_total})
+            elif mine:
+                rows = np.zeros((len(mine), shared_size), dtype=np.float32)
+                losses = np.zeros(len(mine), dtype=np.float64)
+                for row, task in enumerate(mine):
+                    with task_context(model, task):
+                        loss = task_loss(model, task, step)
+                    grads = torch.autograd.grad(loss, shared + tasks[task], allow_unused=True)
+                    rows[row] = _flat([torch.zeros_like(p) if g is None else g
+                                       for p, g in zip(shared, grads[:len(shared)])])
+                    if task in workers:
+                        for p, g in zip(tasks[task], grads[len(shared):]):
+                            p.grad = torch.zeros_like(p) if g is None else g
+                        workers[task].step()
+                    losses[row] = float(loss.detach())
+                wait(comm.Isend(rows, dest=0, tag=TAG_SHARED_GRADIENTS))
+                wait(comm.Isend(losses, dest=0, tag=TAG_LOSSES))
+        for task in range(n_tasks):
+            if rank == 0:
+                buf = np.empty(result.task_sizes[task], dtype=np.float32)
+                wait(comm.Irecv(buf, source=int(owner[task]), tag=TAG_TASK_VECTOR))
+                _load_flat(tasks[task], buf)
+            elif owner[task] == rank:
+                wait(comm.Isend(_flat(tasks[task]), dest=0, tag=TAG_TASK_VECTOR))
+        if rank == 0:
+            result.vector = _flat(shared)
+            if evaluate is not None and result.history:
+                result.history[-1]["metric"] = evaluate(model)
+        return result
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        comm.Abort(1)
 
 
 # --------------------------------------------------------------------------- experiment
