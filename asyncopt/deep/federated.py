@@ -68,6 +68,17 @@ class ParameterVector:
                       if torch.is_floating_point(b)]
         if not named:
             raise ValueError("the model has no parameters")
+        self._set_layout(named)
+
+    @classmethod
+    def of_tensors(cls, tensors):
+        """The same layout over an explicit list of tensors (names "0", "1", ...), e.g.
+        Multi-LoRA's shared factors or one task's; an empty list gives P = 0."""
+        flat = cls.__new__(cls)
+        flat._set_layout([(str(i), t) for i, t in enumerate(tensors)])
+        return flat
+
+    def _set_layout(self, named):
         self.names = [name for name, _ in named]
         self.tensors = [t for _, t in named]
         self.shapes = [tuple(t.shape) for t in self.tensors]
@@ -82,6 +93,8 @@ class ParameterVector:
     @torch.no_grad()
     def get(self):
         """The current values as a new float32 numpy vector of length P."""
+        if not self.tensors:
+            return np.zeros(0, dtype=np.float32)
         return torch.cat([t.detach().reshape(-1).to("cpu", torch.float32)
                           for t in self.tensors]).numpy()
 
@@ -324,11 +337,17 @@ class MPITransport:
             self._bcast(np.array([-1, -1], dtype=np.int64))
 
     def abort(self):
-        """A rank failed: print its traceback and end every rank (``MPI_Abort``), since
-        the others would wait for it forever."""
-        traceback.print_exc()
-        sys.stderr.flush()
-        self.comm.Abort(1)
+        """A rank failed: :func:`abort_all_ranks`."""
+        abort_all_ranks(self.comm, "asyncopt.deep.federated")
+
+
+def abort_all_ranks(comm, who):
+    """Called in an ``except`` block on the rank that failed: print one message (``who``,
+    the rank, its traceback) and end every rank (``MPI_Abort``), since the others would
+    wait for it forever. The one failure path of the bridge's MPI protocols."""
+    print(f"{who}: rank {comm.Get_rank()} of {comm.Get_size()} failed, aborting all ranks\n"
+          + traceback.format_exc(), file=sys.stderr, flush=True)
+    comm.Abort(1)
 
 
 @dataclass

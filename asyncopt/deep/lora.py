@@ -77,12 +77,26 @@ class LoRALinear(nn.Module):
         return f"r={self.r}, alpha={self.alpha:g}"
 
 
+def is_adapter_parameter(name):
+    """Whether the qualified parameter name is a low-rank factor (a ``lora_A`` / ``lora_B``
+    of :class:`LoRALinear` or of Multi-LoRA's layer)."""
+    return ".lora_" in f".{name}"
+
+
+def adapter_parameter_count(model):
+    """Scalars in the adapter factors of ``model`` (:func:`is_adapter_parameter`; shared
+    and per-task, trainable or frozen; bases and heads excluded): what LoRA papers count
+    as the tuned parameters. Works on meta-device models."""
+    return int(sum(p.numel() for name, p in model.named_parameters()
+                   if is_adapter_parameter(name)))
+
+
 def freeze_except(model, trainable=()):
     """Freeze every parameter of ``model`` except LoRA factors and the parameters of the
     submodules whose qualified names are in ``trainable``."""
     trainable = tuple(trainable)
     for name, p in model.named_parameters():
-        keep = ".lora_" in f".{name}" or any(
+        keep = is_adapter_parameter(name) or any(
             name == t or name.startswith(t + ".") for t in trainable)
         p.requires_grad_(keep)
     return model

@@ -90,8 +90,6 @@ planted common factor and sharing costs accuracy.
 """
 import copy
 import math
-import sys
-import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -100,8 +98,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .federated import FLOAT32_BYTES, FederatedResult
-from .lora import LoRALinear, freeze_except, wrap_linear_layers
+from .federated import FLOAT32_BYTES, FederatedResult, ParameterVector, abort_all_ranks
+from .lora import adapter_parameter_count, freeze_except, wrap_linear_layers
 from .transformer import bert_encoder
 
 SHARED_SIDES = ("input", "output", None)
@@ -328,18 +326,6 @@ def shared_parameters(model):
     return [p for p in model.parameters() if p.requires_grad and id(p) not in owned]
 
 
-def adapter_parameter_count(model):
-    """Scalars in the adapter factors of ``model`` (shared and per-task, trainable or
-    frozen; bases and heads excluded): what the paper's table 1 counts. Works on meta
-    models."""
-    total = 0
-    for m in model.modules():
-        if isinstance(m, (MultiLoRALinear, LoRALinear)):
-            total += sum(p.numel() for name, p in m.named_parameters()
-                         if name.startswith("lora_"))
-    return int(total)
-
-
 def adapter_parameter_formula(shapes, r, n_tasks, shared="input"):
     """The closed form of :func:`adapter_parameter_count` for layers of (in, out) =
     (d, m) ``shapes``: d r + k r m (``"input"``), m r + k r d (``"output"``),
@@ -385,9 +371,11 @@ class MultiLoRAResult(FederatedResult):
     per step (``step``, ``losses`` (L_i before the step), ``bytes_sent`` /
     ``bytes_received`` of the step and their running totals, ``metric`` when ``evaluate``
     ran); ``shared_size`` P_s: the floats of the shared vector (frozen ones included: they
-    go down once); ``task_sizes``: each worker's own floats (never sent)."""
+    go down once); ``trained_shared_size``: the trainable part of it (down and up every
+    step); ``task_sizes``: each worker's own floats (never sent)."""
     shared_size: int = 0
     task_sizes: list = field(default_factory=list)
+    trained_shared_size: int = 0
 
 
 def _sgd(lr):
@@ -417,70 +405,80 @@ def train_multilora(model, task_loss, n_tasks, steps, *, lr=0.01, make_optimizer
         return _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer or _sgd(lr),
                                evaluate, comm)
     make_optimizer = make_optimizer or _sgd(lr)
-    shared = shared_parameters(model)
-    tasks = [task_parameters(model, i) for i in range(n_tasks)]
+    shared, tasks, result = _protocol_parts(model, n_tasks, is_server=True)
     if not any(tasks) and not shared:
         raise ValueError("nothing to train: no trainable task or shared parameter")
     server = make_optimizer(shared) if shared else None
     workers = [make_optimizer(params) if params else None for params in tasks]
-    frozen_shared = sum(p.numel() for m in multilora_layers(model).values()
-                        for p in m.shared_parameters() if not p.requires_grad)
-    shared_size = sum(p.numel() for p in shared)
-    result = MultiLoRAResult(vector=None, shared_size=int(shared_size + frozen_shared),
-                             task_sizes=[int(sum(p.numel() for p in t)) for t in tasks])
-    sent_total = received_total = 0
     model.train()
     for step in range(steps):
         shared_grads = [torch.zeros_like(p) for p in shared]
         losses = []
         for task in range(n_tasks):
-            with task_context(model, task):
-                loss = task_loss(model, task, step)
-            grads = torch.autograd.grad(loss, shared + tasks[task], allow_unused=True)
-            for total, g in zip(shared_grads, grads[:len(shared)]):
-                if g is not None:
-                    total += g
-            if workers[task] is not None:
-                for p, g in zip(tasks[task], grads[len(shared):]):
-                    p.grad = torch.zeros_like(p) if g is None else g
-                workers[task].step()
-            losses.append(float(loss.detach()))
+            loss, grads = _task_step(model, task_loss, task, step, shared, tasks[task],
+                                     workers[task])
+            for total, g in zip(shared_grads, grads):
+                total += g
+            losses.append(loss)
         if server is not None:
             for p, g in zip(shared, shared_grads):
                 p.grad = g
             server.step()
-        sent = FLOAT32_BYTES * n_tasks * (shared_size + (frozen_shared if step == 0 else 0))
-        received = FLOAT32_BYTES * n_tasks * shared_size
-        sent_total, received_total = sent_total + sent, received_total + received
-        record = {"step": step, "losses": losses, "bytes_sent": sent,
-                  "bytes_received": received, "bytes_sent_total": sent_total,
-                  "bytes_received_total": received_total}
+        record = _record_step(result, step, losses, n_tasks)
         if evaluate is not None and (step == steps - 1 or
                                      (eval_every and (step + 1) % eval_every == 0)):
             record["metric"] = evaluate(model)
             model.train()
-        result.history.append(record)
-    result.vector = _flat(shared)
+    result.vector = ParameterVector.of_tensors(shared).get()
     return result
 
 
+def _protocol_parts(model, n_tasks, is_server):
+    """(shared, tasks, result): the server's trainable shared factors, each task's own
+    parameters, and the empty :class:`MultiLoRAResult` with the protocol's sizes."""
+    shared = shared_parameters(model)
+    tasks = [task_parameters(model, i) for i in range(n_tasks)]
+    frozen_shared = sum(p.numel() for m in multilora_layers(model).values()
+                        for p in m.shared_parameters() if not p.requires_grad)
+    trained = int(sum(p.numel() for p in shared))
+    result = MultiLoRAResult(vector=None, shared_size=trained + int(frozen_shared),
+                             task_sizes=[int(sum(p.numel() for p in t)) for t in tasks],
+                             trained_shared_size=trained, is_server=is_server)
+    return shared, tasks, result
+
+
+def _task_step(model, task_loss, task, step, shared, params, optimizer):
+    """Worker ``task``'s part of a step: L_i with the task active, its own optimizer step
+    on dL_i/dy_i, and (L_i, [dL_i/dx per shared tensor, zeros where unused])."""
+    with task_context(model, task):
+        loss = task_loss(model, task, step)
+    grads = torch.autograd.grad(loss, shared + params, allow_unused=True)
+    if optimizer is not None:
+        for p, g in zip(params, grads[len(shared):]):
+            p.grad = torch.zeros_like(p) if g is None else g
+        optimizer.step()
+    shared_grads = [torch.zeros_like(p) if g is None else g
+                    for p, g in zip(shared, grads[:len(shared)])]
+    return float(loss.detach()), shared_grads
+
+
+def _record_step(result, step, losses, n_tasks):
+    """Append step ``step``'s history record (the protocol's bytes, 4 per float: the
+    shared vector down to every task, the frozen part only at step 0; the trainable
+    part's gradient back up) and return it."""
+    trained = result.trained_shared_size
+    sent = FLOAT32_BYTES * n_tasks * (result.shared_size if step == 0 else trained)
+    received = FLOAT32_BYTES * n_tasks * trained
+    before = result.history[-1] if result.history else {}
+    record = {"step": step, "losses": list(losses), "bytes_sent": sent,
+              "bytes_received": received,
+              "bytes_sent_total": before.get("bytes_sent_total", 0) + sent,
+              "bytes_received_total": before.get("bytes_received_total", 0) + received}
+    result.history.append(record)
+    return record
+
+
 TAG_SHARED_GRADIENTS, TAG_LOSSES, TAG_TASK_VECTOR = 41, 42, 43
-
-
-def _flat(params):
-    with torch.no_grad():
-        if not params:
-            return np.zeros(0, dtype=np.float32)
-        return torch.cat([p.reshape(-1) for p in params]).to("cpu", torch.float32).numpy()
-
-
-@torch.no_grad()
-def _load_flat(params, vector):
-    offset = 0
-    for p in params:
-        n = p.numel()
-        p.copy_(torch.from_numpy(vector[offset:offset + n]).view_as(p))
-        offset += n
 
 
 def _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer, evaluate, comm):
@@ -508,88 +506,64 @@ def _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer, evaluate, 
         raise ValueError("Multi-LoRA over MPI needs at least 2 ranks (a server, a worker)")
     try:
         owner = client_ranks(n_tasks, size - 1)
-        shared = shared_parameters(model)
-        tasks = [task_parameters(model, i) for i in range(n_tasks)]
-        shared_size = sum(p.numel() for p in shared)
-        frozen_shared = sum(p.numel() for m in multilora_layers(model).values()
-                            for p in m.shared_parameters() if not p.requires_grad)
-        result = MultiLoRAResult(vector=None, shared_size=int(shared_size + frozen_shared),
-                                 task_sizes=[int(sum(p.numel() for p in t)) for t in tasks],
-                                 is_server=rank == 0)
+        shared, tasks, result = _protocol_parts(model, n_tasks, is_server=rank == 0)
+        shared_flat = ParameterVector.of_tensors(shared)
         mine = [i for i in range(n_tasks) if owner[i] == rank]
         workers = {i: make_optimizer(tasks[i]) for i in mine if tasks[i]}
         server = make_optimizer(shared) if rank == 0 and shared else None
-        vector = np.empty(shared_size, dtype=np.float32)
-        sent_total = received_total = 0
+        vector = np.empty(shared_flat.size, dtype=np.float32)
         model.train()
         for step in range(steps):
-            if shared_size:
+            if shared_flat.size:
                 if rank == 0:
-                    vector[:] = _flat(shared)
+                    vector[:] = shared_flat.get()
                 wait(comm.Ibcast(vector, root=0))
                 if rank != 0:
-                    _load_flat(shared, vector)
+                    shared_flat.set(vector)
             if rank == 0:
-                rows = np.zeros((n_tasks, shared_size), dtype=np.float32)
+                rows = np.zeros((n_tasks, shared_flat.size), dtype=np.float32)
                 losses = np.zeros(n_tasks, dtype=np.float64)
                 for worker in range(1, size):
                     ids = np.flatnonzero(owner == worker)
                     if ids.size == 0:
                         continue
-                    buf = np.empty((ids.size, shared_size), dtype=np.float32)
+                    buf = np.empty((ids.size, shared_flat.size), dtype=np.float32)
                     lbuf = np.empty(ids.size, dtype=np.float64)
                     wait(comm.Irecv(buf, source=worker, tag=TAG_SHARED_GRADIENTS))
                     wait(comm.Irecv(lbuf, source=worker, tag=TAG_LOSSES))
                     rows[ids], losses[ids] = buf, lbuf
                 if server is not None:
-                    total = torch.zeros(shared_size, dtype=torch.float32)
+                    total = torch.zeros(shared_flat.size, dtype=torch.float32)
                     for row in rows:
                         total += torch.from_numpy(row)
-                    offset = 0
-                    for p in shared:
-                        p.grad = total[offset:offset + p.numel()].view_as(p).clone()
-                        offset += p.numel()
+                    for p, g in zip(shared, torch.split(total, shared_flat.numels)):
+                        p.grad = g.view_as(p).clone()
                     server.step()
-                sent = FLOAT32_BYTES * n_tasks * (shared_size
-                                                  + (frozen_shared if step == 0 else 0))
-                received = FLOAT32_BYTES * n_tasks * shared_size
-                sent_total, received_total = sent_total + sent, received_total + received
-                result.history.append({"step": step, "losses": losses.tolist(),
-                                       "bytes_sent": sent, "bytes_received": received,
-                                       "bytes_sent_total": sent_total,
-                                       "bytes_received_total": received_total})
+                _record_step(result, step, losses.tolist(), n_tasks)
             elif mine:
-                rows = np.zeros((len(mine), shared_size), dtype=np.float32)
+                rows = np.zeros((len(mine), shared_flat.size), dtype=np.float32)
                 losses = np.zeros(len(mine), dtype=np.float64)
                 for row, task in enumerate(mine):
-                    with task_context(model, task):
-                        loss = task_loss(model, task, step)
-                    grads = torch.autograd.grad(loss, shared + tasks[task], allow_unused=True)
-                    rows[row] = _flat([torch.zeros_like(p) if g is None else g
-                                       for p, g in zip(shared, grads[:len(shared)])])
-                    if task in workers:
-                        for p, g in zip(tasks[task], grads[len(shared):]):
-                            p.grad = torch.zeros_like(p) if g is None else g
-                        workers[task].step()
-                    losses[row] = float(loss.detach())
+                    losses[row], grads = _task_step(model, task_loss, task, step, shared,
+                                                    tasks[task], workers.get(task))
+                    rows[row] = ParameterVector.of_tensors(grads).get()
                 wait(comm.Isend(rows, dest=0, tag=TAG_SHARED_GRADIENTS))
                 wait(comm.Isend(losses, dest=0, tag=TAG_LOSSES))
         for task in range(n_tasks):
+            task_flat = ParameterVector.of_tensors(tasks[task])
             if rank == 0:
-                buf = np.empty(result.task_sizes[task], dtype=np.float32)
+                buf = np.empty(task_flat.size, dtype=np.float32)
                 wait(comm.Irecv(buf, source=int(owner[task]), tag=TAG_TASK_VECTOR))
-                _load_flat(tasks[task], buf)
+                task_flat.set(buf)
             elif owner[task] == rank:
-                wait(comm.Isend(_flat(tasks[task]), dest=0, tag=TAG_TASK_VECTOR))
+                wait(comm.Isend(task_flat.get(), dest=0, tag=TAG_TASK_VECTOR))
         if rank == 0:
-            result.vector = _flat(shared)
+            result.vector = shared_flat.get()
             if evaluate is not None and result.history:
                 result.history[-1]["metric"] = evaluate(model)
         return result
     except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-        comm.Abort(1)
+        abort_all_ranks(comm, "asyncopt.deep.multilora")
 
 
 # --------------------------------------------------------------------------- experiment

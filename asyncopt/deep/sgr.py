@@ -80,7 +80,6 @@ import copy
 import math
 import sys
 import time
-import traceback
 import weakref
 from dataclasses import dataclass, field
 
@@ -91,7 +90,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from .ato import _batches, _cosine, _labels, _tensor, train_dense
-from .federated import ParameterVector
+from .federated import ParameterVector, abort_all_ranks
 
 __all__ = [
     "ETFClassifier", "etf_matrix", "LocalModule", "LocalNet", "plain_net", "split_sequential",
@@ -525,7 +524,7 @@ def train_pipeline(net, X, y, *, comm=None, mode="sgr", lam=1.0, epochs=10, batc
                                    seconds=time.perf_counter() - start, is_root=rank == 0,
                                    wire_bytes_sent=link.bytes_sent)
     except BaseException:
-        _abort(comm, rank, size)
+        abort_all_ranks(comm, "asyncopt.deep.sgr")
 
 
 def _gather_modules(comm, net, own_history, link):
@@ -551,13 +550,6 @@ def _gather_modules(comm, net, own_history, link):
     return [{"loss": [float(m[e, 0]) for m in per_module],
              "sgr_loss": [None if np.isnan(m[e, 1]) else float(m[e, 1]) for m in per_module]}
             for e in range(epochs)]
-
-
-def _abort(comm, rank, size):
-    """Print this rank's error once and end every rank (the others would wait forever)."""
-    print(f"asyncopt.deep.sgr: rank {rank} of {size} failed, aborting all ranks\n"
-          + traceback.format_exc(), file=sys.stderr, flush=True)
-    comm.Abort(1)
 
 
 # ------------------------------------------------------------------------------ memory
