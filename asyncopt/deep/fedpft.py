@@ -47,11 +47,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from .ato import _train_epoch as train_epoch
 from .ato import accuracy
 from .fedlpfm import digits_pools
 from .federated import (FLOAT32_BYTES, LocalTrainer, ParameterVector, run_federated,
                         sample_clients)
-from .lora import attach_lora, freeze_except, lora_layers
+from .lora import (adapter_parameter_count, attach_lora, freeze_except, is_adapter_parameter,
+                   lora_layers, trainable_parameter_count)
 from .transformer import FeedForward
 
 METHODS = ("fedpetuning", "fedot", "fedpft", "fedpft_n", "fedpft_b", "fedpft_d")
@@ -273,20 +275,28 @@ def _renamed(name, layer_map):
     return f"layers.{layer_map[int(j)]}.{rest}"
 
 
-@torch.no_grad()
-def plug_adapters(proxy, fm, layer_map=None):
-    """Copy the proxy's trainable parameters (LoRA factors and head) into the FM's
-    parameters of the same name (proxy layer j -> FM layer ``layer_map[j]``). The FM must
-    carry adapters of the same shapes; nothing else of the FM changes. Returns the
-    number of scalars copied."""
+def _adapter_pairs(proxy, fm, layer_map=None):
+    """(proxy parameter, FM parameter) for each trainable parameter of the proxy, matched
+    by name (proxy layer j -> FM layer ``layer_map[j]``); an error if the FM lacks one
+    or its shape differs."""
     fm_params = dict(fm.named_parameters())
-    copied = 0
     for name, p in proxy.named_parameters():
         if not p.requires_grad:
             continue
         target = fm_params.get(_renamed(name, layer_map))
         if target is None or target.shape != p.shape:
             raise ValueError(f"the FM has no parameter matching {name} {tuple(p.shape)}")
+        yield p, target
+
+
+@torch.no_grad()
+def plug_adapters(proxy, fm, layer_map=None):
+    """Copy the proxy's trainable parameters (LoRA factors and head) into the FM's
+    parameters of the same name (proxy layer j -> FM layer ``layer_map[j]``). The FM must
+    carry adapters of the same shapes; nothing else of the FM changes. Returns the
+    number of scalars copied."""
+    copied = 0
+    for p, target in _adapter_pairs(proxy, fm, layer_map):
         target.copy_(p)
         copied += p.numel()
     return copied
@@ -334,7 +344,7 @@ def relative_gradient_error(fm, proxy, X, y, layer_map=None):
     g_proxy = adapter_gradient(proxy, X, y, layer_map)
     errors = {}
     for scope in GRADIENT_SCOPES:
-        keys = [k for k in g_fm if scope == "all" or ".lora_" in k]
+        keys = [k for k in g_fm if scope == "all" or is_adapter_parameter(k)]
         num = sum(float(((g_proxy.get(k, torch.zeros_like(g_fm[k])) - g_fm[k]) ** 2).sum())
                   for k in keys)
         den = sum(float((g_fm[k] ** 2).sum()) for k in keys)
@@ -365,11 +375,9 @@ def proxy_gradient_errors(fm, tuned, X, y, X_distill, *, drop_ratio=0.75,
     for name, proxy, mapping in (("distilled", distilled, None), ("undistilled", sub, None),
                                  ("layer_drop", emulator, layer_map)):
         proxy = with_adapters(proxy, r=r, alpha=alpha, n_classes=n_classes)
-        tuned_params = dict(tuned.named_parameters())
         with torch.no_grad():
-            for n, p in proxy.named_parameters():
-                if p.requires_grad:
-                    p.copy_(tuned_params[_renamed(n, mapping)])
+            for p, source in _adapter_pairs(proxy, tuned, mapping):
+                p.copy_(source)
         for scope, value in relative_gradient_error(tuned, proxy, X, y, mapping).items():
             errors[scope][name] = value
     return errors
@@ -378,10 +386,6 @@ def proxy_gradient_errors(fm, tuned, X, y, X_distill, *, drop_ratio=0.75,
 def parameter_count(model):
     """All scalars of ``model`` (what a client has to hold)."""
     return int(sum(p.numel() for p in model.parameters()))
-
-
-def _count_lora(model):
-    return sum(m.lora_A.numel() + m.lora_B.numel() for m in lora_layers(model).values())
 
 
 def run_fedpft(fm, X, y, partition, X_test, y_test, X_distill, *, method="fedpft",
@@ -468,8 +472,8 @@ def run_fedpft(fm, X, y, partition, X_test, y_test, X_distill, *, method="fedpft
             "proxy_acc": proxy_acc, "history": history,
             "bytes_per_round": float(np.mean(per_round)),
             "client_params": parameter_count(proxy), "fm_params": parameter_count(target),
-            "trainable": int(sum(p.numel() for p in proxy.parameters() if p.requires_grad)),
-            "lora_params": _count_lora(proxy), "model": target, "proxy": proxy}
+            "trainable": trainable_parameter_count(proxy),
+            "lora_params": adapter_parameter_count(proxy), "model": target, "proxy": proxy}
 
 
 def transposed_digits(X):
@@ -496,11 +500,6 @@ def pretrain(model, X, y, epochs=40, lr=3e-3, batch_size=64, seed=0):
     generator = torch.Generator().manual_seed(seed)
     X, y = torch.as_tensor(X), torch.as_tensor(y).long()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    model.train()
     for _ in range(epochs):
-        for batch in torch.randperm(len(X), generator=generator).split(batch_size):
-            loss = nn.functional.cross_entropy(model(X[batch]), y[batch])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+        train_epoch(model, optimizer, X, y, batch_size, generator)
     return model.eval()
