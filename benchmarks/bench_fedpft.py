@@ -179,10 +179,10 @@ def main(argv=None):
             if method == "fedpetuning":
                 start_point = fedpft.with_adapters(fm, n_classes=data["n_classes"],
                                                    seed=seed)
-                for where, point in (("start", start_point), ("tuned", res["model"])):
-                    errors = fedpft.proxy_gradient_errors(
-                        fm, point, X, y, data["X_pretrain"], seed=seed,
-                        distill_lr=args.distill_lr)
+                errors_at = fedpft.proxy_gradient_errors(
+                    fm, {"start": start_point, "tuned": res["model"]}, X, y,
+                    data["X_pretrain"], seed=seed, distill_lr=args.distill_lr)
+                for where, errors in errors_at.items():
                     for scope, by_proxy in errors.items():
                         for k, v in by_proxy.items():
                             grad[where][scope].setdefault(k, []).append(v)

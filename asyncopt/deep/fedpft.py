@@ -352,14 +352,16 @@ def relative_gradient_error(fm, proxy, X, y, layer_map=None):
     return errors
 
 
-def proxy_gradient_errors(fm, tuned, X, y, X_distill, *, drop_ratio=0.75,
+def proxy_gradient_errors(fm, points, X, y, X_distill, *, drop_ratio=0.75,
                           distill_epochs=5, distill_lr=2e-3, mu=1.0, emulator_layers=2,
                           seed=0):
     """:func:`relative_gradient_error` of three proxies of ``fm`` at the adapters and head
-    of ``tuned`` (the FM with LoRA on every layer, e.g. FedPETuning's result): the sub-FM
-    after layer-level distillation ("distilled"), the sub-FM as built ("undistilled") and
-    the distilled layer-drop emulator of FedOT ("layer_drop"), on the task data (X, y).
-    Returns {scope: {proxy: error}} for the scopes of :data:`GRADIENT_SCOPES`."""
+    of each model in ``points`` ({label: the FM with LoRA on every layer}, e.g. the start
+    of fine-tuning and FedPETuning's result): the sub-FM after layer-level distillation
+    ("distilled"), the sub-FM as built ("undistilled") and the distilled layer-drop
+    emulator of FedOT ("layer_drop"), on the task data (X, y). The proxies are built and
+    distilled once for all points. Returns {label: {scope: {proxy: error}}} for the scopes
+    of :data:`GRADIENT_SCOPES`."""
     fm = copy.deepcopy(fm).eval()
     sub, _ = build_sub_fm(fm, drop_ratio)
     distilled = copy.deepcopy(sub)
@@ -368,18 +370,22 @@ def proxy_gradient_errors(fm, tuned, X, y, X_distill, *, drop_ratio=0.75,
     emulator, layer_map = layer_drop_emulator(fm, emulator_layers)
     distill(fm, emulator, X_distill, layers=range(1, len(layer_map) - 1),
             layer_map=layer_map, epochs=distill_epochs, lr=distill_lr, mu=mu, seed=seed)
-    first = next(iter(lora_layers(tuned).values()))
-    r, alpha = first.r, first.alpha
-    n_classes = tuned.head.out_features
-    errors = {scope: {} for scope in GRADIENT_SCOPES}
-    for name, proxy, mapping in (("distilled", distilled, None), ("undistilled", sub, None),
-                                 ("layer_drop", emulator, layer_map)):
-        proxy = with_adapters(proxy, r=r, alpha=alpha, n_classes=n_classes)
-        with torch.no_grad():
-            for p, source in _adapter_pairs(proxy, tuned, mapping):
-                p.copy_(source)
-        for scope, value in relative_gradient_error(tuned, proxy, X, y, mapping).items():
-            errors[scope][name] = value
+    errors = {}
+    for label, tuned in points.items():
+        first = next(iter(lora_layers(tuned).values()))
+        r, alpha = first.r, first.alpha
+        n_classes = tuned.head.out_features
+        errors[label] = {scope: {} for scope in GRADIENT_SCOPES}
+        for name, proxy, mapping in (("distilled", distilled, None),
+                                     ("undistilled", sub, None),
+                                     ("layer_drop", emulator, layer_map)):
+            proxy = with_adapters(proxy, r=r, alpha=alpha, n_classes=n_classes)
+            with torch.no_grad():
+                for p, source in _adapter_pairs(proxy, tuned, mapping):
+                    p.copy_(source)
+            for scope, value in relative_gradient_error(tuned, proxy, X, y,
+                                                        mapping).items():
+                errors[label][scope][name] = value
     return errors
 
 
