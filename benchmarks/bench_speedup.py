@@ -17,6 +17,11 @@ cores are marked oversubscribed. Sha-DDSS: solve_ddss(problem, tol,
 inner_loop=ThreadsInnerLoop(T)) in this process, the time read off its history the same way.
 --repeat N: best of N (rounds interleaved).
 
+No communication (``no_communication_times``; --no-ceiling skips it): k forked processes
+each run 8 epochs of the serial solver on worker i's row block at once, no messages at
+all: t(1) / t(k) is what these cores give k processes whatever the protocol costs; the
+table's "no comm." rows and the 2-worker target line show it.
+
 Targets: Dis-DDSS 2 workers >= 1.6x faster than 1 worker; -n 9 (8 workers) within 3x of
 -n 3's time (solve and whole mpirun); 8 workers >= 6x faster than 1 on a 16-core machine
 ("not measurable here" with fewer than 9 cores).
@@ -38,6 +43,8 @@ from benchmarks.bench_serial import (DATA_DESCRIPTION, _check, _yes_no, load_dat
 from benchmarks.bench_shared import better  # noqa: E402
 from benchmarks.common import (RESULTS_DIR, SolverRun, format_table, from_history,  # noqa: E402
                                machine_info, ratio, run_from_dict, write_json)
+
+import numpy as np  # noqa: E402
 
 from asyncopt.data import make_ctr  # noqa: E402
 from asyncopt.problem import Problem  # noqa: E402
@@ -95,6 +102,49 @@ def run_sha(problem, threads, target, cap, rep, cores):
     return run
 
 
+def _shard_epochs(X, y, spec, lam, lo, hi, epochs, barrier, queue):
+    """Child of ``no_communication_times``: the serial solver on rows lo..hi-1 (one warm-up
+    epoch, then ``epochs`` timed epochs once every child is ready), BLAS on one thread."""
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(1)
+    shard = Problem(X[lo:hi], y[lo:hi], spec["loss"], lam=lam,
+                    fit_intercept=spec["fit_intercept"])
+    solve_ddss(shard, tol=0.0, max_epochs=1, screening=False, random_state=0)
+    barrier.wait()
+    t0 = time.perf_counter()
+    solve_ddss(shard, tol=0.0, max_epochs=epochs, screening=False, random_state=0)
+    queue.put(time.perf_counter() - t0)
+
+
+def no_communication_times(X, y, spec, lam, counts, epochs, repeat):
+    """What the machine gives k processes with nothing to communicate: for each k in
+    ``counts``, k forked processes each run ``epochs`` epochs of the serial solver
+    (screening off, every feature active: the work of Dis-DDSS's first epochs) on the
+    contiguous row block Dis-DDSS worker i holds, started together; the time of k is that
+    of the slowest. t(1) / t(k) bounds what k workers can gain on these cores whatever the
+    protocol costs (memory bandwidth and caches are shared; more processes than cores
+    share the cores). Best of ``repeat`` rounds. {k: seconds}."""
+    import multiprocessing
+    from benchmarks._mpi_run import worker_rows
+    context = multiprocessing.get_context("fork")
+    times = {}
+    for _ in range(max(1, repeat)):
+        for k in counts:
+            barrier, queue = context.Barrier(k), context.Queue()
+            children = []
+            for i in range(k):
+                lo, hi = worker_rows(X.shape[0], k, i)
+                children.append(context.Process(target=_shard_epochs, args=(
+                    X, y, spec, lam, lo, hi, epochs, barrier, queue)))
+            for child in children:
+                child.start()
+            slowest = max(queue.get(timeout=600) for _ in children)
+            for child in children:
+                child.join()
+            times[k] = min(times.get(k, np.inf), slowest)
+    return times
+
+
 def round_summary(run, rep):
     e = run.extra
     return {"round": rep, "reached": run.reached, "solve_s": run.time,
@@ -117,6 +167,11 @@ def main(argv=None):
                              "exceed the cores, at least 1 2)")
     parser.add_argument("--no-mpi", action="store_true", help="skip the Dis-DDSS runs")
     parser.add_argument("--no-threads", action="store_true", help="skip the Sha-DDSS runs")
+    parser.add_argument("--no-ceiling", action="store_true",
+                        help="skip the no-communication runs (k serial solves on the k "
+                             "workers' row blocks at once)")
+    parser.add_argument("--ceiling-epochs", type=int, default=8,
+                        help="epochs of each no-communication run (default 8)")
     parser.add_argument("--time-cap", type=float, default=None,
                         help="seconds per run (max_time; default 300, 30 with --quick)")
     parser.add_argument("--repeat", type=int, default=1,
@@ -158,7 +213,8 @@ def main(argv=None):
         return 1
 
     problem, meta = None, {**spec, "data_description": DATA_DESCRIPTION[spec["data"]]}
-    if threads:
+    ceiling_counts = [] if args.no_ceiling else workers
+    if threads or ceiling_counts:
         t0 = time.perf_counter()
         X, y = load_data(spec["data"])
         base = Problem(X, y, spec["loss"], lam=1.0, fit_intercept=spec["fit_intercept"])
@@ -167,9 +223,16 @@ def main(argv=None):
         meta.update(n_samples=X.shape[0], n_features=X.shape[1], nnz=X.nnz,
                     lam_max_serial=lam_max, lam_serial=problem.lam,
                     P0=problem.zero_certificate().primal)
-        warm_up_threads(threads, spec["fit_intercept"])
-        log(f"data {X.shape}, nnz {X.nnz:,}, P(0) = {meta['P0']:.6g}; warm-up "
+        log(f"data {X.shape}, nnz {X.nnz:,}, P(0) = {meta['P0']:.6g} "
             f"({time.perf_counter() - t0:.1f} s)")
+    ceiling = {}
+    if ceiling_counts:       # forks: before this process starts any thread
+        ceiling = no_communication_times(X, y, spec, problem.lam, ceiling_counts,
+                                         args.ceiling_epochs, args.repeat)
+        log(f"no communication, {args.ceiling_epochs} epochs on each block: " + ", ".join(
+            f"{k} at once {t:.2f} s" for k, t in ceiling.items()))
+    if threads:
+        warm_up_threads(threads, spec["fit_intercept"])
 
     best, rounds = {}, {}
     t_start = time.perf_counter()
@@ -198,7 +261,7 @@ def main(argv=None):
             run.extra["best_mpirun_wall_s"] = min(walls)
         run.extra["rounds"] = rounds[key]
     report(best, workers, threads, cap, target, args, info, meta, cores, json_path,
-           png_path, time.perf_counter() - t_start)
+           png_path, time.perf_counter() - t_start, ceiling)
     return 0
 
 
@@ -232,8 +295,9 @@ def wall_ratio(best, a, b):
     return None if not wa or not wb else wa / wb
 
 
-def targets_report(best, cap, cores):
+def targets_report(best, cap, cores, ceiling=None):
     lines, out = [], {}
+    ceiling = ceiling or {}
 
     def add(label, what, v, shown, kind, op, bound, note=""):
         ok = _check(v, kind, op, bound)
@@ -244,8 +308,12 @@ def targets_report(best, cap, cores):
     d1, d2, d8 = (best.get(key_of("dis", k)) for k in (1, 2, 8))
     if d1 and d2:
         v, shown, kind = ratio(d1, d2, cap)
+        free = (f"; with no communication at all the machine gives 2 processes "
+                f"{ceiling[1] / ceiling[2]:.2f}x" if 1 in ceiling and 2 in ceiling else "")
         add("dis@1/dis@2 >= 1.6", "Dis-DDSS 2 workers >= 1.6x faster than 1 (t1/t2, solve "
-            "to 1e-6)", v, shown, kind, ">=", 1.6)
+            "to 1e-6)", v, shown, kind, ">=", 1.6, free)
+        if free:
+            out["dis@1/dis@2 >= 1.6"]["no_communication_ratio"] = ceiling[1] / ceiling[2]
     if d2 and d8:
         v, shown, kind = ratio(d8, d2, cap)
         add("dis@8/dis@2 <= 3 (solve)", "-n 9 within 3x of -n 3 (t8/t2, solve to 1e-6)",
@@ -301,10 +369,17 @@ def table_rows(best, workers, threads, cap):
 
 
 def report(best, workers, threads, cap, target, args, info, meta, cores, json_path,
-           png_path, seconds):
+           png_path, seconds, ceiling=None):
+    ceiling = ceiling or {}
     header, rows = table_rows(best, workers, threads, cap)
+    if ceiling:
+        base = ceiling[min(ceiling)]
+        for k, t in ceiling.items():
+            rows.append(["no comm.", k, f"{k} process" + "es" * (k > 1),
+                         "yes" if k > cores else "no", f"{t:.2f}", f"{base / t:.2f}",
+                         f"{k / min(ceiling):g}", args.ceiling_epochs, "-", "-", "-", "-"])
     table = format_table(header, rows)
-    target_lines, met = targets_report(best, cap, cores)
+    target_lines, met = targets_report(best, cap, cores, ceiling)
     dis = next((r for k, r in best.items() if k.startswith("dis@") and "lam" in r.extra),
                None)
     log(f"\nseconds to gap <= {target:g} * P(0) (solver clock; >cap: not reached in {cap:g} "
@@ -328,6 +403,10 @@ def report(best, workers, threads, cap, target, args, info, meta, cores, json_pa
                     "sha": {str(k): v[0] for k, v in speedups(best, "sha", threads, cap).items()}},
         "table": {"header": header, "rows": rows}, "table_text": table,
         "targets": met, "targets_text": target_lines,
+        "no_communication": {"epochs": args.ceiling_epochs,
+                             "seconds": {str(k): t for k, t in ceiling.items()},
+                             "speedup": {str(k): ceiling[min(ceiling)] / t
+                                         for k, t in ceiling.items()}} if ceiling else None,
         "method": {
             "dis": "mpirun -n k+1 python benchmarks/_mpi_run.py --method ddss (bench_distributed"
                    ".run_mpi): shards of contiguous rows, warm-up solve, barrier, solve_mpi(tol="
@@ -343,6 +422,11 @@ def report(best, workers, threads, cap, target, args, info, meta, cores, json_pa
                       "rounds; extra.rounds has every round",
             "oversubscribed": "more MPI ranks (workers + server) or threads than "
                               "os.cpu_count()",
+            "no_communication": "no_communication_times: k forked processes each run "
+                                "ceiling epochs of the serial solver (screening off) on "
+                                "worker i's row block, started together; seconds of the "
+                                "slowest, best of the rounds; rows 'no comm.' (s to target "
+                                "column: those seconds, not a solve to the target)",
         },
     }
     if dis is not None:
