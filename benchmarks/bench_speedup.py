@@ -44,8 +44,6 @@ from benchmarks.bench_shared import better  # noqa: E402
 from benchmarks.common import (RESULTS_DIR, SolverRun, format_table, from_history,  # noqa: E402
                                machine_info, ratio, run_from_dict, write_json)
 
-import numpy as np  # noqa: E402
-
 from asyncopt.data import make_ctr  # noqa: E402
 from asyncopt.problem import Problem  # noqa: E402
 from asyncopt.solvers import solve_ddss  # noqa: E402
@@ -141,7 +139,7 @@ def no_communication_times(X, y, spec, lam, counts, epochs, repeat):
             slowest = max(queue.get(timeout=600) for _ in children)
             for child in children:
                 child.join()
-            times[k] = min(times.get(k, np.inf), slowest)
+            times[k] = min(times.get(k, slowest), slowest)
     return times
 
 
@@ -295,9 +293,9 @@ def wall_ratio(best, a, b):
     return None if not wa or not wb else wa / wb
 
 
-def targets_report(best, cap, cores, ceiling=None):
+def targets_report(best, cap, cores, free_speedup=None):
     lines, out = [], {}
-    ceiling = ceiling or {}
+    free_speedup = free_speedup or {}
 
     def add(label, what, v, shown, kind, op, bound, note=""):
         ok = _check(v, kind, op, bound)
@@ -309,11 +307,11 @@ def targets_report(best, cap, cores, ceiling=None):
     if d1 and d2:
         v, shown, kind = ratio(d1, d2, cap)
         free = (f"; with no communication at all the machine gives 2 processes "
-                f"{ceiling[1] / ceiling[2]:.2f}x" if 1 in ceiling and 2 in ceiling else "")
+                f"{free_speedup[2]:.2f}x" if 1 in free_speedup and 2 in free_speedup else "")
         add("dis@1/dis@2 >= 1.6", "Dis-DDSS 2 workers >= 1.6x faster than 1 (t1/t2, solve "
             "to 1e-6)", v, shown, kind, ">=", 1.6, free)
         if free:
-            out["dis@1/dis@2 >= 1.6"]["no_communication_ratio"] = ceiling[1] / ceiling[2]
+            out["dis@1/dis@2 >= 1.6"]["no_communication_ratio"] = free_speedup[2]
     if d2 and d8:
         v, shown, kind = ratio(d8, d2, cap)
         add("dis@8/dis@2 <= 3 (solve)", "-n 9 within 3x of -n 3 (t8/t2, solve to 1e-6)",
@@ -371,15 +369,15 @@ def table_rows(best, workers, threads, cap):
 def report(best, workers, threads, cap, target, args, info, meta, cores, json_path,
            png_path, seconds, ceiling=None):
     ceiling = ceiling or {}
+    # t(first count) / t(k) of the no-communication runs, as speedups() for the solvers
+    free_speedup = {k: ceiling[min(ceiling)] / t for k, t in ceiling.items()}
     header, rows = table_rows(best, workers, threads, cap)
-    if ceiling:
-        base = ceiling[min(ceiling)]
-        for k, t in ceiling.items():
-            rows.append(["no comm.", k, f"{k} process" + "es" * (k > 1),
-                         "yes" if k > cores else "no", f"{t:.2f}", f"{base / t:.2f}",
-                         f"{k / min(ceiling):g}", args.ceiling_epochs, "-", "-", "-", "-"])
+    for k, t in ceiling.items():
+        rows.append(["no comm.", k, f"{k} process" + "es" * (k > 1),
+                     "yes" if k > cores else "no", f"{t:.2f}", f"{free_speedup[k]:.2f}",
+                     f"{k / min(ceiling):g}", args.ceiling_epochs, "-", "-", "-", "-"])
     table = format_table(header, rows)
-    target_lines, met = targets_report(best, cap, cores, ceiling)
+    target_lines, met = targets_report(best, cap, cores, free_speedup)
     dis = next((r for k, r in best.items() if k.startswith("dis@") and "lam" in r.extra),
                None)
     log(f"\nseconds to gap <= {target:g} * P(0) (solver clock; >cap: not reached in {cap:g} "
@@ -405,8 +403,8 @@ def report(best, workers, threads, cap, target, args, info, meta, cores, json_pa
         "targets": met, "targets_text": target_lines,
         "no_communication": {"epochs": args.ceiling_epochs,
                              "seconds": {str(k): t for k, t in ceiling.items()},
-                             "speedup": {str(k): ceiling[min(ceiling)] / t
-                                         for k, t in ceiling.items()}} if ceiling else None,
+                             "speedup": {str(k): v for k, v in free_speedup.items()}}
+        if ceiling else None,
         "method": {
             "dis": "mpirun -n k+1 python benchmarks/_mpi_run.py --method ddss (bench_distributed"
                    ".run_mpi): shards of contiguous rows, warm-up solve, barrier, solve_mpi(tol="
