@@ -80,18 +80,22 @@ def test_baselines_on_the_serial_backend(method):
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("model", MODELS)
 def test_ddss_naive_on_threads_keeps_pace_with_serial(model):
-    """DDSS-Naive (no variance reduction, decaying step) converges sublinearly, so it is
-    compared with its serial run after the same 200 epochs: the suboptimality of the two
-    agrees within 5% and is well below that at x = 0."""
+    """DDSS-Naive (no variance reduction, decaying step) converges sublinearly, so the
+    threads run is measured in serial epochs: after 200 epochs it is at least as close to
+    P* as the serial run after 140, i.e. asynchrony costs it at most 30% of its epochs
+    (a kernel losing half its updates sits at the serial 100-epoch level, 1.1-1.8x above
+    the 140-epoch one here). CI's 2 loaded cores put it 14% above serial-200 once, 15%
+    below the serial-140 bound."""
     X, y, kw, problem = _setup(model, "csr")
     p_ref = _reference(model, "csr")
     cls = CLASSES[model]
-    kw = dict(kw, method="ddss_naive", tol=1e-12, max_epochs=200)
-    serial = _objective(problem, cls(**kw).fit(X, y)) - p_ref
+    kw = dict(kw, method="ddss_naive", tol=1e-12)
+    serial_140 = _objective(problem, cls(max_epochs=140, **kw).fit(X, y)) - p_ref
+    serial_200 = _objective(problem, cls(max_epochs=200, **kw).fit(X, y)) - p_ref
     threads = _objective(problem, cls(backend="threads", n_jobs=2, kernel="numba",
-                                      **kw).fit(X, y)) - p_ref
-    assert 0 < serial < 0.5 * (problem.null_objective() - p_ref)
-    assert abs(threads - serial) <= 0.05 * serial
+                                      max_epochs=200, **kw).fit(X, y)) - p_ref
+    assert 0 < serial_200 < serial_140 < 0.5 * (problem.null_objective() - p_ref)
+    assert 0 < threads <= serial_140
 
 
 def strong_rule_trap(loss, n=60, seed=0):
