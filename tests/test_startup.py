@@ -59,3 +59,41 @@ def test_shards_for_another_worker_count_are_refused(tmp_path):
     folder = prepare_shards("ctr_small", 2, str(tmp_path))
     with pytest.raises(SystemExit, match="2 workers, not 3"):
         _load_rows(SimpleNamespace(shards=folder, data="ctr_small"), 1, 4)
+
+
+EPOCH_KERNELS_FROM_CACHE = """
+import numpy as np
+from asyncopt.kernels import svrg
+from asyncopt.data import make_ctr
+from asyncopt.penalties import GroupL1, L1
+from asyncopt.problem import Problem
+X, y, _ = make_ctr(50, 12, nnz_per_row=3, random_state=0)
+counts = []
+for penalty, names in ((L1(12), ("svrg_epoch_l1", "svrg_epoch_l1_tracked")),
+                       (GroupL1(12, 4), ("svrg_epoch_group", "svrg_epoch_group_tracked"))):
+    a = Problem(X, y, "squared", penalty, 0.1, True).full_active_set()
+    extra = () if penalty.is_l1 else (a.block_indptr, a.feature_block)
+    for name in names:
+        kernel = getattr(svrg, name)
+        kernel(a.indptr, a.indices, a.data, a.y, 0, np.zeros(12), np.zeros(1), 0.1,
+               np.zeros(50), np.zeros(12), 0.0, np.full(a.penalty.n_blocks, 0.01), 0.1,
+               np.arange(50), True, np.zeros(1, np.int64), np.zeros(2, np.int64), *extra)
+        counts.append((sum(kernel.stats.cache_hits.values()),
+                       sum(kernel.stats.cache_misses.values())))
+print(counts)
+"""
+
+
+def test_a_new_process_loads_the_epoch_kernels_from_numbas_cache(tmp_path):
+    """The four SVRG epoch kernels (made by a closure factory) are loaded from numba's
+    on-disk cache by a second process, not compiled again: when the closures captured
+    other dispatchers, whose pickled form differs per process, every rank spent ~1 s of
+    CPU compiling them and left one more cache file (thousands had piled up)."""
+    env = dict(os.environ, PYTHONPATH=ROOT, NUMBA_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", EPOCH_KERNELS_FROM_CACHE], env=env,
+                           capture_output=True, text=True) for _ in range(2)]
+    assert all(run.returncode == 0 for run in runs), runs[-1].stderr
+    first, second = (eval(run.stdout.strip().splitlines()[-1]) for run in runs)
+    assert first == [(0, 1)] * 4              # compiled into the empty cache
+    assert second == [(1, 0)] * 4             # then loaded, nothing compiled
+    assert len(list(tmp_path.rglob("*epoch_l1*.nbc"))) == 2    # serial and tracked

@@ -110,6 +110,39 @@ def scatter_row(indptr, indices, data, i, diff, scratch, feature_block, stamp, t
 INTERCEPT_SYNC = 32
 
 
+@njit(cache=True, inline="always")
+def step_intercept(intercept, b, delta, step, t, shared):
+    """b -= step; with ``shared`` (the tracked kernels) the delta is also published to
+    ``intercept[0]`` every INTERCEPT_SYNC steps and b re-read. Returns (b, delta)."""
+    b -= step
+    if shared:
+        delta -= step
+        if (t + 1) % INTERCEPT_SYNC == 0:
+            intercept[0] += delta
+            b = intercept[0]
+            delta = 0.0
+    return b, delta
+
+
+@njit(cache=True, inline="always")
+def finish_intercept(intercept, b, delta, shared):
+    if shared:
+        intercept[0] += delta
+    else:
+        intercept[0] = b
+
+
+@njit(cache=True, inline="always")
+def tick(clock, seen, staleness, track):
+    """With ``track``: add this step's delay clock[0] - seen to staleness = [sum, max] and
+    advance the shared clock."""
+    if track:
+        now = clock[0]
+        staleness[0] += now - seen
+        staleness[1] = max(staleness[1], now - seen)
+        clock[0] = now + 1
+
+
 def _make_epoch_kernels(track_staleness):
     """The L1 and group epoch kernels; with track_staleness (a compile-time constant, so
     the serial kernels carry no trace of it) every step also measures its delay tau: the
@@ -121,35 +154,12 @@ def _make_epoch_kernels(track_staleness):
     delta to the shared ``intercept[0]`` and re-reads it. (A private b per thread for the
     whole epoch lagged n/T steps behind the others and cost ~40% more epochs; a write to
     the shared cell every step would bounce its cache line between cores.) A racing add
-    that loses an update only delays b: the outer loop refits it exactly."""
+    that loses an update only delays b: the outer loop refits it exactly.
 
-    @njit(cache=True, inline="always")
-    def step_intercept(intercept, b, delta, step, t):
-        """b -= step; the tracked kernels publish the delta every INTERCEPT_SYNC steps.
-        Returns (b, delta)."""
-        b -= step
-        if track_staleness:
-            delta -= step
-            if (t + 1) % INTERCEPT_SYNC == 0:
-                intercept[0] += delta
-                b = intercept[0]
-                delta = 0.0
-        return b, delta
-
-    @njit(cache=True, inline="always")
-    def finish_intercept(intercept, b, delta):
-        if track_staleness:
-            intercept[0] += delta
-        else:
-            intercept[0] = b
-
-    @njit(cache=True, inline="always")
-    def tick(clock, seen, staleness):
-        if track_staleness:
-            now = clock[0]
-            staleness[0] += now - seen
-            staleness[1] = max(staleness[1], now - seen)
-            clock[0] = now + 1
+    The kernels close over the flag alone: numba keys its on-disk cache of a closure by a
+    hash of the closed-over values, and closed-over dispatchers (the helpers above, when
+    they were closures too) hash differently in every process, so each process compiled
+    the kernels again (~1 s of CPU per rank, and a new cache file each time)."""
 
     @njit(cache=True, nogil=True)
     def epoch_l1(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
@@ -166,9 +176,10 @@ def _make_epoch_kernels(track_staleness):
                 x[j] = soft_threshold(x[j] - eta * (diff * data[k] + weighted_mu[j]),
                                       thresholds[j])
             b, delta = step_intercept(intercept, b, delta,
-                                      eta_intercept * (diff + mu_intercept), t)
-            tick(clock, seen, staleness)
-        finish_intercept(intercept, b, delta)
+                                      eta_intercept * (diff + mu_intercept), t,
+                                      track_staleness)
+            tick(clock, seen, staleness, track_staleness)
+        finish_intercept(intercept, b, delta, track_staleness)
 
     @njit(cache=True, nogil=True)
     def epoch_group(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
@@ -192,9 +203,10 @@ def _make_epoch_kernels(track_staleness):
             for k in range(indptr[i], indptr[i + 1]):
                 scratch[indices[k]] = 0.0
             b, delta = step_intercept(intercept, b, delta,
-                                      eta_intercept * (diff + mu_intercept), t)
-            tick(clock, seen, staleness)
-        finish_intercept(intercept, b, delta)
+                                      eta_intercept * (diff + mu_intercept), t,
+                                      track_staleness)
+            tick(clock, seen, staleness, track_staleness)
+        finish_intercept(intercept, b, delta, track_staleness)
 
     return epoch_l1, epoch_group
 
