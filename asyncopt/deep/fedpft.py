@@ -263,11 +263,6 @@ def align_neurons(fm, sub, X, masks, *, epochs=0.2, lr=1e-3, mu=1.0, batch_size=
                    batch_size=batch_size, seed=seed, neuron_masks=masks)
 
 
-def adapter_names(model):
-    """Names of the trainable parameters (adapters then head) in layout order."""
-    return [n for n, p in model.named_parameters() if p.requires_grad]
-
-
 def _renamed(name, layer_map):
     if layer_map is None or not name.startswith("layers."):
         return name
@@ -334,13 +329,15 @@ def adapter_gradient(model, X, y, layer_map=None):
 GRADIENT_SCOPES = ("adapters", "all")
 
 
-def relative_gradient_error(fm, proxy, X, y, layer_map=None):
+def relative_gradient_error(fm, proxy, X, y, layer_map=None, g_fm=None):
     """||g_proxy - g_FM|| / ||g_FM|| over the FM's trainable parameters, the proxy's
     gradient taken as 0 on adapters it does not have (layers a layer-drop emulator
-    dropped). Both models must hold the same adapter values. Returns {"adapters": the
-    ratio over the LoRA factors only (the attention gradients of the paper's Theorem 2),
-    "all": over the LoRA factors and the head}."""
-    g_fm = adapter_gradient(fm, X, y)
+    dropped). Both models must hold the same adapter values. ``g_fm``: the FM's
+    ``adapter_gradient`` on (X, y) when the caller already has it. Returns {"adapters":
+    the ratio over the LoRA factors only (the attention gradients of the paper's Theorem
+    2), "all": over the LoRA factors and the head}."""
+    if g_fm is None:
+        g_fm = adapter_gradient(fm, X, y)
     g_proxy = adapter_gradient(proxy, X, y, layer_map)
     errors = {}
     for scope in GRADIENT_SCOPES:
@@ -376,6 +373,7 @@ def proxy_gradient_errors(fm, points, X, y, X_distill, *, drop_ratio=0.75,
         r, alpha = first.r, first.alpha
         n_classes = tuned.head.out_features
         errors[label] = {scope: {} for scope in GRADIENT_SCOPES}
+        g_fm = adapter_gradient(tuned, X, y)
         for name, proxy, mapping in (("distilled", distilled, None),
                                      ("undistilled", sub, None),
                                      ("layer_drop", emulator, layer_map)):
@@ -383,8 +381,8 @@ def proxy_gradient_errors(fm, points, X, y, X_distill, *, drop_ratio=0.75,
             with torch.no_grad():
                 for p, source in _adapter_pairs(proxy, tuned, mapping):
                     p.copy_(source)
-            for scope, value in relative_gradient_error(tuned, proxy, X, y,
-                                                        mapping).items():
+            for scope, value in relative_gradient_error(tuned, proxy, X, y, mapping,
+                                                        g_fm).items():
                 errors[label][scope][name] = value
     return errors
 

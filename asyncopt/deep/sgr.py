@@ -431,8 +431,8 @@ class _PipelineLink:
     """Rank k's wire to rank k+1 (send) and from rank k-1 (receive), numpy buffers only."""
 
     def __init__(self, comm):
-        from ..solvers.mpi import wait
-        self.comm, self.wait = comm, wait
+        from ..solvers.mpi import wait, wait_all
+        self.comm, self.wait, self.wait_all = comm, wait, wait_all
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.pending = []
         self.bytes_sent = 0
@@ -470,8 +470,7 @@ class _PipelineLink:
         return x, y, delta
 
     def flush(self):
-        for request, _ in self.pending:
-            self.wait(request)
+        self.wait_all([request for request, _ in self.pending])
         self.pending = []
 
 
