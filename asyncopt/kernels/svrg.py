@@ -126,6 +126,8 @@ def step_intercept(intercept, b, delta, step, t, shared):
 
 @njit(cache=True, inline="always")
 def finish_intercept(intercept, b, delta, shared):
+    """At the end of an epoch: with ``shared`` add the delta not yet published to
+    ``intercept[0]`` (other threads' steps stay in it); without, store the local b."""
     if shared:
         intercept[0] += delta
     else:
