@@ -28,11 +28,11 @@ decay 5e-4, cosine), none fine-tuned after pruning:
 Targets: ATO's FLOPs kept within p +/- 0.05; ATO accuracy >= random and >= uniform pruning at
 equal FLOPs (mean over seeds). How ATO compares with uniform_width_scratch is printed too (not
 a target: a net trained from scratch at that width is not a pruning baseline). The last
-printed line is one JSON object; it is also written, with the machine info, to
-benchmarks/results/bench_ato_quick.json (--quick) or bench_ato.json.
+printed line is one JSON object; it is also written, with the targets, every run, the
+arguments and the machine info, to benchmarks/results/bench_ato_quick.json (--quick) or
+bench_ato.json (``--out``: elsewhere).
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -41,7 +41,7 @@ sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import RESULTS_DIR, format_table, machine_info, write_json  # noqa: E402
+from benchmarks.common import finish_deep_benchmark, format_table  # noqa: E402
 
 
 def run_seed(seed, data, epochs, p, verbose):
@@ -114,8 +114,8 @@ def main(argv=None):
     import torch
     from asyncopt.deep.ato import digits_train_test
     torch.set_num_threads(args.threads)
-    epochs = args.epochs or (30 if args.quick else 60)
-    seeds = args.seeds or ([0] if args.quick else [0, 1, 2, 3, 4])
+    args.epochs = epochs = args.epochs or (30 if args.quick else 60)
+    args.seeds = seeds = args.seeds or ([0] if args.quick else [0, 1, 2, 3, 4])
     data = digits_train_test()
     t0 = time.perf_counter()
     runs = []
@@ -153,22 +153,16 @@ def main(argv=None):
                "dense_acc": round(stat("dense", "acc")[0], 4), "ato_acc": round(ato_acc, 4),
                "baselines": {m: round(stat(m, "acc")[0], 4)
                              for m in BASELINES}}
-    path = args.out or os.path.join(RESULTS_DIR, "bench_ato_quick.json" if args.quick
-                                    else "bench_ato.json")
-    write_json(path, {"summary": summary, "targets": targets,
-                      "not_targets": {"ato_minus_uniform_width_scratch":
-                                      round(ato_acc - scratch_acc, 4),
-                                      "ato_ge_uniform_width_scratch":
-                                      bool(ato_acc >= scratch_acc)},
-                      "config": {"epochs": epochs, "seeds": seeds, "p": args.p,
-                                 "quick": args.quick, "threads": args.threads,
-                                 "model": "mlp 64-128-128-10", "lam": 10.0, "gamma": 4.0,
-                                 "schedule": [0.1, 0.2, 0.5],
-                                 "data": "sklearn digits, stratified 80/20 split "
-                                         "(random_state=0), standardised"},
-                      "runs": runs, "seconds": time.perf_counter() - t0,
-                      "machine": machine_info(extra_packages=("torch", "sklearn"))})
-    print(json.dumps(summary))
+    finish_deep_benchmark(
+        args, "bench_ato" + ("_quick" if args.quick else ""), summary,
+        time.perf_counter() - t0, targets=targets,
+        not_targets={"ato_minus_uniform_width_scratch": round(ato_acc - scratch_acc, 4),
+                     "ato_ge_uniform_width_scratch": bool(ato_acc >= scratch_acc)},
+        setup={"model": "mlp 64-128-128-10", "lam": 10.0, "gamma": 4.0,
+               "schedule": [0.1, 0.2, 0.5],
+               "data": "sklearn digits, stratified 80/20 split (random_state=0), "
+                       "standardised"},
+        runs=runs)
 
 
 if __name__ == "__main__":

@@ -29,15 +29,14 @@ by 1/sqrt(d), score std about 15) as extra tables. --quick: N in {16, 32, 64, 12
 Targets: ours' relative error at least 0.1 below Wanda's and SparseGPT's at rho 0.5 and
 0.7 with N >= d/2, calibration and held-out. The last printed line is one JSON object
 {"method": "attnprune", "rel_err": {rho: {method: ...}}, "heldout_rel_err": {...}}; its
-figures are the mean over seeds and over N in {32, 64, 128} (N >= d/2 = 32); per-N figures,
-per-seed runs, the targets, timings and the machine info are in
-benchmarks/results/bench_attnprune_quick.json (--quick) or bench_attnprune.json, with a
-figure next to it (.png).
+figures are the mean over seeds and over N in {32, 64, 128} (N >= d/2 = 32); it is also
+written, with per-N figures, per-seed runs, the targets, timings, the arguments and the
+machine info, to benchmarks/results/bench_attnprune_quick.json (--quick) or
+bench_attnprune.json (``--out``: elsewhere), with a figure next to it (.png).
 
     cd /work/main && PYTHONPATH=. .venv/bin/python benchmarks/bench_attnprune.py [--quick]
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -50,7 +49,7 @@ import torch  # noqa: E402
 
 from asyncopt.deep.attnprune import (METHODS, fused_from_factors, low_rank_factor,  # noqa: E402
                                      prune_fused, relative_attention_error)
-from benchmarks.common import RESULTS_DIR, format_table, machine_info, write_json  # noqa: E402
+from benchmarks.common import finish_deep_benchmark, format_table  # noqa: E402
 
 RHOS = (0.3, 0.5, 0.7, 0.9)
 D, RANK, HELDOUT_SEQUENCES = 64, 4, 8
@@ -174,8 +173,8 @@ def main(argv=None):
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    seeds = args.seeds or (list(range(5)) if args.quick else list(range(10)))
-    ns = args.ns or ([16, 32, 64, 128] if args.quick else [8, 16, 32, 64, 128])
+    args.seeds = seeds = args.seeds or (list(range(5)) if args.quick else list(range(10)))
+    args.ns = ns = args.ns or ([16, 32, 64, 128] if args.quick else [8, 16, 32, 64, 128])
     big = [n for n in ns if n >= D // 2]
     gd = dict(steps=args.steps, lam_rel=args.lam_rel)
     t0 = time.perf_counter()
@@ -236,29 +235,26 @@ def main(argv=None):
                                                         big)),
                      "runs": sharp}}
     summary = {"method": "attnprune", "rel_err": rounded(calib), "heldout_rel_err": rounded(held)}
-    stem = "bench_attnprune_quick" if args.quick else "bench_attnprune"
-    path = args.out or os.path.join(RESULTS_DIR, stem + ".json")
     per_n = {n: {"rel_err": rounded(mean_over(runs, METHODS, "rel_err", [n])),
                  "heldout_rel_err": rounded(mean_over(runs, METHODS, "heldout_rel_err", [n]))}
              for n in ns}
-    write_json(path, {"summary": summary, "summary_holds": f"mean over seeds and N in {big}",
-                      "targets": targets, "per_n_targets": per_n_targets, "per_n": per_n,
-                      "fused_zero_fraction": zero, "seconds_per_instance": seconds,
-                      "config": {"d": D, "rank": RANK, "ns": ns, "seeds": seeds,
-                                 "rhos": RHOS, "weight_std": args.weight_std or 1 / math.sqrt(D),
-                                 "scale": 1.0, "causal": True, "steps": args.steps,
-                                 "lam_rel": args.lam_rel, "momentum": 0.9, "lr_rel": 1.0,
-                                 "heldout_sequences": HELDOUT_SEQUENCES,
-                                 "sparsegpt": {"blocksize": 128, "percdamp": 0.01},
-                                 "quick": args.quick, "threads": args.threads},
-                      "runs": runs, **extra, "seconds": time.perf_counter() - t0,
-                      "machine": machine_info(extra_packages=("torch",))})
+    elapsed = time.perf_counter() - t0
+    print(f"total {elapsed:.1f} s")
+    path = finish_deep_benchmark(
+        args, "bench_attnprune" + ("_quick" if args.quick else ""), summary, elapsed,
+        summary_holds=f"mean over seeds and N in {big}", targets=targets,
+        per_n_targets=per_n_targets, per_n=per_n, fused_zero_fraction=zero,
+        seconds_per_instance=seconds,
+        setup={"d": D, "rank": RANK, "rhos": RHOS,
+               "weight_std": args.weight_std or 1 / math.sqrt(D), "scale": 1.0,
+               "causal": True, "momentum": 0.9, "lr_rel": 1.0,
+               "heldout_sequences": HELDOUT_SEQUENCES,
+               "sparsegpt": {"blocksize": 128, "percdamp": 0.01}},
+        runs=runs, **extra)
     try:
         plot(os.path.splitext(path)[0] + ".png", runs, ns)
     except ImportError:
         pass
-    print(f"total {time.perf_counter() - t0:.1f} s; written {path}")
-    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

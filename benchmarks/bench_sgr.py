@@ -46,11 +46,10 @@ on 2 cores).
 Targets (K = the first of --modules): SGR's mean L^SGR below layer-wise's; SGR's accuracy at
 least layer-wise's minus 0.5 point; SGR's peak saved bytes below global BP's for every
 measured K >= 4. The last printed line is one JSON object; it is also written, with the
-machine info and every run, to benchmarks/results/bench_sgr_quick.json (--quick) or
-bench_sgr.json.
+targets, every run, the chosen lam, the arguments and the machine info, to
+benchmarks/results/bench_sgr_quick.json (--quick) or bench_sgr.json (``--out``: elsewhere).
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -59,7 +58,7 @@ sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import RESULTS_DIR, format_table, machine_info, write_json  # noqa: E402
+from benchmarks.common import finish_deep_benchmark, format_table  # noqa: E402
 
 METHODS = ("global_bp", "layerwise", "reforward", "sgr")
 LOCAL_MODES = ("layerwise", "reforward", "sgr")
@@ -168,10 +167,10 @@ def main(argv=None):
     import torch
     from asyncopt.deep.ato import digits_train_test
     torch.set_num_threads(args.threads)
-    modules = args.modules or ([6] if args.quick else [6, 8, 10])
-    epochs = args.epochs or (20 if args.quick else 40)
-    seeds = args.seeds if args.seeds is not None else [0, 1, 2]
-    with_etf = args.etf or not args.quick
+    args.modules = modules = args.modules or ([6] if args.quick else [6, 8, 10])
+    args.epochs = epochs = args.epochs or (20 if args.quick else 40)
+    args.seeds = seeds = args.seeds if args.seeds is not None else [0, 1, 2]
+    args.etf = with_etf = args.etf or not args.quick
     train_kwargs = dict(epochs=epochs, batch_size=BATCH, lr=args.lr, momentum=args.momentum,
                         lr_schedule=args.lr_schedule)
     data = digits_train_test()
@@ -230,21 +229,13 @@ def main(argv=None):
     if len(modules) > 1:
         final["by_K"] = {str(K): line(results[f"linear_K{K}"]["summary"], K)
                          for K in modules[1:]}
-    path = args.out or os.path.join(RESULTS_DIR, "bench_sgr_quick.json" if args.quick
-                                    else "bench_sgr.json")
-    write_json(path, {"summary": final, "targets": targets, "results": results,
-                      "peak_saved_bytes": {str(K): v for K, v in memory.items()},
-                      "config": {"epochs": epochs, "seeds": seeds, "modules": modules,
-                                 "lam": args.lam, "lam_grid": args.lam_grid,
-                                 "lam_chosen": chosen, "lr": args.lr, "momentum": args.momentum,
-                                 "lr_schedule": args.lr_schedule, "batch_size": BATCH,
-                                 "quick": args.quick, "threads": args.threads,
-                                 "etf": with_etf, "model": "PlainNet MLP 64 -> 128 x K",
-                                 "data": "sklearn digits, stratified 80/20 split "
-                                         "(random_state=0), standardised"},
-                      "seconds": time.perf_counter() - t0,
-                      "machine": machine_info(extra_packages=("torch", "sklearn"))})
-    print(json.dumps(final))
+    finish_deep_benchmark(
+        args, "bench_sgr" + ("_quick" if args.quick else ""), final,
+        time.perf_counter() - t0, targets=targets, results=results,
+        peak_saved_bytes={str(K): v for K, v in memory.items()}, lam_chosen=chosen,
+        setup={"batch_size": BATCH, "model": "PlainNet MLP 64 -> 128 x K",
+               "data": "sklearn digits, stratified 80/20 split (random_state=0), "
+                       "standardised"})
 
 
 if __name__ == "__main__":

@@ -35,27 +35,73 @@ from .federated import ParameterVector
 ATTENTION_TARGETS = ("q", "k", "v", "o")
 
 
-class LoRALinear(nn.Module):
-    """A frozen ``nn.Linear`` plus the trainable low-rank update (alpha / r) B A (module
-    docstring). ``base`` is kept as a submodule (its weight and bias frozen in place)."""
+RANDOM_INITS = ("kaiming", "gaussian", "orthogonal")
 
-    def __init__(self, base, r=4, alpha=16.0, dropout=0.0):
+
+def init_random_factor(tensor, how="kaiming"):
+    """Fill a random low-rank factor in place: ``"kaiming"`` (PEFT's
+    ``kaiming_uniform_(a=sqrt(5))``, LoRA's A), ``"gaussian"`` (N(0, 1) entries),
+    ``"orthogonal"`` (orthonormal rows or columns) or a callable ``how(tensor)``. Meta
+    tensors are left as they are."""
+    if tensor.device.type == "meta":
+        return tensor
+    with torch.no_grad():
+        if callable(how):
+            how(tensor)
+        elif how == "kaiming":
+            nn.init.kaiming_uniform_(tensor, a=math.sqrt(5))
+        elif how == "gaussian":
+            nn.init.normal_(tensor)
+        elif how == "orthogonal":
+            nn.init.orthogonal_(tensor)
+        else:
+            raise ValueError(f"a random factor's init must be one of {RANDOM_INITS} or a "
+                             f"callable, got {how!r}")
+    return tensor
+
+
+class LowRankLinear(nn.Module):
+    """What :class:`LoRALinear` and Multi-LoRA's layer share: a frozen ``nn.Linear`` W0
+    kept as the submodule ``base`` (its weight and bias frozen in place), the rank ``r``,
+    ``alpha`` and ``scale`` s = alpha / r (``alpha=None``: s = 1), the dropout on the
+    update's input, and
+
+        y = x W0^T + b + s * dropout(x) A^T B^T,    merged weight W0 + s B A,
+
+    for the factors (A, B) that :meth:`factors` returns. A subclass creates its factors
+    ``lora_A`` / ``lora_B`` in ``_init_factors(**options)`` (with :meth:`new_factor`),
+    which ``__init__`` calls after the common set-up and before the dropout;
+    ``kind`` names the layer in error messages."""
+
+    kind = "LoRA"
+
+    def __init__(self, base, r, alpha, dropout, **options):
         super().__init__()
         if not isinstance(base, nn.Linear):
-            raise TypeError(f"LoRA wraps nn.Linear, got {type(base).__name__}")
+            raise TypeError(f"{self.kind} wraps nn.Linear, got {type(base).__name__}")
         if int(r) < 1:
-            raise ValueError(f"LoRA rank r must be >= 1, got {r}")
+            raise ValueError(f"{self.kind} rank r must be >= 1, got {r}")
         self.base = base
         for p in base.parameters():
             p.requires_grad_(False)
-        self.r, self.alpha = int(r), float(alpha)
+        self.r = int(r)
+        self.alpha = float(self.r if alpha is None else alpha)
         self.scale = self.alpha / self.r
-        factory = {"device": base.weight.device, "dtype": base.weight.dtype}
-        self.lora_A = nn.Parameter(torch.empty(self.r, base.in_features, **factory))
-        self.lora_B = nn.Parameter(torch.zeros(base.out_features, self.r, **factory))
-        if base.weight.device.type != "meta":
-            nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+        self._init_factors(**options)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+
+    def _init_factors(self, **options):
+        raise NotImplementedError
+
+    def new_factor(self, side, init=None):
+        """A new factor ``nn.Parameter`` on W0's device and dtype, ``side`` ``"A"`` (r, d)
+        or ``"B"`` (m, r): zeros when ``init`` is None, else drawn by
+        :func:`init_random_factor` (``init``)."""
+        shape = (self.r, self.in_features) if side == "A" else (self.out_features, self.r)
+        factory = {"device": self.base.weight.device, "dtype": self.base.weight.dtype}
+        if init is None:
+            return nn.Parameter(torch.zeros(shape, **factory))
+        return nn.Parameter(init_random_factor(torch.empty(shape, **factory), init))
 
     @property
     def in_features(self):
@@ -65,13 +111,36 @@ class LoRALinear(nn.Module):
     def out_features(self):
         return self.base.out_features
 
-    def forward(self, x):
-        update = F.linear(F.linear(self.dropout(x), self.lora_A), self.lora_B)
-        return self.base(x) + self.scale * update
+    def factors(self, task=None):
+        """(A, B) of the update ``forward`` applies."""
+        raise NotImplementedError
 
-    def merged_weight(self):
-        """W0 + (alpha / r) B A, the weight of the equivalent plain linear layer."""
-        return self.base.weight + self.scale * (self.lora_B @ self.lora_A)
+    def forward(self, x):
+        A, B = self.factors()
+        return self.base(x) + self.scale * F.linear(F.linear(self.dropout(x), A), B)
+
+    def merged_weight(self, task=None):
+        """W0 + s B A, the weight of the equivalent plain linear layer (``task``: whose
+        factors, where the layer has several; default the active ones)."""
+        A, B = self.factors(task)
+        return self.base.weight + self.scale * (B @ A)
+
+
+class LoRALinear(LowRankLinear):
+    """A frozen ``nn.Linear`` plus the trainable low-rank update (alpha / r) B A (module
+    docstring), A drawn by ``kaiming_uniform_(a=sqrt(5))``, B = 0. ``base`` is kept as a
+    submodule (its weight and bias frozen in place)."""
+
+    def __init__(self, base, r=4, alpha=16.0, dropout=0.0):
+        super().__init__(base, r, alpha, dropout)
+
+    def _init_factors(self):
+        self.lora_A = self.new_factor("A", "kaiming")
+        self.lora_B = self.new_factor("B")
+
+    def factors(self, task=None):
+        """(A, B) (one update: ``task`` is not used)."""
+        return self.lora_A, self.lora_B
 
     def extra_repr(self):
         return f"r={self.r}, alpha={self.alpha:g}"

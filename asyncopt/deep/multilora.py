@@ -89,21 +89,20 @@ recovers only about r/d of the update, as the card expected. Rotated digits (MLP
 planted common factor and sharing costs accuracy.
 """
 import copy
-import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .federated import FLOAT32_BYTES, FederatedResult, ParameterVector, abort_all_ranks
-from .lora import adapter_parameter_count, freeze_except, wrap_linear_layers
+from .lora import (RANDOM_INITS, LowRankLinear, adapter_parameter_count, freeze_except,
+                   wrap_linear_layers)
 from .transformer import bert_encoder
 
 SHARED_SIDES = ("input", "output", None)
-SHARED_INITS = ("kaiming", "gaussian", "orthogonal")
+SHARED_INITS = RANDOM_INITS
 PAPER_TARGETS = ("q", "v")
 # RoBERTa-base (Liu et al. 2019) in bert_encoder's terms: the paper's table 1 model.
 ROBERTA_BASE = dict(vocab_size=50265, max_positions=514, type_vocab_size=1, d_model=768,
@@ -117,73 +116,44 @@ __all__ = ["MultiLoRALinear", "MultiTaskHead", "attach_multilora", "set_active_t
            "PAPER_TARGETS", "ROBERTA_BASE"]
 
 
-def init_random_factor(tensor, how):
-    """Fill a random factor in place: ``"kaiming"``, ``"gaussian"``, ``"orthogonal"`` or a
-    callable ``how(tensor)`` (module docstring). Meta tensors are left as they are."""
-    if tensor.device.type == "meta":
-        return tensor
-    with torch.no_grad():
-        if callable(how):
-            how(tensor)
-        elif how == "kaiming":
-            nn.init.kaiming_uniform_(tensor, a=math.sqrt(5))
-        elif how == "gaussian":
-            nn.init.normal_(tensor)
-        elif how == "orthogonal":
-            nn.init.orthogonal_(tensor)
-        else:
-            raise ValueError(f"shared_init must be one of {SHARED_INITS} or a callable, "
-                             f"got {how!r}")
-    return tensor
-
-
-class MultiLoRALinear(nn.Module):
+class MultiLoRALinear(LowRankLinear):
     """A frozen ``nn.Linear`` W0 plus k task updates s B_i A_i, one factor shared
     (module docstring). ``active_task`` picks the update used by ``forward`` (None until
     set when k > 1).
 
     Attributes: ``lora_A`` and ``lora_B``, each an ``nn.Parameter`` when shared (A: (r, d),
-    B: (m, r)) or an ``nn.ParameterList`` of k per-task factors; ``scale`` = s.
+    B: (m, r)) or an ``nn.ParameterList`` of k per-task factors; ``scale`` = s. The frozen
+    base, s and the dropout are :class:`~asyncopt.deep.lora.LowRankLinear`'s.
     """
+
+    kind = "Multi-LoRA"
 
     def __init__(self, base, r=8, n_tasks=2, alpha=16.0, shared="input",
                  shared_init="kaiming", train_shared=False, dropout=0.0):
-        super().__init__()
-        if not isinstance(base, nn.Linear):
-            raise TypeError(f"Multi-LoRA wraps nn.Linear, got {type(base).__name__}")
-        if int(r) < 1 or int(n_tasks) < 1:
-            raise ValueError(f"r and n_tasks must be >= 1, got r={r}, n_tasks={n_tasks}")
+        super().__init__(base, r, alpha, dropout, n_tasks=n_tasks, shared=shared,
+                         shared_init=shared_init)
+        self.train_shared = bool(train_shared)
+
+    def _init_factors(self, n_tasks, shared, shared_init):
+        if int(n_tasks) < 1:
+            raise ValueError(f"n_tasks must be >= 1, got {n_tasks}")
         if shared not in SHARED_SIDES:
             raise ValueError(f"shared must be one of {SHARED_SIDES}, got {shared!r}")
         if not callable(shared_init) and shared_init not in SHARED_INITS:
             raise ValueError(f"shared_init must be one of {SHARED_INITS} or a callable, "
                              f"got {shared_init!r}")
-        self.base = base
-        for p in base.parameters():
-            p.requires_grad_(False)
-        self.r, self.n_tasks, self.shared = int(r), int(n_tasks), shared
-        self.alpha = float(self.r if alpha is None else alpha)
-        self.scale = self.alpha / self.r
+        self.n_tasks, self.shared = int(n_tasks), shared
         self.active_task = 0 if self.n_tasks == 1 else None
-        factory = {"device": base.weight.device, "dtype": base.weight.dtype}
-        shape_A, shape_B = (self.r, base.in_features), (base.out_features, self.r)
 
-        def random(shape):
-            return nn.Parameter(init_random_factor(torch.empty(shape, **factory), shared_init))
-
-        def zeros(shape):
-            return nn.ParameterList(nn.Parameter(torch.zeros(shape, **factory))
-                                    for _ in range(self.n_tasks))
+        def per_task(side, init=None):
+            return nn.ParameterList(self.new_factor(side, init) for _ in range(self.n_tasks))
 
         if shared == "input":
-            self.lora_A, self.lora_B = random(shape_A), zeros(shape_B)
+            self.lora_A, self.lora_B = self.new_factor("A", shared_init), per_task("B")
         elif shared == "output":
-            self.lora_A, self.lora_B = zeros(shape_A), random(shape_B)
+            self.lora_A, self.lora_B = per_task("A"), self.new_factor("B", shared_init)
         else:
-            self.lora_A = nn.ParameterList(random(shape_A) for _ in range(self.n_tasks))
-            self.lora_B = zeros(shape_B)
-        self.train_shared = bool(train_shared)
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+            self.lora_A, self.lora_B = per_task("A", shared_init), per_task("B")
 
     @property
     def train_shared(self):
@@ -219,15 +189,6 @@ class MultiLoRALinear(nn.Module):
         if not 0 <= int(task) < self.n_tasks:
             raise IndexError(f"task {task} out of range for {self.n_tasks} tasks")
         return int(task)
-
-    def forward(self, x):
-        A, B = self.factors()
-        return self.base(x) + self.scale * F.linear(F.linear(self.dropout(x), A), B)
-
-    def merged_weight(self, task=None):
-        """W0 + s B_i A_i, the weight of task ``task``'s equivalent plain linear layer."""
-        A, B = self.factors(task)
-        return self.base.weight + self.scale * (B @ A)
 
     def extra_repr(self):
         return (f"r={self.r}, n_tasks={self.n_tasks}, alpha={self.alpha:g}, "
