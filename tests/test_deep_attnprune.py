@@ -2,6 +2,7 @@
 closed-form gradient against finite differences, exact sparsity after binarising, error
 monotone in rho, the loss decreasing under the GD, Wanda and SparseGPT against independent
 NumPy references, and the torch-module wrapper reproducing the module."""
+import copy
 import math
 
 import numpy as np
@@ -14,7 +15,8 @@ from asyncopt.deep.attnprune import (FusedScoreAttention, attention_matrix,  # n
                                      binarize_mask, fused_from_factors, fused_head_matrices,
                                      low_rank_factor, magnitude_prune, optimize_mask,
                                      prune_attention_module, prune_fused, prune_fused_gd,
-                                     relative_attention_error, sparsegpt_prune, wanda_prune)
+                                     relative_attention_error, sparsegpt_hessian_inverse,
+                                     sparsegpt_prune, wanda_prune)
 from asyncopt.deep.transformer import MultiHeadAttention  # noqa: E402
 
 torch.set_num_threads(1)
@@ -238,6 +240,28 @@ def test_sparsegpt_blocks_have_exact_sparsity():
     assert bool((pruned[:, 3] == 0).all())
 
 
+def test_sparsegpt_reuses_one_hessian_inverse(monkeypatch):
+    import asyncopt.deep.attnprune as A
+    g = np.random.default_rng(11)
+    w, x = torch.from_numpy(g.standard_normal((6, 12))), torch.from_numpy(
+        g.standard_normal((40, 12)))
+    x[:, 5] = 0.0
+    shared = sparsegpt_hessian_inverse(x)
+    for rho in (0.3, 0.7):
+        for got, expected in zip(sparsegpt_prune(w, x, rho, blocksize=5,
+                                                 hessian_inverse=shared),
+                                 sparsegpt_prune(w, x, rho, blocksize=5)):
+            assert torch.equal(got, expected)
+    calls = []
+    monkeypatch.setattr(A, "sparsegpt_hessian_inverse",
+                        lambda *a, **k: calls.append(1) or sparsegpt_hessian_inverse(*a, **k))
+    w_q, w_k, x = instance(d=12, n=20)
+    prune_fused("sparsegpt", x, w_q, w_k, [0.3, 0.5, 0.9])
+    assert len(calls) == 1                                  # not per factor and rho
+    prune_attention_module(MultiHeadAttention(12, 3).double(), x, 0.5, method="sparsegpt")
+    assert len(calls) == 2
+
+
 # --------------------------------------------------------------------------- torch module
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -279,3 +303,23 @@ def test_prune_attention_module_every_method():
     assert len(padded.gd) == 2 and all(r.losses[-1][1] < r.losses[0][1] for r in padded.gd)
     out = FusedScoreAttention.from_pruned(attn, padded)(x, padding)
     assert bool(torch.isfinite(out).all())
+
+
+@pytest.mark.parametrize("method", ["wanda", "sparsegpt"])
+def test_pruned_layer_methods_fuse_the_pruned_q_and_k_weights(method):
+    torch.manual_seed(13)
+    attn = MultiHeadAttention(16, 4).double()
+    x = torch.randn(2, 10, 16, dtype=torch.float64)
+    padding = torch.ones(2, 10, dtype=torch.long)
+    padding[1, 6:] = 0
+    pruned = prune_attention_module(attn, x, 0.5, method=method, attention_mask=padding)
+    prune = wanda_prune if method == "wanda" else sparsegpt_prune
+    rows = x[padding.bool()]
+    layers = copy.deepcopy(attn)
+    with torch.no_grad():
+        layers.q.weight.copy_(prune(attn.q.weight.detach(), rows, 0.5)[0])
+        layers.k.weight.copy_(prune(attn.k.weight.detach(), rows, 0.5)[0])
+    fused, _ = fused_head_matrices(layers)
+    torch.testing.assert_close(pruned.fused, fused, rtol=0, atol=0)
+    assert torch.equal(pruned.masks, (fused != 0).double())
+    assert torch.equal(pruned.key_bias, fused_head_matrices(attn)[1])   # kept dense

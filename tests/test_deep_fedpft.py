@@ -170,6 +170,28 @@ def test_layer_distillation_lowers_the_loss_and_touches_only_compressed_ffns():
                            for n in changed)
 
 
+def test_distill_takes_the_frozen_fm_products_once(monkeypatch):
+    fm = small_fm(seed=3)
+    sub, kept = F.build_sub_fm(fm, drop_ratio=0.75)
+    assert sorted(F.teacher_ffn_products(fm, sub)) == sorted(kept)
+    x = inputs(seed=2)
+    teacher = [s.detach() for s in fm.hidden_states(x)]
+    student = sub.hidden_states(x)
+    assert torch.equal(F.distillation_loss(teacher, student, fm, sub),
+                       F.distillation_loss(teacher, student, fm, sub,
+                                           fm_products=F.teacher_ffn_products(fm, sub)))
+    fm_ffns = {id(layer.ffn) for layer in fm.layers}
+    calls = []
+    product = F.ffn_product
+    monkeypatch.setattr(F, "ffn_product",
+                        lambda ffn: calls.append(id(ffn) in fm_ffns) or product(ffn))
+    losses = F.distill(fm, sub, inputs(40, seed=4), layers=F.compressed_layers(4),
+                       epochs=1, batch_size=8)
+    assert len(losses) == 5
+    assert calls.count(True) == len(kept)                 # once per layer, not per step
+    assert calls.count(False) == len(kept) * len(losses)
+
+
 # --------------------------------------------------------------------------- adapters
 
 def test_adapters_trained_on_the_sub_fm_load_into_the_fm():

@@ -30,7 +30,9 @@ W_Q is ``weight.T``):
 - :func:`wanda_prune` (Sun et al. 2023): score |W_ij| ||X_:,j||_2, the lowest fraction rho
   of every output row zeroed;
 - :func:`sparsegpt_prune` (Frantar & Alistarh 2023, Algorithm 1 and its reference code):
-  H = X^T X + damp I (damp = percdamp mean diag), U the upper Cholesky factor of H^-1;
+  H = X^T X + damp I (damp = percdamp mean diag), U the upper Cholesky factor of H^-1
+  (:func:`sparsegpt_hessian_inverse`: inputs only, so computed once for W_Q, W_K and
+  every rho);
   columns in blocks of ``blocksize``, the mask of a block chosen over the whole block by
   the smallest w^2 / U_jj^2, then column by column the OBS update of the later columns
   W[:, j:] -= ((w - q) / U_jj) U[j, j:];
@@ -70,8 +72,9 @@ __all__ = [
     "attention_matrix", "attention_pruning_loss", "attention_pruning_gradient",
     "optimize_mask", "MaskOptimization", "binarize_mask", "prune_fused_gd",
     "relative_attention_error", "fused_from_factors", "wanda_prune", "sparsegpt_prune",
-    "magnitude_prune", "prune_fused", "low_rank_factor", "fused_head_matrices",
-    "prune_attention_module", "PrunedAttention", "FusedScoreAttention", "METHODS",
+    "sparsegpt_hessian_inverse", "magnitude_prune", "prune_fused", "low_rank_factor",
+    "fused_head_matrices", "prune_attention_module", "PrunedAttention", "FusedScoreAttention",
+    "METHODS",
 ]
 
 METHODS = ("ours", "wanda", "sparsegpt", "magnitude")
@@ -276,7 +279,24 @@ def wanda_prune(weight, x, rho):
     return weight * mask, mask
 
 
-def sparsegpt_prune(weight, x, rho, blocksize=128, percdamp=0.01, update=True):
+def sparsegpt_hessian_inverse(x, percdamp=0.01):
+    """SparseGPT's (U, dead) for inputs X (n, in), float64: U the upper Cholesky factor of
+    H^-1 (U^T U = H^-1), H = X^T X + percdamp mean(diag) I with the dead inputs' (zero
+    diagonal) H_jj set to 1 first, and ``dead`` their boolean mask. Depends on the inputs
+    only: one serves every weight pruned on them and every sparsity."""
+    x = _flat_inputs(x).to(torch.float64)
+    hessian = x.T @ x
+    dead = torch.diagonal(hessian) == 0
+    hessian[dead, dead] = 1.0
+    damp = percdamp * torch.diagonal(hessian).mean()
+    hessian = hessian + damp * torch.eye(hessian.shape[0], dtype=torch.float64)
+    hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(hessian)),
+                                 upper=True)
+    return hinv, dead
+
+
+def sparsegpt_prune(weight, x, rho, blocksize=128, percdamp=0.01, update=True,
+                    hessian_inverse=None):
     """SparseGPT on a linear layer ``weight`` (out, in) with inputs X (n, in), float64:
 
         H = X^T X + percdamp mean(diag) I,   U = chol(H^-1) upper (U^T U = H^-1);
@@ -286,18 +306,14 @@ def sparsegpt_prune(weight, x, rho, blocksize=128, percdamp=0.01, update=True):
 
     Dead inputs (zero diagonal) get H_jj = 1 and their weights zeroed first, as in the
     reference code; H's scaling (the code's 2 / n) cancels in the mask and the updates.
-    ``update=False`` skips the weight updates (mask selection only). Returns (pruned
-    weight, mask) in ``weight``'s dtype."""
+    ``update=False`` skips the weight updates (mask selection only). ``hessian_inverse``:
+    :func:`sparsegpt_hessian_inverse` of ``x`` (with ``percdamp``) when already computed.
+    Returns (pruned weight, mask) in ``weight``'s dtype."""
+    if hessian_inverse is None:
+        hessian_inverse = sparsegpt_hessian_inverse(x, percdamp)
+    hinv, dead = hessian_inverse
     w = weight.detach().to(torch.float64).contiguous().clone()
-    x = _flat_inputs(x).to(torch.float64)
-    hessian = x.T @ x
-    dead = torch.diagonal(hessian) == 0
-    hessian[dead, dead] = 1.0
     w[:, dead] = 0.0
-    damp = percdamp * torch.diagonal(hessian).mean()
-    hessian = hessian + damp * torch.eye(hessian.shape[0], dtype=torch.float64)
-    hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(hessian)),
-                                 upper=True)
     columns = w.shape[1]
     mask = torch.ones_like(w, dtype=torch.bool)
     for start in range(0, columns, blocksize):
@@ -327,6 +343,17 @@ def sparsegpt_prune(weight, x, rho, blocksize=128, percdamp=0.01, update=True):
     return w.to(weight.dtype), mask.to(weight.dtype)
 
 
+def _layer_pruner(method, x):
+    """``prune(weight, rho) -> (pruned, mask)`` by Wanda or SparseGPT (``method``) on the
+    inputs ``x``; SparseGPT's Hessian inverse is computed here, once for all weights and
+    sparsities."""
+    if method == "wanda":
+        return lambda weight, rho: wanda_prune(weight, x, rho)
+    hessian_inverse = sparsegpt_hessian_inverse(x)
+    return lambda weight, rho: sparsegpt_prune(weight, x, rho,
+                                               hessian_inverse=hessian_inverse)
+
+
 def magnitude_prune(weight, rho):
     """Zero the round(rho numel) entries of smallest |W_ij| (fused-matrix magnitude)."""
     binary = binarize_mask(torch.ones_like(weight), weight, rho)
@@ -345,8 +372,8 @@ def prune_fused(method, x, w_q, w_k, rhos, scale=1.0, causal=True, **gd_kwargs):
     if method == "magnitude":
         return {rho: magnitude_prune(weight, rho)[0] for rho in rhos}
     if method in ("wanda", "sparsegpt"):
-        prune = wanda_prune if method == "wanda" else sparsegpt_prune
-        return {rho: fused_from_factors(prune(w_q.T, x, rho)[0].T, prune(w_k.T, x, rho)[0].T)
+        prune = _layer_pruner(method, x)
+        return {rho: fused_from_factors(prune(w_q.T, rho)[0].T, prune(w_k.T, rho)[0].T)
                 for rho in rhos}
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
 
@@ -361,14 +388,18 @@ def low_rank_factor(d, rank, generator=None, std=1.0, dtype=torch.float64):
 
 # ------------------------------------------------------------------------ torch modules
 
-def fused_head_matrices(attn):
+def fused_head_matrices(attn, q_weight=None, k_weight=None):
     """Per-head (W_h, u_h) of a MultiHeadAttention: W (H, d, d) with W_h = W_Q,h^T W_K,h /
     sqrt(d_h), u (H, d) with u_h = W_K,h^T b_Q,h / sqrt(d_h) (zeros without bias); the
-    scores are x W_h x^T + 1 (x u_h)^T up to row constants (module docstring)."""
+    scores are x W_h x^T + 1 (x u_h)^T up to row constants (module docstring).
+    ``q_weight`` / ``k_weight``: (d, d) in place of ``q.weight`` / ``k.weight`` (pruned
+    ones, say)."""
     heads, d = attn.n_heads, attn.d_model
     d_h = d // heads
-    w_q = attn.q.weight.detach().reshape(heads, d_h, d)
-    w_k = attn.k.weight.detach().reshape(heads, d_h, d)
+    q_weight = attn.q.weight if q_weight is None else q_weight
+    k_weight = attn.k.weight if k_weight is None else k_weight
+    w_q = q_weight.detach().reshape(heads, d_h, d)
+    w_k = k_weight.detach().reshape(heads, d_h, d)
     fused = w_q.transpose(1, 2) @ w_k / math.sqrt(d_h)
     if attn.q.bias is None:
         return fused, torch.zeros(heads, d, dtype=fused.dtype)
@@ -405,13 +436,10 @@ def prune_attention_module(attn, x, rho, method="ours", causal=False, attention_
     valid = None if attention_mask is None else attention_mask.to(torch.bool)
     pruned, masks, runs = [], [], []
     if method in ("wanda", "sparsegpt"):
-        prune = wanda_prune if method == "wanda" else sparsegpt_prune
-        rows = x if valid is None else x[valid]
-        w_q, _ = prune(attn.q.weight.detach(), rows, rho)
-        w_k, _ = prune(attn.k.weight.detach(), rows, rho)
-        heads, d, d_h = attn.n_heads, attn.d_model, attn.d_model // attn.n_heads
-        w_q, w_k = w_q.reshape(heads, d_h, d), w_k.reshape(heads, d_h, d)
-        out = w_q.transpose(1, 2) @ w_k / math.sqrt(d_h)
+        prune = _layer_pruner(method, x if valid is None else x[valid])
+        w_q, _ = prune(attn.q.weight.detach(), rho)
+        w_k, _ = prune(attn.k.weight.detach(), rho)
+        out, _ = fused_head_matrices(attn, w_q, w_k)   # u_h stays the dense key_bias
         return PrunedAttention(method, rho, out, (out != 0).to(out.dtype), key_bias)
     for h in range(attn.n_heads):
         if method == "ours":

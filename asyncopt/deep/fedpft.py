@@ -125,14 +125,27 @@ def ffn_product(ffn):
     return ffn.fc2.weight @ ffn.fc1.weight
 
 
-def distillation_loss(fm_states, sub_states, fm, sub, layer_map=None, mu=1.0, mask=None):
+@torch.no_grad()
+def teacher_ffn_products(fm, proxy, layer_map=None):
+    """{FM layer i: its W U} for the FM layers ``layer_map[j]`` (identity for a sub-FM)
+    whose proxy layer j has a narrower FFN: the frozen targets of eq. 13's W U term."""
+    layer_map = range(len(proxy.layers)) if layer_map is None else layer_map
+    return {i: ffn_product(fm.layers[i].ffn) for j, i in enumerate(layer_map)
+            if proxy.layers[j].ffn.d_ff != fm.layers[i].ffn.d_ff}
+
+
+def distillation_loss(fm_states, sub_states, fm, sub, layer_map=None, mu=1.0, mask=None,
+                      fm_products=None):
     """Eq. 13 (module docstring) over the layer outputs ``fm_states[1:]`` (teacher) and
     ``sub_states[1:]``; ``layer_map[j]``: the FM layer matched by the proxy's layer j
     (identity for a sub-FM). The W U term runs over proxy layers whose FFN is narrower
     than the FM's. ``mask`` (batch, tokens): only positions with mask 1 count (padding
-    of token-id batches left out)."""
+    of token-id batches left out). ``fm_products``: :func:`teacher_ffn_products` of
+    (fm, sub, layer_map) when already computed."""
     n = len(sub_states) - 1
     layer_map = list(range(n)) if layer_map is None else layer_map
+    if mu and fm_products is None:
+        fm_products = teacher_ffn_products(fm, sub, layer_map)
     weight = None if mask is None else mask.to(sub_states[0].dtype)[..., None]
 
     def mean(t):
@@ -143,9 +156,8 @@ def distillation_loss(fm_states, sub_states, fm, sub, layer_map=None, mu=1.0, ma
     for j, i in enumerate(layer_map):
         teacher = fm_states[i + 1].detach()
         total = total + mean((sub_states[j + 1] - teacher) ** 2) / (mean(teacher ** 2) + 1e-12)
-        sub_ffn, fm_ffn = sub.layers[j].ffn, fm.layers[i].ffn
-        if mu and sub_ffn.d_ff != fm_ffn.d_ff:
-            diff = ffn_product(fm_ffn).detach() - ffn_product(sub_ffn)
+        if mu and i in fm_products:
+            diff = fm_products[i] - ffn_product(sub.layers[j].ffn)
             total = total + mu * (diff ** 2).sum()
     return total / n
 
@@ -177,13 +189,14 @@ def distill(fm, proxy, X, *, layers, layer_map=None, epochs=5, lr=1e-3, mu=1.0,
     was_training = (fm.training, proxy.training)
     fm.eval()
     proxy.eval()
+    fm_products = teacher_ffn_products(fm, proxy, layer_map)
     losses = []
     for step in range(n_steps):
-        batch = torch.randint(len(X), (min(batch_size, len(X)),), generator=generator)
+        batch = X[torch.randint(len(X), (min(batch_size, len(X)),), generator=generator)]
         with torch.no_grad():
-            teacher = fm.hidden_states(X[batch])
-        loss = distillation_loss(teacher, proxy.hidden_states(X[batch]), fm, proxy,
-                                 layer_map, mu, mask=fm.mask_of(X[batch]))
+            teacher = fm.hidden_states(batch)
+        loss = distillation_loss(teacher, proxy.hidden_states(batch), fm, proxy, layer_map,
+                                 mu, mask=fm.mask_of(batch), fm_products=fm_products)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
