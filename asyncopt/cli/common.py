@@ -124,8 +124,8 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
                    help="threads of the threads backend (default: all cores)")
     p.add_argument("--batch", type=_positive_int, default=None, metavar="B",
                    help="under mpirun: local steps a worker takes between two messages "
-                        "(default n / (m workers), m = min(50, 2.5 workers^2) messages "
-                        "per worker per epoch)")
+                        "(default n / (m workers): m = 2.5 workers messages per worker per "
+                        "epoch up to 4 workers, else 50)")
     p.add_argument("--no-screening", action="store_true",
                    help="disable gap-safe screening")
     p.add_argument("--no-intercept", action="store_true",

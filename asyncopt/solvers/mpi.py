@@ -473,15 +473,19 @@ def overshoot_weights(contraction, n_workers, move_cap):
 
 
 def default_batch(n, n_workers):
-    """Local steps per message: n / (m l) with m = min(50, ceil(2.5 l^2)) messages per
-    worker per epoch. Few messages hide the round trip (the server of an oversubscribed
-    node answers late); many keep the deltas of l workers from compounding. Measured on
-    CTR 200,000 x 100,000 (to gap 1e-6): 1 worker 0.96 s with m = 2.5 vs 1.40 s with
-    m = 50; 2 workers 1.32 s with m = 10 vs 2.3 s with m = 50 and divergence with m = 2;
-    4 workers 33 epochs with m = 10 vs 21 with m = 50; 8 workers diverged with m = 10
-    and 20 and need m = 50. (4 workers with 50-step batches on 400 rows stalled a group
-    Lasso at gap 6e-4: at least one step per message, and m caps at 50.)"""
-    messages = min(50, int(np.ceil(2.5 * n_workers ** 2)))
+    """Local steps per message: n / (m l) with m = ceil(2.5 l) messages per worker per
+    epoch for up to 4 workers and m = 50 beyond. Few messages hide the round trip (the
+    server of an oversubscribed node answers late); many keep the deltas of l workers from
+    compounding. Measured on CTR 200,000 x 100,000 to gap 1e-6 (2 cores, 2026-11-22,
+    with ``overshoot_weights`` and the staleness damping): 2 workers 1.37-1.91 s with m = 5
+    against 1.69-2.01 s with m = 10 (18-20 epochs either way; m = 3 took 44 epochs once);
+    4 workers 3.4-3.5 s with m = 10 against 4.1-4.2 s with m = 20 and 5.3-5.7 s with m = 40
+    (23-26 epochs each); on CTR 20,000 x 10,000, 2 workers 0.96-1.02 s (m = 5) against
+    1.34-1.41 s (m = 10). 8 workers on 2 cores need m = 50: with 31, 20 or 10 they took
+    33-183 epochs. (Once the active set is small a batch takes ~2 ms, shorter than a round
+    trip on shared cores, so fewer, longer batches hide it.) At least one step per message
+    (4 workers with 50-step batches on 400 rows stalled a group Lasso at gap 6e-4)."""
+    messages = int(np.ceil(2.5 * n_workers)) if n_workers <= 4 else 50
     return max(1, n // (messages * n_workers))
 
 
