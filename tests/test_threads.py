@@ -75,7 +75,10 @@ def test_tracked_kernels_count_steps_and_iterate_like_the_serial_ones():
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_staleness_is_reported_and_two_threads_overlap(kernel):
-    X = sp.random(40000, 2000, density=0.01, random_state=0, format="csr")
+    # ~100 nonzeros a row, so a thread's share of an epoch (~10 ms) outlasts a time slice:
+    # the two threads interleave even when another process holds the second core (with 20
+    # a row, CI's loaded machine once ran them one after the other in all 10 epochs)
+    X = sp.random(40000, 2000, density=0.05, random_state=0, format="csr")
     y = X @ np.r_[np.ones(20), np.zeros(1980)] + 0.01
     one = Lasso(alpha=1e-4, tol=1e-12, max_epochs=10, random_state=0)
     two = Lasso(alpha=1e-4, tol=1e-12, max_epochs=10, backend="threads", n_jobs=2,
