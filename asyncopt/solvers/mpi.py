@@ -463,8 +463,8 @@ def overshoot_weights(contraction, n_workers, move_cap):
     way to its minimum; l deltas computed side by side from the same x and summed move it
     l (1 - e^{-C}), past the minimum when that exceeds 1 and divergent past 2. The server
     sums deltas (as Hogwild sums updates) except where the sum would overshoot; there it
-    scales the sum to land on the minimum. With n / (50 l) rows per batch, l C stays the
-    same for every l: on CTR data it is ~4 for the intercept and ~20 popular features,
+    scales the sum to land on the minimum. With n / (50 l) rows per batch (``default_batch``
+    beyond 4 workers), l C stays the same for every l: on CTR data it is ~4 for the intercept and ~20 popular features,
     and 8 plain sums sent the intercept to -8e5 in the first epoch. (Averaging wherever
     a batch likely touches a coordinate instead slowed 2 and 4 workers to 2.3 and 4.5
     times the epochs of one.)"""
@@ -476,8 +476,9 @@ def default_batch(n, n_workers):
     """Local steps per message: n / (m l) with m = ceil(2.5 l) messages per worker per
     epoch for up to 4 workers and m = 50 beyond. Few messages hide the round trip (the
     server of an oversubscribed node answers late); many keep the deltas of l workers from
-    compounding. Measured on CTR 200,000 x 100,000 to gap 1e-6 (2 cores, 2026-11-22,
-    with ``overshoot_weights`` and the staleness damping): 2 workers 1.37-1.91 s with m = 5
+    compounding. Measured on CTR 200,000 x 100,000 to gap 1e-6 (2 cores): 1 worker 0.96 s
+    with m = 3 against 1.40 s with m = 50; with ``overshoot_weights`` and the staleness
+    damping (2026-11-22), 2 workers 1.37-1.91 s with m = 5
     against 1.69-2.01 s with m = 10 (18-20 epochs either way; m = 3 took 44 epochs once);
     4 workers 3.4-3.5 s with m = 10 against 4.1-4.2 s with m = 20 and 5.3-5.7 s with m = 40
     (23-26 epochs each); on CTR 20,000 x 10,000, 2 workers 0.96-1.02 s (m = 5) against
