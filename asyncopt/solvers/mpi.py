@@ -463,9 +463,10 @@ def overshoot_weights(contraction, n_workers, move_cap):
     way to its minimum; l deltas computed side by side from the same x and summed move it
     l (1 - e^{-C}), past the minimum when that exceeds 1 and divergent past 2. The server
     sums deltas (as Hogwild sums updates) except where the sum would overshoot; there it
-    scales the sum to land on the minimum. With n / (50 l) rows per batch (``default_batch``
-    beyond 4 workers), l C stays the same for every l: on CTR data it is ~4 for the intercept and ~20 popular features,
-    and 8 plain sums sent the intercept to -8e5 in the first epoch. (Averaging wherever
+    scales the sum to land on the minimum. With n / (50 l) rows per batch
+    (``default_batch`` beyond 4 workers), l C stays the same for every l: on CTR data it
+    is ~4 for the intercept and ~20 popular features, and 8 plain sums sent the intercept
+    to -8e5 in the first epoch. (Averaging wherever
     a batch likely touches a coordinate instead slowed 2 and 4 workers to 2.3 and 4.5
     times the epochs of one.)"""
     contraction = np.asarray(contraction, dtype=np.float64)
