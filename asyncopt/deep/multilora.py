@@ -362,10 +362,10 @@ def train_multilora(model, task_loss, n_tasks, steps, *, lr=0.01, make_optimizer
     :func:`_train_over_mpi`; rank 0 returns the result, the workers one with
     ``is_server=False``.
     """
-    if comm is not None:
-        return _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer or _sgd(lr),
-                               evaluate, comm)
     make_optimizer = make_optimizer or _sgd(lr)
+    if comm is not None:
+        return _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer, evaluate,
+                               comm)
     shared, tasks, result = _protocol_parts(model, n_tasks, is_server=True)
     if not any(tasks) and not shared:
         raise ValueError("nothing to train: no trainable task or shared parameter")
