@@ -1,4 +1,5 @@
 """Start-up of an MPI rank: what it imports and what data it reads."""
+import ast
 import os
 import subprocess
 import sys
@@ -93,7 +94,8 @@ def test_a_new_process_loads_the_epoch_kernels_from_numbas_cache(tmp_path):
     runs = [subprocess.run([sys.executable, "-c", EPOCH_KERNELS_FROM_CACHE], env=env,
                            capture_output=True, text=True) for _ in range(2)]
     assert all(run.returncode == 0 for run in runs), runs[-1].stderr
-    first, second = (eval(run.stdout.strip().splitlines()[-1]) for run in runs)
+    first, second = (ast.literal_eval(run.stdout.strip().splitlines()[-1])
+                     for run in runs)
     assert first == [(0, 1)] * 4              # compiled into the empty cache
     assert second == [(1, 0)] * 4             # then loaded, nothing compiled
     assert len(list(tmp_path.rglob("*epoch_l1*.nbc"))) == 2    # serial and tracked
