@@ -249,8 +249,11 @@ def test_mpi_rounds_equal_the_in_process_rounds(tmp_path, assignment):
         for key in ("participants", "n_samples", "bytes_sent", "bytes_received",
                     "bytes_sent_total"):
             assert a[key] == b[key], key
-    # the vector is broadcast to both worker ranks; each participant's reply comes back
+    # per round the header [round, m] (int64), the m participant ids (int64) and the
+    # vector (float32) are broadcast to both worker ranks, and after the last round the
+    # stop header; each participant's vector and [client, n] (int64) come back
     P = vector_length(model)
-    assert mpi["wire_bytes_sent"] == 4 * P * 2 * script.ROUNDS
-    assert mpi["wire_bytes_received"] == sum(4 * P * len(h["participants"])
+    assert mpi["wire_bytes_sent"] == 2 * (sum(16 + 8 * len(h["participants"]) + 4 * P
+                                              for h in mpi["history"]) + 16)
+    assert mpi["wire_bytes_received"] == sum((4 * P + 16) * len(h["participants"])
                                              for h in mpi["history"])

@@ -335,9 +335,11 @@ def test_pipeline_over_mpirun_equals_the_in_process_run(tmp_path):
     assert np.allclose(np.array(mpi["vector"], dtype=np.float32), vector, rtol=0, atol=1e-6)
     assert not np.allclose(vector, ParameterVector(script.build()[0]).get())
     assert mpi["history"] == local.history
-    # rank 0 sends, per batch, one header and [labels, activations, stored gradient]
+    # rank 0 broadcasts [n, batches] (int64) to the other 2 ranks, then sends, per batch,
+    # one header and [labels, activations, stored gradient]
     n, batches = len(X), -(-len(X) // script.KWARGS["batch_size"])
-    assert mpi["wire_bytes_sent"] == batches * 8 * 8 + 4 * (n + 2 * n * script.WIDTH)
+    assert mpi["wire_bytes_sent"] == (2 * 16 + batches * 8 * 8
+                                      + 4 * (n + 2 * n * script.WIDTH))
 
 
 @needs_mpirun

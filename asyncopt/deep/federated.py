@@ -251,19 +251,21 @@ class MPITransport:
     (clients cut into W consecutive blocks, ``numpy.array_split`` sizes); see
     :func:`client_ranks`.
 
-    Messages of a round, all numpy buffers (no pickles): Bcast of the header int64
-    [round, m] (m = -1: stop), Bcast of the m participant ids (int64), Bcast of the global
-    vector (float32, P); then every worker, for its participants in ascending order, Sends
-    its vector (float32, P, tag 31) and [client, n] (int64, tag 32) to rank 0, which
-    receives the participants in ascending client order (each worker sends in that order
-    too, so no message waits on a later one). Waits sleep instead of spinning
-    (``asyncopt.solvers.mpi.wait``), so more ranks than cores stay usable.
-    ``wire_bytes_sent`` / ``wire_bytes_received``: the float32 payload this rank put on /
-    took off the wire (the vector Bcast counts once per worker rank).
+    It runs on Dis-DDSS's wire (:class:`asyncopt.solvers.wire.Wire`: numpy buffers, no
+    pickles; waits sleep instead of spinning, so more ranks than cores stay usable).
+    Messages of a round: Bcast of the header int64 [round, m] (m = -1: stop), Bcast of the
+    m participant ids (int64), Bcast of the global vector (float32, P); then every worker,
+    for its participants in ascending order, Sends its vector (float32, P, tag 31) and
+    [client, n] (int64, tag 32) to rank 0, which receives the participants in ascending
+    client order (each worker sends in that order too, so no message waits on a later
+    one). ``wire_bytes_sent`` / ``wire_bytes_received``: the bytes this rank put on / took
+    off the wire, headers included (a Bcast counts once per worker rank on rank 0).
     """
 
     def __init__(self, comm=None, assignment="round_robin"):
         from mpi4py import MPI
+
+        from ..solvers.wire import Wire
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         if self.size < 2:
@@ -271,9 +273,16 @@ class MPITransport:
         client_ranks(0, 1, assignment)              # rejects an unknown assignment now
         self.assignment = assignment
         self.is_server = self.rank == 0
-        self.wire_bytes_sent = 0
-        self.wire_bytes_received = 0
+        self.wire = Wire(self.comm)
         self.n_clients = self.vector_size = None
+
+    @property
+    def wire_bytes_sent(self):
+        return self.wire.sent
+
+    @property
+    def wire_bytes_received(self):
+        return self.wire.received
 
     def start(self, n_clients, vector_size):
         self.n_clients, self.vector_size = int(n_clients), int(vector_size)
@@ -283,59 +292,42 @@ class MPITransport:
         """The worker rank of each client."""
         return self.client_rank[np.asarray(clients, dtype=np.int64)]
 
-    def _bcast(self, buf):
-        from ..solvers.mpi import wait
-        wait(self.comm.Ibcast(buf, root=0))
-        return buf
-
-    def _bcast_round(self, round_index, clients, vector):
-        self._bcast(np.array([round_index, len(clients)], dtype=np.int64))
-        self._bcast(np.asarray(clients, dtype=np.int64))
-        self._bcast(vector)
-        self.wire_bytes_sent += vector.nbytes * (self.size - 1)
-
     def exchange(self, round_index, clients, vector, run_client):
         """Server side of one round: yields (client, vector, n) in ascending client order
         (``run_client`` runs on the workers, not here)."""
-        from ..solvers.mpi import wait
         clients = np.sort(np.asarray(clients, dtype=np.int64))
-        self._bcast_round(round_index, clients,
-                          np.ascontiguousarray(vector, dtype=np.float32))
+        self.wire.bcast(np.array([round_index, len(clients)], dtype=np.int64))
+        self.wire.bcast(clients)
+        self.wire.bcast(np.ascontiguousarray(vector, dtype=np.float32))
         buf = np.empty(self.vector_size, dtype=np.float32)
         count = np.empty(2, dtype=np.int64)
         for client, rank in zip(clients, self.rank_of(clients)):
-            wait(self.comm.Irecv(buf, source=int(rank), tag=TAG_VECTOR))
-            wait(self.comm.Irecv(count, source=int(rank), tag=TAG_COUNT))
+            self.wire.recv(buf, int(rank), TAG_VECTOR)
+            self.wire.recv(count, int(rank), TAG_COUNT)
             if count[0] != client:
                 raise RuntimeError(f"rank {rank} replied for client {count[0]}, "
                                    f"expected {client}")
-            self.wire_bytes_received += buf.nbytes
             yield int(client), buf.copy(), int(count[1])
 
     def serve(self, run_client):
         """Worker side: run this rank's participants every round until the server stops."""
-        from ..solvers.mpi import wait
         vector = np.empty(self.vector_size, dtype=np.float32)
         while True:
-            header = self._bcast(np.empty(2, dtype=np.int64))
+            header = self.wire.bcast(np.empty(2, dtype=np.int64))
             round_index, m = int(header[0]), int(header[1])
             if m < 0:
                 return
-            clients = self._bcast(np.empty(m, dtype=np.int64))
-            self._bcast(vector)
-            self.wire_bytes_received += vector.nbytes
+            clients = self.wire.bcast(np.empty(m, dtype=np.int64))
+            self.wire.bcast(vector)
             for client in clients[self.rank_of(clients) == self.rank]:
                 reply, n = run_client(int(client), vector, round_index)
-                reply = np.ascontiguousarray(reply, dtype=np.float32)
-                wait(self.comm.Isend(reply, dest=0, tag=TAG_VECTOR))
-                wait(self.comm.Isend(np.array([client, n], dtype=np.int64), dest=0,
-                                     tag=TAG_COUNT))
-                self.wire_bytes_sent += reply.nbytes
+                self.wire.send(np.ascontiguousarray(reply, dtype=np.float32), 0, TAG_VECTOR)
+                self.wire.send(np.array([client, n], dtype=np.int64), 0, TAG_COUNT)
 
     def close(self):
         """Server side: tell the workers to stop."""
         if self.is_server:
-            self._bcast(np.array([-1, -1], dtype=np.int64))
+            self.wire.bcast(np.array([-1, -1], dtype=np.int64))
 
     def abort(self):
         """A rank failed: :func:`abort_all_ranks`."""

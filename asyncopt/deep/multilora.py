@@ -445,7 +445,8 @@ TAG_SHARED_GRADIENTS, TAG_LOSSES, TAG_TASK_VECTOR = 41, 42, 43
 def _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer, evaluate, comm):
     """:func:`train_multilora` over MPI. Rank 0 is the server and holds the trainable
     shared factors; task i runs on rank 1 + i mod W (``federated.client_ranks``), whose
-    optimizer alone steps its factors and head. Step t, numpy buffers only:
+    optimizer alone steps its factors and head. Numpy buffers only, on Dis-DDSS's wire
+    (:class:`asyncopt.solvers.wire.Wire`; the waits sleep). Step t:
 
     1. Bcast of the shared vector x_t (float32, P_s; skipped when it is frozen: every rank
        built the same frozen factor);
@@ -460,9 +461,10 @@ def _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer, evaluate, 
     (task, step) (tested under ``mpirun -n 3``). A failing rank prints its traceback and
     ends all ranks (``MPI_Abort``).
     """
-    from ..solvers.mpi import wait
+    from ..solvers.wire import Wire
     from .federated import client_ranks
     rank, size = comm.Get_rank(), comm.Get_size()
+    wire = Wire(comm)
     if size < 2:
         raise ValueError("Multi-LoRA over MPI needs at least 2 ranks (a server, a worker)")
     try:
@@ -478,7 +480,7 @@ def _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer, evaluate, 
             if shared_flat.size:
                 if rank == 0:
                     vector[:] = shared_flat.get()
-                wait(comm.Ibcast(vector, root=0))
+                wire.bcast(vector)
                 if rank != 0:
                     shared_flat.set(vector)
             if rank == 0:
@@ -490,8 +492,8 @@ def _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer, evaluate, 
                         continue
                     buf = np.empty((ids.size, shared_flat.size), dtype=np.float32)
                     lbuf = np.empty(ids.size, dtype=np.float64)
-                    wait(comm.Irecv(buf, source=worker, tag=TAG_SHARED_GRADIENTS))
-                    wait(comm.Irecv(lbuf, source=worker, tag=TAG_LOSSES))
+                    wire.recv(buf, worker, TAG_SHARED_GRADIENTS)
+                    wire.recv(lbuf, worker, TAG_LOSSES)
                     rows[ids], losses[ids] = buf, lbuf
                 if server is not None:
                     total = torch.zeros(shared_flat.size, dtype=torch.float32)
@@ -508,16 +510,16 @@ def _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer, evaluate, 
                     losses[row], grads = _task_step(model, task_loss, task, step, shared,
                                                     tasks[task], workers.get(task))
                     rows[row] = ParameterVector.of_tensors(grads).get()
-                wait(comm.Isend(rows, dest=0, tag=TAG_SHARED_GRADIENTS))
-                wait(comm.Isend(losses, dest=0, tag=TAG_LOSSES))
+                wire.send(rows, 0, TAG_SHARED_GRADIENTS)
+                wire.send(losses, 0, TAG_LOSSES)
         for task in range(n_tasks):
             task_flat = ParameterVector.of_tensors(tasks[task])
             if rank == 0:
                 buf = np.empty(task_flat.size, dtype=np.float32)
-                wait(comm.Irecv(buf, source=int(owner[task]), tag=TAG_TASK_VECTOR))
+                wire.recv(buf, int(owner[task]), TAG_TASK_VECTOR)
                 task_flat.set(buf)
             elif owner[task] == rank:
-                wait(comm.Isend(task_flat.get(), dest=0, tag=TAG_TASK_VECTOR))
+                wire.send(task_flat.get(), 0, TAG_TASK_VECTOR)
         if rank == 0:
             result.vector = shared_flat.get()
             if evaluate is not None and result.history:

@@ -60,8 +60,8 @@ Choices made:
 Pipeline over MPI (:func:`train_pipeline`): rank k runs module k (K ranks for K modules).
 For every batch, rank k-1 sends rank k one int64 header [ndim, n, shape[1:]...] (padded
 to 8 with -1) and one float32 payload [labels (n, exact below 2^24), x_{k-1} (flattened),
-dL_{k-1}/dx_{k-1} (flattened)], with buffer-based ``Isend`` / ``Irecv`` (the waits sleep,
-``asyncopt.solvers.mpi.wait``); nothing travels backward. Rank 0 draws the batches with
+dL_{k-1}/dx_{k-1} (flattened)], with buffer-based ``Isend`` / ``Irecv`` on Dis-DDSS's wire
+(``asyncopt.solvers.wire``: the waits sleep); nothing travels backward. Rank 0 draws the batches with
 the same generator as :func:`train_local` (``torch.Generator().manual_seed(seed)``, one
 permutation per epoch), every rank builds the same net from the same seed, and module k
 sees exactly the float32 tensors it would see in process, so the trained parameters are
@@ -428,14 +428,14 @@ def train_global_bp(net, X, y, *, epochs=10, batch_size=64, lr=0.1, momentum=0.9
 # ------------------------------------------------------------------------------ the pipeline
 
 class _PipelineLink:
-    """Rank k's wire to rank k+1 (send) and from rank k-1 (receive), numpy buffers only."""
+    """Rank k's link to rank k+1 (send) and from rank k-1 (receive) on Dis-DDSS's wire
+    (:class:`asyncopt.solvers.wire.Wire`, which counts the bytes), numpy buffers only."""
 
     def __init__(self, comm):
-        from ..solvers.mpi import wait, wait_all
-        self.comm, self.wait, self.wait_all = comm, wait, wait_all
+        from ..solvers.wire import Wire, wait_all
+        self.wire, self.wait_all = Wire(comm), wait_all
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.pending = []
-        self.bytes_sent = 0
 
     def send(self, x, y, delta):
         """Header [ndim, *shape] (int64, padded with -1) and payload [y, x, delta]
@@ -452,18 +452,16 @@ class _PipelineLink:
                                   x.numpy().astype(np.float32, copy=False).ravel(),
                                   delta.numpy().astype(np.float32, copy=False).ravel()])
         dest = self.rank + 1
-        self.pending = [(self.comm.Isend(header, dest=dest, tag=TAG_HEADER), header),
-                        (self.comm.Isend(payload, dest=dest, tag=TAG_PAYLOAD), payload)]
-        self.bytes_sent += header.nbytes + payload.nbytes
+        self.pending = [(self.wire.isend(header, dest, TAG_HEADER), header),
+                        (self.wire.isend(payload, dest, TAG_PAYLOAD), payload)]
 
     def receive(self):
         """(x, y, delta) of the next batch from rank - 1."""
-        header = np.empty(MAX_NDIM, dtype=np.int64)
-        self.wait(self.comm.Irecv(header, source=self.rank - 1, tag=TAG_HEADER))
+        header = self.wire.recv(np.empty(MAX_NDIM, dtype=np.int64), self.rank - 1, TAG_HEADER)
         shape = tuple(int(s) for s in header[1:1 + header[0]])
         n, size = shape[0], int(np.prod(shape))
-        payload = np.empty(n + 2 * size, dtype=np.float32)
-        self.wait(self.comm.Irecv(payload, source=self.rank - 1, tag=TAG_PAYLOAD))
+        payload = self.wire.recv(np.empty(n + 2 * size, dtype=np.float32), self.rank - 1,
+                                 TAG_PAYLOAD)
         y = torch.from_numpy(payload[:n].astype(np.int64))
         x = torch.from_numpy(payload[n:n + size].reshape(shape))
         delta = torch.from_numpy(payload[n + size:].reshape(shape))
@@ -503,7 +501,7 @@ def train_pipeline(net, X, y, *, comm=None, mode="sgr", lam=1.0, epochs=10, batc
             counts = np.array([len(X), -(-len(X) // batch_size)], dtype=np.int64)
         else:
             counts = np.empty(2, dtype=np.int64)
-        link.wait(comm.Ibcast(counts, root=0))
+        link.wire.bcast(counts)
         for epoch in range(epochs):
             batches = _batches(len(X), batch_size, gen) if rank == 0 else None
             for b in range(int(counts[1])):
@@ -521,7 +519,7 @@ def train_pipeline(net, X, y, *, comm=None, mode="sgr", lam=1.0, epochs=10, batc
         history = _gather_modules(comm, net, trainer.history, link)
         return LocalTrainingResult(net=net, history=history,
                                    seconds=time.perf_counter() - start, is_root=rank == 0,
-                                   wire_bytes_sent=link.bytes_sent)
+                                   wire_bytes_sent=link.wire.sent)
     except BaseException:
         abort_all_ranks(comm, "asyncopt.deep.sgr")
 
@@ -534,18 +532,15 @@ def _gather_modules(comm, net, own_history, link):
     own = np.array([[r["loss"][0], np.nan if r["sgr_loss"][0] is None else r["sgr_loss"][0]]
                     for r in own_history], dtype=np.float64).reshape(epochs, 2)
     if rank > 0:
-        link.wait(comm.Isend(ParameterVector(net.stages[rank]).get(), dest=0, tag=TAG_PARAMS))
-        link.wait(comm.Isend(own, dest=0, tag=TAG_HISTORY))
+        link.wire.send(ParameterVector(net.stages[rank]).get(), 0, TAG_PARAMS)
+        link.wire.send(own, 0, TAG_HISTORY)
         return own_history
     per_module = [own]
     for k in range(1, size):
         flat = ParameterVector(net.stages[k])
-        vector = np.empty(flat.size, dtype=np.float32)
-        link.wait(comm.Irecv(vector, source=k, tag=TAG_PARAMS))
-        flat.set(vector)
-        values = np.empty((epochs, 2), dtype=np.float64)
-        link.wait(comm.Irecv(values, source=k, tag=TAG_HISTORY))
-        per_module.append(values)
+        flat.set(link.wire.recv(np.empty(flat.size, dtype=np.float32), k, TAG_PARAMS))
+        per_module.append(link.wire.recv(np.empty((epochs, 2), dtype=np.float64), k,
+                                         TAG_HISTORY))
     return [{"loss": [float(m[e, 0]) for m in per_module],
              "sgr_loss": [None if np.isnan(m[e, 1]) else float(m[e, 1]) for m in per_module]}
             for e in range(epochs)]

@@ -47,7 +47,8 @@ MIN_MOVE_CAP), then the step, for the rest of the run.
 
 Hot-path messages are numpy buffers (Send / Recv, Isend / Irecv), never pickles. No rank
 busy-polls: a wait checks for at most 1 ms, then sleeps between checks (50 us growing to
-0.2 ms), so runs with more ranks than cores stay usable.
+0.2 ms; ``solvers/wire.py``, shared with the torch bridge's MPI protocols), so runs with
+more ranks than cores stay usable.
 """
 import os
 import signal
@@ -65,6 +66,7 @@ from ..penalties import block_norms
 from ..screening import gap_safe_keep, gap_safe_radius
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import SolverResult, epoch_rows
+from .wire import Wire, poll, wait_all
 
 MOVE_CAP, MIN_MOVE_CAP = 1.9, 0.45
 MAX_DAMPING_POWER, CALM_EPOCHS = 4.0, 4
@@ -77,70 +79,6 @@ REPLY_HEADER = 4    # [control, version, b, full] in front of a reply's values
 def _mpi():
     from mpi4py import MPI
     return MPI
-
-
-SPIN_SECONDS, MAX_PAUSE = 1e-3, 2e-4
-
-
-def poll(ready):
-    """Wait until ``ready()`` is true without holding a core for long: call it in a loop
-    for at most SPIN_SECONDS (a reply usually comes within that), then sleep between
-    calls, 50 us doubling to MAX_PAUSE. MPICH moves a message over shared memory only
-    when both ranks call into MPI, so a sleeping rank delays its peer too: sleeps growing
-    to 1 ms and a 0.2 ms spin cost 2-3 ms per round trip and 1 worker took 5.6 s where
-    these take 0.3-0.6 s (CTR 20,000 x 10,000)."""
-    deadline = time.perf_counter() + SPIN_SECONDS
-    while time.perf_counter() < deadline:
-        if ready():
-            return
-    pause = 5e-5
-    while not ready():
-        time.sleep(pause)
-        pause = min(2 * pause, MAX_PAUSE)
-
-
-def wait(request):
-    """Complete a nonblocking request (see poll)."""
-    poll(request.Test)
-
-
-def wait_all(requests):
-    """Complete a list of nonblocking requests (see poll)."""
-    if requests:
-        poll(lambda: _mpi().Request.Testall(requests))
-
-
-class Wire:
-    """The collectives and point-to-point calls of the protocol, counting bytes."""
-
-    def __init__(self, comm):
-        self.comm = comm
-        self.rank = comm.Get_rank()
-        self.sent = 0
-        self.received = 0
-
-    def bcast(self, buf):
-        wait(self.comm.Ibcast(buf, root=0))
-        if self.rank == 0:
-            self.sent += buf.nbytes * (self.comm.Get_size() - 1)
-        else:
-            self.received += buf.nbytes
-        return buf
-
-    def allreduce(self, send, op=None):
-        recv = np.empty_like(send)
-        wait(self.comm.Iallreduce(send, recv, op=op or _mpi().SUM))
-        return recv
-
-    def reduce(self, send):
-        """Sum to the server (None elsewhere)."""
-        recv = np.empty_like(send) if self.rank == 0 else None
-        wait(self.comm.Ireduce(send, recv, op=_mpi().SUM, root=0))
-        if self.rank == 0:
-            self.received += send.nbytes * (self.comm.Get_size() - 1)
-        else:
-            self.sent += send.nbytes
-        return recv
 
 
 def _intercept_refit(wire, code, z, y, b, n):
@@ -567,13 +505,12 @@ def _serve_inner(comm, wire, x, b, n, n_workers, omega, omega_intercept, damping
         reply[3] = full
         reply[REPLY_HEADER:] = x if full else x[fresh]
         wait_all(in_flight[source])
-        in_flight[source] = [comm.Isend(fresh, dest=source, tag=TAG_REPLY_INDEX),
-                             comm.Isend(reply, dest=source, tag=TAG_REPLY)]
+        in_flight[source] = [wire.isend(fresh, source, TAG_REPLY_INDEX),
+                             wire.isend(reply, source, TAG_REPLY)]
         nbytes = index.nbytes + values.nbytes
         messages += 1
         message_bytes += nbytes
         wire.received += nbytes
-        wire.sent += fresh.nbytes + reply.nbytes
         if done:
             running -= 1
     for requests in in_flight:
@@ -645,9 +582,8 @@ def _work_inner(comm, wire, rows, x, b, run_batch, rng, batch):
         # (nonblocking) reply lands while this rank computes its next batch
         requests = [comm.Irecv(fresh_buf, source=0, tag=TAG_REPLY_INDEX),
                     comm.Irecv(reply_buf, source=0, tag=TAG_REPLY),
-                    comm.Isend(index, dest=0, tag=TAG_INDEX),
-                    comm.Isend(values, dest=0, tag=TAG_VALUES)]
-        wire.sent += index.nbytes + values.nbytes
+                    wire.isend(index, 0, TAG_INDEX),
+                    wire.isend(values, 0, TAG_VALUES)]
 
 
 def distributed_lam_max(comm, problem, penalty, n, loss_code, fit_intercept):
