@@ -1,12 +1,16 @@
 """Fed-LPFM on scikit-learn's digits (thesis 002 ch. 5; METHODS card "Fed-LPFM").
 
-A frozen, imperfect teacher (an MLP fitted on a small public pool of 200 digits; test
-accuracy about 0.94) is held privately by every client; the GroupNorm student MLP 64-32-10 is trained
-federatedly with the local loss lam CE + (1 - lam) T^2 KL(teacher || student). Only the
-student's vector is exchanged. Compared with FedAvg under the class split (2 classes per
+A frozen, imperfect teacher (an MLP fitted on a public pool of 700 digits that no client
+holds; test accuracy 0.98, above what the 647 client digits teach a federated student) is
+held privately by every client; the GroupNorm student MLP 64-32-10 is trained federatedly
+with the local loss lam CE + (1 - lam) T^2 KL(teacher || student). Only the student's
+vector is exchanged. Compared with FedAvg under the class split (2 classes per
 client), same seed.
 
-    PYTHONPATH=. python examples/fedlpfm_digits.py [--partition class_split] [--rounds 12]
+    PYTHONPATH=. python examples/fedlpfm_digits.py [--partition class_split] [--rounds 30]
+
+Defaults (class split, 30 rounds, seed 0; ~15 s): FedAvg 0.924, Fed-LPFM 0.944 test
+accuracy (2026-11-22).
 """
 import argparse
 
@@ -19,7 +23,7 @@ from asyncopt.deep.fedlpfm import (PARTITION_NAMES, accuracy, digits_pools, make
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--partition", default="class_split", choices=PARTITION_NAMES)
-    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
