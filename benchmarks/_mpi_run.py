@@ -192,7 +192,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch", type=int, default=None,
                         help="local steps per message (solve_mpi's default_batch: "
-                             "n / (m workers), m = 2.5 workers up to 4, else 50)")
+                             "n / (m workers), m = 2.5 workers up to 4, else 25)")
     parser.add_argument("--no-warm-up", action="store_true")
     parser.add_argument("--shards", default=None,
                         help="a prepare_shards folder: each worker loads only its shard")

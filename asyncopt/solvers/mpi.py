@@ -401,10 +401,10 @@ def overshoot_weights(contraction, n_workers, move_cap):
     way to its minimum; l deltas computed side by side from the same x and summed move it
     l (1 - e^{-C}), past the minimum when that exceeds 1 and divergent past 2. The server
     sums deltas (as Hogwild sums updates) except where the sum would overshoot; there it
-    scales the sum to land on the minimum. With n / (50 l) rows per batch
-    (``default_batch`` beyond 4 workers), l C stays the same for every l: on CTR data it
-    is ~4 for the intercept and ~20 popular features, and 8 plain sums sent the intercept
-    to -8e5 in the first epoch. (Averaging wherever a batch likely touches a coordinate
+    scales the sum to land on the minimum. With n / (m l) rows per batch and m fixed
+    (``default_batch`` beyond 4 workers), l C stays the same for every l: on CTR data with
+    m = 50 it was ~4 for the intercept and ~20 popular features (m = 25 doubles it), and 8
+    plain sums sent the intercept to -8e5 in the first epoch. (Averaging wherever a batch likely touches a coordinate
     instead slowed 2 and 4 workers to 2.3 and 4.5 times the epochs of one.)"""
     contraction = np.asarray(contraction, dtype=np.float64)
     return np.minimum(1.0, move_cap / np.maximum(n_workers * -np.expm1(-contraction), 1e-300))
@@ -412,7 +412,7 @@ def overshoot_weights(contraction, n_workers, move_cap):
 
 def default_batch(n, n_workers):
     """Local steps per message: n / (m l) with m = ceil(2.5 l) messages per worker per
-    epoch for up to 4 workers and m = 50 beyond. Few messages hide the round trip (the
+    epoch for up to 4 workers and m = 25 beyond. Few messages hide the round trip (the
     server of an oversubscribed node answers late); many keep the deltas of l workers from
     compounding. Measured on CTR 200,000 x 100,000 to gap 1e-6 (2 cores): 1 worker 0.96 s
     with m = 3 against 1.40 s with m = 50; with ``overshoot_weights`` and the staleness
@@ -420,11 +420,15 @@ def default_batch(n, n_workers):
     m = 10 (18-20 epochs either way; m = 3 took 44 epochs once); 4 workers 3.4-3.5 s with
     m = 10 against 4.1-4.2 s with m = 20 and 5.3-5.7 s with m = 40 (23-26 epochs each);
     on CTR 20,000 x 10,000, 2 workers 0.96-1.02 s (m = 5) against 1.34-1.41 s (m = 10).
-    8 workers on 2 cores need m = 50: with 31, 20 or 10 they took 33-183 epochs. (Once the
+    Beyond 4 workers (two runs each): 5 workers 4.5 / 6.7 s with m = 25 against 5.4 / 6.2 s
+    with m = 13 and 7.2 / 8.2 s with m = 50; 6 workers 7.9 / 6.8 s (m = 25), 7.2 / 8.2 s
+    (m = 15), 9.0 / 10.3 s (m = 50); 7 workers 11.5 s (m = 18), 11.9 s (m = 35), 15.4 s
+    (m = 50); 8 workers 13.4 / 13.4 s with m = 25 (38-40 epochs) against 13.7 / 13.6 s
+    with m = 20 (45 epochs) and 19.0 / 16.0 s with m = 50 (33-36 epochs). (Once the
     active set is small a batch takes ~2 ms, shorter than a round trip on shared cores, so
     fewer, longer batches hide it.) At least one step per message (4 workers with 50-step
     batches on 400 rows stalled a group Lasso at gap 6e-4)."""
-    messages = int(np.ceil(2.5 * n_workers)) if n_workers <= 4 else 50
+    messages = int(np.ceil(2.5 * n_workers)) if n_workers <= 4 else 25
     return max(1, n // (messages * n_workers))
 
 
