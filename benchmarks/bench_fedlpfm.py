@@ -19,7 +19,7 @@ Hyperparameters were chosen without the test set: ``--validation`` trains on 80%
 client pool and reports accuracy on the other 20% (``fedlpfm.validation_split``); the
 choices and the validation figures are in the docstrings of asyncopt.deep.fedlpfm.
 
-    python benchmarks/bench_fedlpfm.py --quick   # 12 rounds, 5 local epochs, 3 seeds (~1 min, 2 cores)
+    python benchmarks/bench_fedlpfm.py --quick   # 12 rounds, 5 local epochs, 3 seeds (~2 min)
     python benchmarks/bench_fedlpfm.py           # 100 rounds, 5 local epochs, 3 seeds
 
 Prints a partition x method table with Fed-LPFM - FedAvg, then as its last line the JSON
@@ -41,8 +41,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from asyncopt.deep.fedlpfm import (DEFAULT_DIRECTION, DEFAULT_LAM,  # noqa: E402
-                                   DEFAULT_TEMPERATURE, KL_DIRECTIONS, METHODS,
-                                   PARTITION_NAMES, TEACHER_KINDS, accuracy, digits_pools,
+                                   DEFAULT_N_PUBLIC, DEFAULT_TEMPERATURE, KL_DIRECTIONS,
+                                   METHODS, PARTITION_NAMES, TEACHER_KINDS, accuracy,
+                                   digits_pools,
                                    make_partition, run_method, train_teacher,
                                    validation_split)
 from benchmarks.common import finish_deep_benchmark, format_table  # noqa: E402
@@ -73,9 +74,10 @@ def parse_args(argv=None):
                         "version's briefly trained linear one")
     p.add_argument("--teacher-steps", type=int,
                    help="teacher training steps (default: train_teacher's, mlp 300, linear 30)")
-    p.add_argument("--public", type=int, default=700,
-                   help="size of the public pool the teacher is fitted on (digits_pools; "
-                        "default 700; 200 was the first setting, see the README)")
+    p.add_argument("--public", type=int, default=DEFAULT_N_PUBLIC,
+                   help=f"size of the public pool the teacher is fitted on (digits_pools; "
+                        f"default {DEFAULT_N_PUBLIC}; 200 was the first setting, see the "
+                        f"README)")
     p.add_argument("--validation", action="store_true",
                    help="choose hyperparameters without the test set: train on 80%% of the "
                         "client pool and report accuracy on the other 20%% "

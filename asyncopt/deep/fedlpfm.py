@@ -85,12 +85,15 @@ METHODS = ("fedavg", "fedprox", "fml", "fedlpfm")
 KL_DIRECTIONS = ("forward", "reverse")
 # The card's defaults, kept after a validation check (see the module docstring).
 DEFAULT_LAM, DEFAULT_TEMPERATURE, DEFAULT_DIRECTION = 0.5, 3.0, "forward"
+# The public pool the teacher is fitted on: the teacher must know more than the clients
+# together (module docstring).
+DEFAULT_N_PUBLIC = 700
 
 __all__ = ["PARTITION_NAMES", "METHODS", "make_partition", "student_mlp", "freeze",
            "kd_term", "distillation_loss", "DistillationLoss", "MutualLearningLoss",
            "aggregation_weights", "digits_pools", "train_teacher", "validation_split",
            "accuracy", "run_method", "TEACHER_KINDS", "DEFAULT_LAM", "DEFAULT_TEMPERATURE",
-           "DEFAULT_DIRECTION"]
+           "DEFAULT_DIRECTION", "DEFAULT_N_PUBLIC"]
 
 
 # --------------------------------------------------------------------------- partitions
@@ -247,7 +250,7 @@ class MutualLearningLoss:
 
 # --------------------------------------------------------------------------- experiment
 
-def digits_pools(n_public=700, n_test=450, seed=0):
+def digits_pools(n_public=DEFAULT_N_PUBLIC, n_test=450, seed=0):
     """scikit-learn's digits (1797 x 64, shipped with the package, no download), pixels
     scaled to [0, 1], cut by a seeded permutation into a public pool (the teacher's
     training data, ``n_public``; 700, so that the teacher knows more than the clients

@@ -61,14 +61,14 @@ Pipeline over MPI (:func:`train_pipeline`): rank k runs module k (K ranks for K 
 For every batch, rank k-1 sends rank k one int64 header [ndim, n, shape[1:]...] (padded
 to 8 with -1) and one float32 payload [labels (n, exact below 2^24), x_{k-1} (flattened),
 dL_{k-1}/dx_{k-1} (flattened)], with buffer-based ``Isend`` / ``Irecv`` on Dis-DDSS's wire
-(``asyncopt.solvers.wire``: the waits sleep); nothing travels backward. Rank 0 draws the batches with
-the same generator as :func:`train_local` (``torch.Generator().manual_seed(seed)``, one
-permutation per epoch), every rank builds the same net from the same seed, and module k
-sees exactly the float32 tensors it would see in process, so the trained parameters are
-those of :func:`train_local`. Rank k can work on batch t while rank k+1 works on batch
-t-1 (one send in flight per rank). At the end every rank sends its module's parameters
-and history to rank 0. An error on any rank prints one message (rank, traceback) and
-ends all ranks with ``MPI_Abort``.
+(``asyncopt.solvers.wire``: the waits sleep); nothing travels backward. Rank 0 draws the
+batches with the same generator as :func:`train_local`
+(``torch.Generator().manual_seed(seed)``, one permutation per epoch), every rank builds
+the same net from the same seed, and module k sees exactly the float32 tensors it would
+see in process, so the trained parameters are those of :func:`train_local`. Rank k can
+work on batch t while rank k+1 works on batch t-1 (one send in flight per rank). At the
+end every rank sends its module's parameters and history to rank 0. An error on any rank
+prints one message (rank, traceback) and ends all ranks with ``MPI_Abort``.
 
 Activation memory (:class:`SavedTensorMeter`, :func:`peak_saved_bytes`): the bytes of the
 distinct tensor storages saved for backward (``torch.autograd.graph.saved_tensors_hooks``),
@@ -434,7 +434,6 @@ class _PipelineLink:
     def __init__(self, comm):
         from ..solvers.wire import Wire, wait_all
         self.wire, self.wait_all = Wire(comm), wait_all
-        self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.pending = []
 
     def send(self, x, y, delta):
@@ -451,16 +450,17 @@ class _PipelineLink:
         payload = np.concatenate([y.numpy().astype(np.float32),
                                   x.numpy().astype(np.float32, copy=False).ravel(),
                                   delta.numpy().astype(np.float32, copy=False).ravel()])
-        dest = self.rank + 1
+        dest = self.wire.rank + 1
         self.pending = [(self.wire.isend(header, dest, TAG_HEADER), header),
                         (self.wire.isend(payload, dest, TAG_PAYLOAD), payload)]
 
     def receive(self):
         """(x, y, delta) of the next batch from rank - 1."""
-        header = self.wire.recv(np.empty(MAX_NDIM, dtype=np.int64), self.rank - 1, TAG_HEADER)
+        source = self.wire.rank - 1
+        header = self.wire.recv(np.empty(MAX_NDIM, dtype=np.int64), source, TAG_HEADER)
         shape = tuple(int(s) for s in header[1:1 + header[0]])
         n, size = shape[0], int(np.prod(shape))
-        payload = self.wire.recv(np.empty(n + 2 * size, dtype=np.float32), self.rank - 1,
+        payload = self.wire.recv(np.empty(n + 2 * size, dtype=np.float32), source,
                                  TAG_PAYLOAD)
         y = torch.from_numpy(payload[:n].astype(np.int64))
         x = torch.from_numpy(payload[n:n + size].reshape(shape))

@@ -66,7 +66,7 @@ from ..penalties import block_norms
 from ..screening import gap_safe_keep, gap_safe_radius
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import SolverResult, epoch_rows
-from .wire import Wire, poll, wait_all
+from .wire import Wire, _mpi, poll, wait_all
 
 MOVE_CAP, MIN_MOVE_CAP = 1.9, 0.45
 MAX_DAMPING_POWER, CALM_EPOCHS = 4.0, 4
@@ -74,11 +74,6 @@ TAG_INDEX, TAG_VALUES, TAG_REPLY_INDEX, TAG_REPLY = 11, 12, 13, 14
 STOP, INNER, RECERTIFY, REJECT = 0, 1, 2, 3
 HEADER = 4          # [version, steps, intercept delta, last] in front of a delta's values
 REPLY_HEADER = 4    # [control, version, b, full] in front of a reply's values
-
-
-def _mpi():
-    from mpi4py import MPI
-    return MPI
 
 
 def _intercept_refit(wire, code, z, y, b, n):
@@ -404,8 +399,9 @@ def overshoot_weights(contraction, n_workers, move_cap):
     scales the sum to land on the minimum. With n / (m l) rows per batch and m fixed
     (``default_batch`` beyond 4 workers), l C stays the same for every l: on CTR data with
     m = 50 it was ~4 for the intercept and ~20 popular features (m = 25 doubles it), and 8
-    plain sums sent the intercept to -8e5 in the first epoch. (Averaging wherever a batch likely touches a coordinate
-    instead slowed 2 and 4 workers to 2.3 and 4.5 times the epochs of one.)"""
+    plain sums sent the intercept to -8e5 in the first epoch. (Averaging wherever a batch
+    likely touches a coordinate instead slowed 2 and 4 workers to 2.3 and 4.5 times the
+    epochs of one.)"""
     contraction = np.asarray(contraction, dtype=np.float64)
     return np.minimum(1.0, move_cap / np.maximum(n_workers * -np.expm1(-contraction), 1e-300))
 
