@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 pytest.importorskip("mpi4py")
@@ -111,7 +112,6 @@ def test_cli_under_mpirun_bad_file_is_one_line(tmp_path):
 
 
 def _write_libsvm(path, n=300, p=40, seed=0, bad_line=None):
-    import numpy as np
     rng = np.random.default_rng(seed)
     lines = []
     for i in range(n):
@@ -126,7 +126,6 @@ def _write_libsvm(path, n=300, p=40, seed=0, bad_line=None):
 
 
 def test_cli_workers_read_their_byte_range_and_match_the_serial_run(tmp_path):
-    import numpy as np
     data = _write_libsvm(tmp_path / "d.svm")
     common = [str(data), "--quiet", "--tol", "1e-9", "--max-epochs", "2000"]
     proc = _cli(4, *common, "--save-coef", str(tmp_path / "mpi.npz"))
@@ -211,7 +210,6 @@ def test_sigterm_checkpoints_the_servers_current_x_mid_epoch(tmp_path):
     import signal
     import time
 
-    import numpy as np
 
     from asyncopt.solvers.checkpoint import load_checkpoint
     data = _write_libsvm(tmp_path / "sigterm.svm", n=60000, p=120)
@@ -245,3 +243,56 @@ def test_sigterm_checkpoints_the_servers_current_x_mid_epoch(tmp_path):
     assert "NOT reached" not in resumed.stdout
     after = load_checkpoint(str(ckpt), 120)[3]
     assert after[:1] == history and after[-1]["rel_gap"] <= 1e-8
+
+
+@pytest.mark.parametrize("n_ranks", [2, 4])
+def test_root_centred_collectives_match_mpis(tmp_path, n_ranks):
+    """The point-to-point collectives a Wire uses on an oversubscribed node (solvers/wire.py)
+    against MPI's Ibcast / Ireduce / Iallreduce: the same values on every rank (sums to
+    1e-12, as the order of additions differs) and the same byte counts."""
+    out = tmp_path / "wire.json"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([MPIRUN, "-n", str(n_ranks), sys.executable,
+                           os.path.join(os.path.dirname(SCRIPT), "wire_collectives.py"),
+                           str(out)], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ranks = json.loads(out.read_text())["ranks"]
+    assert len(ranks) == n_ranks
+    for rank, modes in enumerate(ranks):
+        tree, centred = modes["tree"], modes["root_centred"]
+        assert centred["bcast"] == tree["bcast"] == [3.5 * k for k in range(7)]
+        np.testing.assert_allclose(centred["allreduce_sum"], tree["expected_sum"], rtol=0,
+                                   atol=1e-12)
+        np.testing.assert_allclose(tree["allreduce_sum"], tree["expected_sum"], rtol=0,
+                                   atol=1e-12)
+        assert centred["allreduce_max"] == tree["allreduce_max"] == [n_ranks - 1.0, 0.0]
+        if rank == 0:
+            np.testing.assert_allclose(centred["reduce"], tree["expected_sum"], rtol=0,
+                                       atol=1e-12)
+            np.testing.assert_allclose(tree["reduce"], tree["expected_sum"], rtol=0,
+                                       atol=1e-12)
+        else:
+            assert centred["reduce"] is None and tree["reduce"] is None
+        assert (centred["sent"], centred["received"]) == (tree["sent"], tree["received"])
+
+
+def test_oversubscription_is_read_from_the_launchers_rank_count(monkeypatch):
+    """More ranks on the node than this process has cores: root-centred collectives."""
+    from asyncopt.solvers.wire import Wire, available_cores
+
+    class OneRankComm:
+        def Get_rank(self):
+            return 0
+
+        def Get_size(self):
+            return 1
+
+    cores = available_cores()
+    monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
+    monkeypatch.setenv("MPI_LOCALNRANKS", str(cores + 1))
+    assert Wire(OneRankComm()).oversubscribed
+    monkeypatch.setenv("MPI_LOCALNRANKS", str(cores))
+    assert not Wire(OneRankComm()).oversubscribed
+    monkeypatch.delenv("MPI_LOCALNRANKS")
+    assert not Wire(OneRankComm()).oversubscribed      # one rank: the communicator's size
+    assert Wire(OneRankComm(), oversubscribed=True).oversubscribed
