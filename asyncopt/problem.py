@@ -77,6 +77,15 @@ def csr_block_row_counts(indptr, indices, feature_block, n_blocks):
     return counts
 
 
+def dropped_share(column_counts, block_indptr, keep_blocks):
+    """(share of the stored non-zeros, share of the features) in the blocks that
+    ``keep_blocks`` drops; ``column_counts``: the stored non-zeros of each active feature,
+    ``block_indptr``: the blocks' feature ranges."""
+    dropped = ~np.repeat(keep_blocks, np.diff(block_indptr))
+    nnz_share = column_counts[dropped].sum() / max(column_counts.sum(), 1)
+    return float(nnz_share), float(dropped.mean()) if dropped.size else 0.0
+
+
 def check_finite_data(X, y):
     """X as CSR float64 and y as float64, with clear errors for bad input."""
     if sp.issparse(X):
@@ -226,9 +235,7 @@ class ActiveSet:
     def dropped_share(self, keep_blocks):
         """(share of the stored non-zeros, share of the features) in the blocks that
         ``keep_blocks`` drops."""
-        dropped = ~np.repeat(keep_blocks, np.diff(self.block_indptr))
-        nnz_share = self.column_counts[dropped].sum() / max(self.nnz, 1)
-        return float(nnz_share), float(dropped.mean()) if dropped.size else 0.0
+        return dropped_share(self.column_counts, self.block_indptr, keep_blocks)
 
     def compact(self, keep_blocks, x):
         """(ActiveSet on the kept blocks, x restricted to them, whether a dropped

@@ -29,6 +29,13 @@ COMPACT_NNZ_SHARE = 0.05
 COMPACT_FEATURE_SHARE = 0.5
 
 
+def worth_compacting(nnz_share, feature_share):
+    """Whether screening out blocks that hold these shares of the stored non-zeros and of
+    the features repays a compaction (a pass over the data): at least COMPACT_NNZ_SHARE
+    of the non-zeros or COMPACT_FEATURE_SHARE of the features."""
+    return nnz_share >= COMPACT_NNZ_SHARE or feature_share >= COMPACT_FEATURE_SHARE
+
+
 def epoch_rows(rng, n_samples, n_steps, sampling="chunked", chunk=32):
     """Row indices visited by one inner epoch.
 
@@ -151,8 +158,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 last_saved = now
             if screening:
                 keep = screen_active_set(active, cert)
-                nnz_share, feature_share = active.dropped_share(keep)
-                if nnz_share >= COMPACT_NNZ_SHARE or feature_share >= COMPACT_FEATURE_SHARE:
+                if worth_compacting(*active.dropped_share(keep)):
                     active, x, dropped_nonzero = active.compact(keep, x)
                     cert = active.certificate(x, intercept[0],
                                               None if dropped_nonzero else cert.z,

@@ -5,7 +5,8 @@ only adds the deltas workers send. Ranks 1..l are workers: each holds its own sh
 rows (an ActiveSet of a Problem on those rows) and never the whole data set.
 
 Outer iteration (synchronous, collectives on the communicator, the server contributing
-zeros to the sums):
+zeros to the sums; root-centred and without spinning on an oversubscribed node, see
+``wire.Wire``):
   1. broadcast [b, x];
   2. refit the intercept: squared loss, b += sum(y - z) / n; logistic, Newton steps on
      the reduced sums of f' and f'';
@@ -13,7 +14,9 @@ zeros to the sums):
      it; reduce sum f*(-rho / s): the server has P, D and the gap;
   4. the server decides (stop, screen, step), broadcasts the keep mask of the active
      blocks and then the step data (eta, the reweighted full gradient, thresholds); every
-     worker compacts its shard.
+     worker compacts its shard. As in the serial solver (``ddss.worth_compacting``), the
+     blocks the test removes are dropped only once they hold 5% of the stored non-zeros
+     or half the features: a compaction is a pass over every shard.
 Inner loop (asynchronous): a worker runs ``batch`` sparse prox-SVRG steps on its copy of x
 (kernels/svrg.py), sends the sparse delta (int32 indices, float64 values with a header
 [version, steps, intercept delta, last]) and waits for the reply: the coordinates of x that
@@ -63,9 +66,10 @@ from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_group, saga_epoch_l1,
 from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, mean_loss,
                       mean_neg_conjugate)
 from ..penalties import block_norms
+from ..problem import dropped_share
 from ..screening import gap_safe_keep, gap_safe_radius
 from .checkpoint import load_checkpoint, save_checkpoint
-from .ddss import SolverResult, epoch_rows
+from .ddss import SolverResult, epoch_rows, worth_compacting
 from .wire import Wire, _mpi, poll, wait_all
 
 MOVE_CAP, MIN_MOVE_CAP = 1.9, 0.45
@@ -155,6 +159,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     p = n_features
     zeros_p = np.zeros(p)
     column_sq = wire.allreduce(zeros_p if server else active.column_sq_norms)
+    column_counts = wire.allreduce(zeros_p if server
+                                   else active.column_counts.astype(np.float64))
     block_rows = wire.allreduce(np.zeros(penalty.n_blocks) if server
                                 else active.block_row_counts.astype(np.float64))
     row_sq = np.zeros(0) if server else active._row_sq_norms
@@ -270,6 +276,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                     if screening:
                         keep = gap_safe_keep(block_corr, scale, radius, block_column_norms,
                                              n, lam, pen.weights)
+                        if not worth_compacting(*dropped_share(column_counts, pen.indptr,
+                                                               keep)):
+                            keep[:] = True
                     feature_keep = np.repeat(keep, np.diff(pen.indptr))
                     status = RECERTIFY if np.any(x[~feature_keep] != 0) else INNER
                 control[0] = status
@@ -302,6 +311,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                     active, _, _ = active.compact(keep, np.zeros(feature_keep.shape[0]))
                 x = x[feature_keep]
                 column_sq = column_sq[feature_keep]
+                column_counts = column_counts[feature_keep]
             if status == RECERTIFY:
                 snapshot = None
                 continue
