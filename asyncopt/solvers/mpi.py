@@ -157,10 +157,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                          "at least one row")
     batch = default_batch(n, size - 1) if batch is None else int(batch)
     p = n_features
-    zeros_p = np.zeros(p)
-    column_sq = wire.allreduce(zeros_p if server else active.column_sq_norms)
-    column_counts = wire.allreduce(zeros_p if server
-                                   else active.column_counts.astype(np.float64))
+    column_stats = wire.allreduce(np.zeros(2 * p) if server else np.concatenate(
+        (active.column_sq_norms, active.column_counts)).astype(np.float64))
+    column_sq, column_counts = column_stats[:p], column_stats[p:]
     block_rows = wire.allreduce(np.zeros(penalty.n_blocks) if server
                                 else active.block_row_counts.astype(np.float64))
     row_sq = np.zeros(0) if server else active._row_sq_norms

@@ -100,13 +100,10 @@ class Wire:
 
     def bcast(self, buf):
         """Broadcast ``buf`` from rank 0 in place; returns it."""
-        if not self.oversubscribed:
-            wait(self.comm.Ibcast(buf, root=0))
-        elif self.rank == 0:
-            wait_all([self.comm.Isend(buf, dest=r, tag=TAG_BCAST)
-                      for r in range(1, self.size)], self.spin)
+        if self.oversubscribed:
+            self._broadcast_from_root(buf)
         else:
-            wait(self.comm.Irecv(buf, source=0, tag=TAG_BCAST), self.spin)
+            wait(self.comm.Ibcast(buf, root=0))
         self._count(buf.nbytes, from_root=True)
         return buf
 
@@ -126,17 +123,23 @@ class Wire:
         op = op or _mpi().SUM
         if self.oversubscribed and op in (_mpi().SUM, _mpi().MAX):
             recv = self._gather_to_root(send, op)
-            if recv is None:
-                recv = np.empty_like(send)
-            wait_all([self.comm.Isend(recv, dest=r, tag=TAG_BCAST)
-                      for r in range(1, self.size)] if self.rank == 0 else
-                     [self.comm.Irecv(recv, source=0, tag=TAG_BCAST)], self.spin)
+            recv = self._broadcast_from_root(np.empty_like(send) if recv is None else recv)
         else:
             recv = np.empty_like(send)
             wait(self.comm.Iallreduce(send, recv, op=op))
         self._count(send.nbytes, from_root=False)
         self._count(send.nbytes, from_root=True)
         return recv
+
+    def _broadcast_from_root(self, buf):
+        """Root-centred broadcast: rank 0 sends ``buf`` to every other rank, which
+        receives it in place; returns ``buf`` (bytes not counted here)."""
+        if self.rank == 0:
+            wait_all([self.comm.Isend(buf, dest=r, tag=TAG_BCAST)
+                      for r in range(1, self.size)], self.spin)
+        else:
+            wait(self.comm.Irecv(buf, source=0, tag=TAG_BCAST), self.spin)
+        return buf
 
     def _gather_to_root(self, send, op):
         """Root-centred reduction: every other rank sends ``send`` to rank 0, which
