@@ -264,6 +264,7 @@ def dense_svrg_epoch(indptr, indices, data, y, code, x, intercept, eta_intercept
     n_blocks = block_indptr.shape[0] - 1
     scratch = np.zeros(x.shape[0])
     old, new, local_ids = block_buffers(block_indptr)
+    singletons = n_blocks == x.shape[0]
     b = intercept[0]
     for t in range(samples.shape[0]):
         i = samples[t]
@@ -271,10 +272,16 @@ def dense_svrg_epoch(indptr, indices, data, y, code, x, intercept, eta_intercept
         diff = gradient_difference(code, z, z_snap[i], y[i], True)
         for k in range(indptr[i], indptr[i + 1]):
             scratch[indices[k]] += diff * data[k]
-        for g in range(n_blocks):
-            start = block_indptr[g]
-            add_block_prox_delta(x, start, block_indptr[g + 1] - start, scratch, mu, eta,
-                                 thresholds[g], old, new, local_ids)
+        if singletons:      # the L1 penalty: the scalar soft threshold, no block norm
+            for j in range(n_blocks):
+                before = x[j]
+                x[j] += soft_threshold(before - eta * (scratch[j] + mu[j]),
+                                       thresholds[j]) - before
+        else:
+            for g in range(n_blocks):
+                start = block_indptr[g]
+                add_block_prox_delta(x, start, block_indptr[g + 1] - start, scratch, mu,
+                                     eta, thresholds[g], old, new, local_ids)
         for k in range(indptr[i], indptr[i + 1]):
             scratch[indices[k]] = 0.0
         b -= eta_intercept * (diff + mu_intercept)
