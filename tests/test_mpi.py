@@ -36,6 +36,11 @@ def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, lo
     assert result["converged"]
     assert abs(result["objective"] - result["serial_objective"]) <= \
         1e-6 * abs(result["serial_objective"])
+    # the last certificate's P came from the workers' margins, with no broadcast of x
+    # since the first epoch: it is the P of the server's x only if the inner loops' final
+    # replies left every worker holding exactly the server's x and b
+    assert abs(result["history"][-1]["primal"] - result["objective"]) <= \
+        1e-13 * abs(result["objective"])
     # rank 0 holds no rows, the workers a contiguous shard each, together every row once
     rows = result["shard_rows"]
     assert rows[0] == 0 and sum(rows) == 400 and max(rows[1:]) - min(rows[1:]) <= 1

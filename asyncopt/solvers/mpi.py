@@ -7,13 +7,16 @@ rows (an ActiveSet of a Problem on those rows) and never the whole data set.
 Outer iteration (synchronous, collectives on the communicator, the server contributing
 zeros to the sums; root-centred and without spinning on an oversubscribed node, see
 ``wire.Wire``):
-  1. broadcast [b, x];
+  1. broadcast [b, x], only where the workers do not hold it already (the first iteration,
+     after a rejected epoch): each inner loop ends with every worker holding exactly the
+     server's x and b (``_serve_inner``);
   2. refit the intercept: squared loss, b += sum(y - z) / n; logistic, Newton steps on
      the reduced sums of f' and f'';
   3. reduce [sum f, A^T rho] to the server, which forms the dual scaling s and broadcasts
      it; reduce sum f*(-rho / s): the server has P, D and the gap;
-  4. the server decides (stop, screen, step), broadcasts the keep mask of the active
-     blocks and then the step data (eta, the reweighted full gradient, thresholds); every
+  4. the server decides (stop, screen, step), broadcasts [status, number of blocks
+     removed] and, when there are any, their positions among the active blocks, then the
+     step data (eta, the reweighted full gradient, thresholds); every
      worker compacts its shard. As in the serial solver (``ddss.worth_compacting``), the
      blocks the test removes are dropped only once they hold 5% of the stored non-zeros
      or half the features: a compaction is a pass over every shard.
@@ -157,9 +160,12 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                          "at least one row")
     batch = default_batch(n, size - 1) if batch is None else int(batch)
     p = n_features
-    column_stats = wire.allreduce(np.zeros(2 * p) if server else np.concatenate(
+    # only the server uses the column norms (overshoot weights, the screening test) and
+    # counts (the compaction rule)
+    column_stats = wire.reduce(np.zeros(2 * p) if server else np.concatenate(
         (active.column_sq_norms, active.column_counts)).astype(np.float64))
-    column_sq, column_counts = column_stats[:p], column_stats[p:]
+    column_sq, column_counts = ((column_stats[:p], column_stats[p:]) if server
+                                else (np.zeros(p), np.zeros(p)))
     block_rows = wire.allreduce(np.zeros(penalty.n_blocks) if server
                                 else active.block_row_counts.astype(np.float64))
     row_sq = np.zeros(0) if server else active._row_sq_norms
@@ -205,10 +211,13 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     restore_handler = None
     if server and checkpoint is not None:
         restore_handler = _checkpoint_on_sigterm(checkpoint, live, history, penalty, p, lam)
+    in_sync = False      # whether every worker's x and b equal the server's
     try:
         while True:
-            state = wire.bcast(np.concatenate(([b], x)))
-            b, x = float(state[0]), state[1:].copy()
+            if not in_sync:
+                state = wire.bcast(np.concatenate(([b], x)))
+                b, x = float(state[0]), state[1:].copy()
+                in_sync = True
             if server:
                 z = np.zeros(0)
                 y = np.zeros(0)
@@ -235,7 +244,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             conj = np.array([0.0 if server or not z.shape[0]
                              else -mean_neg_conjugate(loss_code, rho / scale, y) * z.shape[0]])
             conj_total = wire.reduce(conj)
-            control = np.zeros(1 + pen.n_blocks)
+            control = np.zeros(2)
             if server:
                 primal = total[0] / n + lam * pen.value(x)
                 dual = -conj_total[0] / n
@@ -280,10 +289,16 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                             keep[:] = True
                     feature_keep = np.repeat(keep, np.diff(pen.indptr))
                     status = RECERTIFY if np.any(x[~feature_keep] != 0) else INNER
-                control[0] = status
-                control[1:] = keep
+                dropped = np.flatnonzero(~keep)
+                control[:] = status, dropped.shape[0]
             control = wire.bcast(control)
             status = int(control[0])
+            if status != STOP and control[1]:
+                if not server:
+                    dropped = np.empty(int(control[1]), dtype=np.int64)
+                dropped = wire.bcast(dropped)
+                keep = np.ones(pen.n_blocks, dtype=bool)
+                keep[dropped] = False
             if status == STOP:
                 break
             if status == REJECT:
@@ -297,9 +312,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 epoch += 1
                 if server:
                     x, b = snapshot[0].copy(), snapshot[1]
+                in_sync = False
                 continue
-            keep = control[1:].astype(bool)
-            if not keep.all():
+            if control[1]:
                 # a pass over the shard's nnz: skipped when the test screened nothing
                 feature_keep = np.repeat(keep, np.diff(pen.indptr))
                 if server:
@@ -376,7 +391,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                                clock, stale, *block_args)
                 block_args = () if active.penalty.is_l1 else (active.block_indptr,
                                                               active.feature_block)
-                _work_inner(comm, wire, active.y.shape[0], x, b, run_batch, rng, batch)
+                x, b = _work_inner(comm, wire, active.y.shape[0], x, b, run_batch, rng, batch)
             epoch += 1
     finally:
         progress.close()
@@ -475,7 +490,11 @@ def adapt_damping_power(power, calm, gap_rose):
 
 def _serve_inner(comm, wire, x, b, n, n_workers, omega, omega_intercept, damping_power):
     """Apply deltas in arrival order until every worker has sent its last one; returns
-    (x, b, steps, (mean tau, max tau), messages, bytes of the messages)."""
+    (x, b, steps, (mean tau, max tau), messages, bytes of the messages).
+
+    A worker's last delta is answered only once every worker has sent its own: that reply
+    ("stop", the coordinates changed since its previous reply) leaves every worker with
+    exactly the server's x and b, so the next outer iteration needs no broadcast of x."""
     MPI = _mpi()
     version, steps, messages, message_bytes = 0, 0, 0, 0
     tau_sum, tau_max = 0, 0
@@ -501,36 +520,48 @@ def _serve_inner(comm, wire, x, b, n, n_workers, omega, omega_intercept, damping
         version += 1
         changed_at[index] = version
         steps += int(values[1])
-        done = values[3] != 0
-        fresh = np.flatnonzero(changed_at > seen[source]).astype(np.int32)
-        seen[source] = version
-        full = 3 * fresh.shape[0] >= 2 * x.shape[0]   # 12 B per sparse entry, 8 B dense
-        if full:
-            fresh = fresh[:0]
-        reply = np.empty(REPLY_HEADER + (x.shape[0] if full else fresh.shape[0]))
-        reply[0] = STOP if done else INNER
-        reply[1] = version
-        reply[2] = b
-        reply[3] = full
-        reply[REPLY_HEADER:] = x if full else x[fresh]
-        wait_all(in_flight[source])
-        in_flight[source] = [wire.isend(fresh, source, TAG_REPLY_INDEX),
-                             wire.isend(reply, source, TAG_REPLY)]
         nbytes = index.nbytes + values.nbytes
         messages += 1
         message_bytes += nbytes
         wire.received += nbytes
-        if done:
+        if values[3] != 0:
             running -= 1
+        else:
+            in_flight[source] = _reply(wire, source, INNER, x, b, version, changed_at, seen,
+                                       in_flight[source])
+    for source in range(1, n_workers + 1):
+        in_flight[source] = _reply(wire, source, STOP, x, b, version, changed_at, seen,
+                                   in_flight[source])
     for requests in in_flight:
         wait_all(requests)
     return x, b, steps, (tau_sum / max(steps, 1), tau_max), messages, message_bytes
 
 
+def _reply(wire, worker, control, x, b, version, changed_at, seen, in_flight):
+    """Send ``worker`` the coordinates of x changed since its previous reply (the whole x
+    when that is smaller: 12 B per sparse entry, 8 B dense) behind the header [control,
+    version, b, full]; returns the new requests, once the worker's previous reply has
+    left."""
+    fresh = np.flatnonzero(changed_at > seen[worker]).astype(np.int32)
+    seen[worker] = version
+    full = 3 * fresh.shape[0] >= 2 * x.shape[0]
+    if full:
+        fresh = fresh[:0]
+    reply = np.empty(REPLY_HEADER + (x.shape[0] if full else fresh.shape[0]))
+    reply[0] = control
+    reply[1] = version
+    reply[2] = b
+    reply[3] = full
+    reply[REPLY_HEADER:] = x if full else x[fresh]
+    wait_all(in_flight)
+    return [wire.isend(fresh, worker, TAG_REPLY_INDEX), wire.isend(reply, worker, TAG_REPLY)]
+
+
 def _work_inner(comm, wire, rows, x, b, run_batch, rng, batch):
     """One pass over the shard's ``rows`` in batches of local steps (``run_batch(x, b,
     samples)`` runs the method's kernel on the local copies); the last delta is flagged
-    and answered with stop.
+    and answered with stop once every worker is done. Returns (x, b): the server's, exactly
+    (the final reply assigns every coordinate that differs).
 
     Pipelined: while a delta and its reply are in flight the worker already computes the
     next batch on its local x, so one message round trip hides behind one batch of work.
@@ -566,14 +597,15 @@ def _work_inner(comm, wire, rows, x, b, run_batch, rng, batch):
             version = int(reply[1])
             intercept[0] = reply[2] + (intercept[0] - intercept_base)
             intercept_base = reply[2]
+            # x_server + (steps since the send): exactly x_server once nothing is pending
             if reply[3]:
-                local += reply[REPLY_HEADER:] - base
+                local[:] = reply[REPLY_HEADER:] + (local - base)
                 base[:] = reply[REPLY_HEADER:]
             else:
-                local[fresh] += reply[REPLY_HEADER:] - base[fresh]
+                local[fresh] = reply[REPLY_HEADER:] + (local[fresh] - base[fresh])
                 base[fresh] = reply[REPLY_HEADER:]
             if reply[0] == STOP:
-                return
+                return local, float(intercept[0])
         if sent_last:
             continue
         delta = local - base
