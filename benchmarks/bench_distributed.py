@@ -101,8 +101,8 @@ def run_mpi(spec, method, workers, target, cap, seed, args, workdir, epoch_estim
 
 def probe_asvrg(spec, workers, cores):
     """Seconds of one Dis-ProxASVRG epoch, estimated in this process: bench_shared's probe
-    (a serial dense epoch on a few rows, extrapolated to n) divided by the workers that can
-    run at once. (estimate, probe rows)."""
+    (serial dense epochs of k and 2k rows, extrapolated to n) divided by the workers that
+    can run at once. (estimate, k)."""
     X, y = load_data(spec["data"])
     from asyncopt.problem import Problem
     base = Problem(X, y, spec["loss"], lam=1.0, fit_intercept=spec["fit_intercept"])
@@ -223,8 +223,9 @@ def run_problem(spec, methods, workers, target, cap, args, workdir, cores):
     if REFERENCE in methods and not args.no_epoch_probe:
         t0 = time.perf_counter()
         estimate, k = probe_asvrg(spec, workers, cores)
-        log(f"  {REFERENCE} probe: one epoch ~{estimate:.1f} s on {workers} workers "
-            f"(dense epoch of {k} rows extrapolated; {time.perf_counter() - t0:.1f} s)")
+        log(f"  {REFERENCE} probe: one epoch ~{estimate:.1f} s on {workers} workers (serial "
+            f"dense epochs of {k} and {2 * k} rows extrapolated; "
+            f"{time.perf_counter() - t0:.1f} s)")
     best, meta = {}, {}
     for rep in range(max(1, args.repeat)):
         for method in (methods if rep % 2 == 0 else methods[::-1]):
@@ -424,7 +425,7 @@ def report(specs, state, methods, levels, cap, target, args, info, json_path, pn
             "ratios": "bytes per run: exact when both reached the target, a bound when one "
                       "stopped at the cap; matched gap: bytes to the smallest gap both runs "
                       "reached",
-            "asvrg_probe": "bench_shared.probe_dense_epoch (serial dense epoch on a few "
+            "asvrg_probe": "bench_shared.probe_dense_epoch (serial dense epochs of k and 2k "
                            "rows, extrapolated) / workers; over 2 x cap: not run",
             "repeat": "rounds interleave the methods (odd rounds reversed); each keeps the "
                       "round reaching the target soonest, else the lowest gap",

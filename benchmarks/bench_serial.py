@@ -391,10 +391,14 @@ EXTERNAL = {"sklearn": run_sklearn, "celer": run_celer, "skglm": run_skglm,
 # --------------------------------------------------------------------------- main
 
 def select(names, tokens):
-    """Names matching any token (substring); all of them when no token matches any."""
+    """Names matching any token; all of them when no token matches any. A token that is a
+    name exactly keeps that name alone ("ddss" is not "ddss_naive" too); any other token
+    keeps every name containing it ("ctr" keeps both CTR problems)."""
     if not tokens:
         return list(names)
-    chosen = [n for n in names if any(t in n for t in tokens)]
+    exact = set(tokens) & set(names)
+    chosen = [n for n in names
+              if n in exact or any(t in n for t in tokens if t not in exact)]
     return chosen if chosen else list(names)
 
 
