@@ -25,8 +25,8 @@ Inner loop (asynchronous): a worker runs ``batch`` sparse prox-SVRG steps on its
 [version, steps, intercept delta, last]) and waits for the reply: the coordinates of x that
 changed since its previous reply (int32 indices + float64 values with [control, version,
 b, full]; the whole x instead when that is smaller), so replies shrink with the active set
-and the sparsity of the deltas; the server
-applies deltas in arrival order. Each worker makes exactly one pass over its shard per epoch (its
+and the sparsity of the deltas; the server applies deltas in arrival order (each side's
+vector work per message is one pass of kernels/messages.py). Each worker makes exactly one pass over its shard per epoch (its
 rows in a fresh chunked random order) and flags its last delta, which the server answers
 with "stop": every row is visited once per epoch, as in the serial solver. (Ending the
 epoch after n steps in total instead let fast workers revisit their rows while slow ones
@@ -64,6 +64,7 @@ import time
 import numpy as np
 
 from ..kernels.linalg import csr_rmatvec
+from ..kernels.messages import add_weighted_delta, apply_reply, changed_since, take_delta
 from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_group, saga_epoch_l1,
                             svrg_epoch_group, svrg_epoch_l1)
 from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, mean_loss,
@@ -513,12 +514,11 @@ def _serve_inner(comm, wire, x, b, n, n_workers, omega, omega_intercept, damping
         comm.Recv(values, source=source, tag=TAG_VALUES)
         tau = version - int(values[0])
         damping = staleness_damping(tau, n_workers, damping_power)
-        x[index] += damping * omega[index] * values[HEADER:]
+        version += 1
+        add_weighted_delta(x, changed_at, index, values, HEADER, damping, omega, version)
         b += damping * omega_intercept * values[2]
         tau_sum += tau * int(values[1])
         tau_max = max(tau_max, tau)
-        version += 1
-        changed_at[index] = version
         steps += int(values[1])
         nbytes = index.nbytes + values.nbytes
         messages += 1
@@ -542,7 +542,7 @@ def _reply(wire, worker, control, x, b, version, changed_at, seen, in_flight):
     when that is smaller: 12 B per sparse entry, 8 B dense) behind the header [control,
     version, b, full]; returns the new requests, once the worker's previous reply has
     left."""
-    fresh = np.flatnonzero(changed_at > seen[worker]).astype(np.int32)
+    fresh = changed_since(changed_at, seen[worker])
     seen[worker] = version
     full = 3 * fresh.shape[0] >= 2 * x.shape[0]
     if full:
@@ -580,6 +580,8 @@ def _work_inner(comm, wire, rows, x, b, run_batch, rng, batch):
     intercept_base = b
     fresh_buf = np.empty(x.shape[0], dtype=np.int32)
     reply_buf = np.empty(REPLY_HEADER + x.shape[0])
+    index_buf = np.empty(x.shape[0], dtype=np.int32)
+    values_buf = np.empty(HEADER + x.shape[0])
     statuses = [MPI.Status() for _ in range(4)]
     requests = None
     sent_last = False
@@ -597,27 +599,19 @@ def _work_inner(comm, wire, rows, x, b, run_batch, rng, batch):
             version = int(reply[1])
             intercept[0] = reply[2] + (intercept[0] - intercept_base)
             intercept_base = reply[2]
-            # x_server + (steps since the send): exactly x_server once nothing is pending
-            if reply[3]:
-                local[:] = reply[REPLY_HEADER:] + (local - base)
-                base[:] = reply[REPLY_HEADER:]
-            else:
-                local[fresh] = reply[REPLY_HEADER:] + (local[fresh] - base[fresh])
-                base[fresh] = reply[REPLY_HEADER:]
+            apply_reply(local, base, fresh, reply, REPLY_HEADER, bool(reply[3]))
             if reply[0] == STOP:
                 return local, float(intercept[0])
         if sent_last:
             continue
-        delta = local - base
-        index = np.flatnonzero(delta).astype(np.int32)
-        values = np.empty(HEADER + index.shape[0])
+        # the buffers are free again: the previous delta's sends completed with its reply
+        count = take_delta(local, base, index_buf, values_buf, HEADER)
+        index, values = index_buf[:count], values_buf[:HEADER + count]
         values[0] = batch_version
         values[1] = samples.shape[0]
         values[2] = intercept[0] - intercept_base
         values[3] = float(position >= rows)
-        values[HEADER:] = delta[index]
         sent_last = position >= rows
-        base[index] = local[index]
         intercept_base = intercept[0]
         # the reply's receives are posted before the delta leaves, so the server's
         # (nonblocking) reply lands while this rank computes its next batch

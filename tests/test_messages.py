@@ -1,0 +1,73 @@
+"""The parameter server's message kernels (kernels/messages.py) against the numpy
+expressions they replace."""
+import numpy as np
+
+from asyncopt.kernels.messages import (add_weighted_delta, apply_reply, changed_since,
+                                       take_delta)
+
+HEADER = 4
+
+
+def _vectors(seed=0, p=500):
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal(p)
+    local = base.copy()
+    moved = rng.choice(p, 60, replace=False)
+    local[moved] += rng.standard_normal(60)
+    return rng, local, base
+
+
+def test_take_delta_is_the_sparse_difference_and_base_catches_up():
+    _, local, base = _vectors()
+    expected = local - base
+    support = np.flatnonzero(expected)
+    index = np.full(local.shape[0], -1, dtype=np.int32)
+    values = np.full(HEADER + local.shape[0], np.nan)
+    count = take_delta(local, base, index, values, HEADER)
+    assert count == support.shape[0] == 60
+    np.testing.assert_array_equal(index[:count], support)
+    np.testing.assert_array_equal(values[HEADER:HEADER + count], expected[support])
+    np.testing.assert_array_equal(base, local)
+    assert np.isnan(values[:HEADER]).all()           # the header is left to the caller
+    assert take_delta(local, base, index, values, HEADER) == 0
+
+
+def test_apply_reply_keeps_pending_steps_on_the_server_values():
+    rng, local, base = _vectors(1)
+    pending = local - base
+    for full in (False, True):
+        loc, bas = local.copy(), base.copy()
+        index = (np.arange(loc.shape[0]) if full else
+                 np.sort(rng.choice(loc.shape[0], 80, replace=False))).astype(np.int32)
+        server = rng.standard_normal(index.shape[0])
+        reply = np.concatenate((np.zeros(HEADER), server))
+        apply_reply(loc, bas, index[:0] if full else index, reply, HEADER, full)
+        want_local, want_base = local.copy(), base.copy()
+        want_local[index] = server + pending[index]
+        want_base[index] = server
+        np.testing.assert_allclose(loc, want_local, rtol=0, atol=1e-15)
+        np.testing.assert_array_equal(bas, want_base)
+        # where nothing is pending the worker holds the server's value exactly
+        still = index[pending[index] == 0]
+        np.testing.assert_array_equal(loc[still], server[np.isin(index, still)])
+
+
+def test_server_adds_weighted_deltas_and_lists_what_changed_since_a_version():
+    rng = np.random.default_rng(2)
+    p = 300
+    x = rng.standard_normal(p)
+    omega = rng.uniform(0.2, 1.0, p)
+    changed_at = np.zeros(p, dtype=np.int64)
+    want = x.copy()
+    for version, size in ((1, 40), (2, 25), (3, 50)):
+        index = np.sort(rng.choice(p, size, replace=False)).astype(np.int32)
+        delta = rng.standard_normal(size)
+        values = np.concatenate((np.zeros(HEADER), delta))
+        add_weighted_delta(x, changed_at, index, values, HEADER, 0.5, omega, version)
+        want[index] += 0.5 * omega[index] * delta
+        np.testing.assert_allclose(x, want, rtol=0, atol=1e-15)
+        assert (changed_at[index] == version).all()
+    for seen in range(4):
+        fresh = changed_since(changed_at, seen)
+        assert fresh.dtype == np.int32
+        np.testing.assert_array_equal(fresh, np.flatnonzero(changed_at > seen))
