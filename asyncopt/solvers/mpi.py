@@ -26,9 +26,10 @@ Inner loop (asynchronous): a worker runs ``batch`` sparse prox-SVRG steps on its
 changed since its previous reply (int32 indices + float64 values with [control, version,
 b, full]; the whole x instead when that is smaller), so replies shrink with the active set
 and the sparsity of the deltas; the server applies deltas in arrival order (each side's
-vector work per message is one pass of kernels/messages.py). Each worker makes exactly one pass over its shard per epoch (its
-rows in a fresh chunked random order) and flags its last delta, which the server answers
-with "stop": every row is visited once per epoch, as in the serial solver. (Ending the
+vector work per message is one pass of kernels/messages.py). Each worker makes exactly one
+pass over its shard per epoch (its rows in a fresh chunked random order) and flags its
+last delta, which the server answers with "stop" once every worker has sent its own: every
+row is visited once per epoch, as in the serial solver. (Ending the
 epoch after n steps in total instead let fast workers revisit their rows while slow ones
 skipped theirs; on oversubscribed cores that biased the reweighted estimate and 3-4
 workers stalled at a gap of 1e-3.)
