@@ -43,8 +43,7 @@ import torch  # noqa: E402
 from asyncopt.deep.fedlpfm import (DEFAULT_DIRECTION, DEFAULT_LAM,  # noqa: E402
                                    DEFAULT_N_PUBLIC, DEFAULT_TEMPERATURE, KL_DIRECTIONS,
                                    METHODS, PARTITION_NAMES, TEACHER_KINDS, accuracy,
-                                   digits_pools,
-                                   make_partition, run_method, train_teacher,
+                                   digits_pools, make_partition, run_method, train_teacher,
                                    validation_split)
 from benchmarks.common import finish_deep_benchmark, format_table  # noqa: E402
 

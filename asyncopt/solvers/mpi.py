@@ -167,7 +167,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     column_stats = wire.reduce(np.zeros(2 * p) if server else np.concatenate(
         (active.column_sq_norms, active.column_counts)).astype(np.float64))
     column_sq, column_counts = ((column_stats[:p], column_stats[p:]) if server
-                                else (np.zeros(p), np.zeros(p)))
+                                else (None, None))
     block_rows = wire.allreduce(np.zeros(penalty.n_blocks) if server
                                 else active.block_row_counts.astype(np.float64))
     row_sq = np.zeros(0) if server else active._row_sq_norms
@@ -295,7 +295,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 control[:] = status, dropped.shape[0]
             control = wire.bcast(control)
             status = int(control[0])
-            if status != STOP and control[1]:
+            if control[1]:      # never with STOP or REJECT: nothing is screened then
                 if not server:
                     dropped = np.empty(int(control[1]), dtype=np.int64)
                 dropped = wire.bcast(dropped)
@@ -321,13 +321,13 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 feature_keep = np.repeat(keep, np.diff(pen.indptr))
                 if server:
                     correlation = correlation[feature_keep]
+                    column_sq = column_sq[feature_keep]
+                    column_counts = column_counts[feature_keep]
+                else:
+                    active, _, _ = active.compact(keep, np.zeros(feature_keep.shape[0]))
                 blocks = blocks[keep]
                 pen = penalty.restricted(blocks)
-                if not server:
-                    active, _, _ = active.compact(keep, np.zeros(feature_keep.shape[0]))
                 x = x[feature_keep]
-                column_sq = column_sq[feature_keep]
-                column_counts = column_counts[feature_keep]
             if status == RECERTIFY:
                 snapshot = None
                 continue
