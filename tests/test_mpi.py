@@ -16,9 +16,10 @@ pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN),
                                 reason="no mpirun next to the interpreter (pip install mpich)")
 
 
-def run_spmd(tmp_path, n_ranks, loss, method, groups):
+def run_spmd(tmp_path, n_ranks, loss, method, groups, transport="auto"):
     out = tmp_path / "result.json"
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               ASYNCOPT_MPI_TRANSPORT=transport)
     proc = subprocess.run([MPIRUN, "-n", str(n_ranks), sys.executable, SCRIPT, str(out), loss,
                            method, str(groups)], env=env, capture_output=True, text=True,
                           timeout=240)
@@ -26,13 +27,17 @@ def run_spmd(tmp_path, n_ranks, loss, method, groups):
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("method,n_ranks,loss,groups", [
-    ("ddss", 3, "squared", 1), ("ddss", 5, "squared", 3), ("ddss", 3, "logistic", 3),
-    ("ddss", 5, "logistic", 1), ("prox_asaga", 3, "squared", 1),
-    ("prox_asaga", 5, "logistic", 3), ("prox_asvrg", 5, "squared", 3),
-    ("prox_asvrg", 3, "logistic", 1)])
-def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, loss, groups):
-    result = run_spmd(tmp_path, n_ranks, loss, method, groups)
+@pytest.mark.parametrize("method,n_ranks,loss,groups,transport", [
+    ("ddss", 3, "squared", 1, "auto"), ("ddss", 5, "squared", 3, "messages"),
+    ("ddss", 3, "logistic", 3, "messages"), ("ddss", 5, "logistic", 1, "auto"),
+    ("prox_asaga", 3, "squared", 1, "auto"), ("prox_asaga", 5, "logistic", 3, "messages"),
+    ("prox_asvrg", 5, "squared", 3, "auto"), ("prox_asvrg", 3, "logistic", 1, "messages")])
+def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, loss, groups,
+                                                   transport):
+    result = run_spmd(tmp_path, n_ranks, loss, method, groups, transport)
+    # every rank of these runs is on this machine: auto picks the shared-memory window
+    assert {h["transport"] for h in result["history"]} == \
+        {"shared" if transport == "auto" else transport}
     assert result["converged"]
     assert abs(result["objective"] - result["serial_objective"]) <= \
         1e-6 * abs(result["serial_objective"])
@@ -301,3 +306,35 @@ def test_oversubscription_is_read_from_the_launchers_rank_count(monkeypatch):
     monkeypatch.delenv("MPI_LOCALNRANKS")
     assert not Wire(OneRankComm()).oversubscribed      # one rank: the communicator's size
     assert Wire(OneRankComm(), oversubscribed=True).oversubscribed
+
+
+def test_transport_is_auto_shared_or_messages(monkeypatch):
+    from asyncopt.solvers.channels import transport_from_env
+    monkeypatch.delenv("ASYNCOPT_MPI_TRANSPORT", raising=False)
+    assert transport_from_env() == "auto"
+    monkeypatch.setenv("ASYNCOPT_MPI_TRANSPORT", " Messages ")
+    assert transport_from_env() == "messages"
+    assert transport_from_env("shared") == "shared"          # the keyword wins
+    with pytest.raises(ValueError, match="unknown MPI transport 'bogus'"):
+        transport_from_env("bogus")
+
+
+def test_shared_slots_hold_a_whole_active_set_on_separate_cache_lines():
+    """Each worker's four buffers (delta values with header, delta indices, reply values
+    with header, reply indices) start on a 64-byte boundary and hold ``capacity``
+    coordinates: a full reply is the whole x."""
+    from asyncopt.solvers.channels import _SharedSlots
+    capacity, header, reply_header = 1001, 4, 4
+    sizes = _SharedSlots.layout(capacity, header, reply_header)
+    assert all(size % 64 == 0 for size in sizes)
+    memory = np.zeros(sum(sizes), dtype=np.uint8)
+    slots = _SharedSlots(memory, capacity, header, reply_header)
+    assert slots.delta_values.shape == (header + capacity,)
+    assert slots.reply_values.shape == (reply_header + capacity,)
+    assert slots.delta_index.shape == slots.reply_index.shape == (capacity,)
+    views = [slots.delta_values, slots.delta_index, slots.reply_values, slots.reply_index]
+    for value, view in enumerate(views, start=1):
+        view[...] = value
+        assert (view.ctypes.data - memory.ctypes.data) % 64 == 0
+    # no buffer overlaps another
+    assert [np.all(view == value) for value, view in enumerate(views, start=1)] == [True] * 4

@@ -35,8 +35,10 @@ skipped theirs; on oversubscribed cores that biased the reweighted estimate and 
 workers stalled at a gap of 1e-3.)
 Staleness tau = server version at apply - version the worker computed on.
 
-Workers send while they compute: a worker posts its delta and the receives of the reply,
-then runs its next batch while both travel, so one round trip hides behind one batch.
+Workers send while they compute: a worker posts its delta, then runs its next batch while
+the delta and its reply travel, so one round trip hides behind one batch. The messages go
+through ``channels.py``: a shared-memory window when every rank is on one node (neither
+side has to be inside MPI for a message to move), MPI messages across nodes.
 
 The server sums deltas (as Hogwild sums updates) with two weights: ``overshoot_weights``
 caps the summed move of a coordinate that one batch already moves most of the way to its
@@ -52,10 +54,11 @@ the next certificate shows P above P(snapshot) + G(snapshot) (so above P* + 2 G)
 the epoch: x returns to the snapshot and every rank first halves the move cap (down to
 MIN_MOVE_CAP), then the step, for the rest of the run.
 
-Hot-path messages are numpy buffers (Send / Recv, Isend / Irecv), never pickles. No rank
-busy-polls: a wait checks for at most 1 ms, then sleeps between checks (50 us growing to
-0.2 ms; ``solvers/wire.py``, shared with the torch bridge's MPI protocols), so runs with
-more ranks than cores stay usable.
+Hot-path messages are numpy buffers (in a shared-memory window, or Isend / Irecv), never
+pickles. No rank busy-polls: a wait checks for at most 1 ms, then sleeps between checks
+(50 us growing to 0.2 ms; ``solvers/wire.py``, shared with the torch bridge's MPI
+protocols), and on an oversubscribed node a worker waiting for a reply in the window
+sleeps from the start, so runs with more ranks than cores stay usable.
 """
 import os
 import signal
@@ -75,11 +78,11 @@ from ..problem import dropped_share
 from ..screening import gap_safe_keep, gap_safe_radius
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import SolverResult, epoch_rows, worth_compacting
-from .wire import Wire, _mpi, poll, wait_all
+from .channels import open_channel
+from .wire import Wire, _mpi
 
 MOVE_CAP, MIN_MOVE_CAP = 1.9, 0.45
 MAX_DAMPING_POWER, CALM_EPOCHS = 4.0, 4
-TAG_INDEX, TAG_VALUES, TAG_REPLY_INDEX, TAG_REPLY = 11, 12, 13, 14
 STOP, INNER, RECERTIFY, REJECT = 0, 1, 2, 3
 HEADER = 4          # [version, steps, intercept delta, last] in front of a delta's values
 REPLY_HEADER = 4    # [control, version, b, full] in front of a reply's values
@@ -131,7 +134,7 @@ def _checkpoint_on_sigterm(path, live, history, penalty, n_features, lam):
 def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept, *,
               tol=1e-4, max_epochs=200, screening=True, variance_reduced=True, batch=None,
               step_scale=1.0, checkpoint=None, saga=False, dense=False,
-              random_state=None, verbose=0, label="ddss", max_time=None):
+              random_state=None, verbose=0, label="ddss", max_time=None, transport=None):
     """Dis-DDSS on ``comm`` (rank 0 the server, the others workers). Every rank calls it;
     ``problem`` is the worker's Problem on its own rows (None on the server). Returns the
     SolverResult on every rank (coef broadcast once at the end).
@@ -143,7 +146,10 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     saga / dense: the ProxASAGA / ProxASVRG baselines on the same server (with
     screening=False): SAGA keeps each row's gradient memory on its worker and sums the
     average exactly over the shards every epoch; ProxASVRG takes dense steps.
-    batch: local steps per message (default ``default_batch``)."""
+    batch: local steps per message (default ``default_batch``).
+    transport: how the inner loop's messages travel (``channels.open_channel``): "auto"
+    (a shared-memory window when every rank is on one node, MPI messages otherwise),
+    "shared" or "messages"; None reads ASYNCOPT_MPI_TRANSPORT (default auto)."""
     from ..progress import ProgressLine
 
     start = time.perf_counter()
@@ -214,6 +220,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     if server and checkpoint is not None:
         restore_handler = _checkpoint_on_sigterm(checkpoint, live, history, penalty, p, lam)
     in_sync = False      # whether every worker's x and b equal the server's
+    channel = open_channel(comm, wire, x.shape[0], HEADER, REPLY_HEADER, transport)
     try:
         while True:
             if not in_sync:
@@ -265,7 +272,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                           "staleness_mean": staleness[0], "staleness_max": staleness[1],
                           "messages": messages, "message_bytes": message_bytes,
                           "intercept": b, "step_factor": step_factor,
-                          "move_cap": move_cap, "damping_power": damping_power}
+                          "move_cap": move_cap, "damping_power": damping_power,
+                          "transport": channel.name}
                 history.append(record)
                 progress.update(record)
                 if checkpoint is not None:
@@ -362,7 +370,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 live.update(x=x, b=b, blocks=blocks)
                 per_batch = _lipschitz(loss_code) * batch
                 x, b, steps, staleness, msgs, mbytes = _serve_inner(
-                    comm, wire, x, b, n, size - 1,
+                    channel, x, b, size - 1,
                     overshoot_weights(eta * per_batch * column_sq / n, size - 1, move_cap),
                     float(overshoot_weights(eta_intercept * per_batch, size - 1, move_cap)),
                     damping_power)
@@ -393,12 +401,13 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                                clock, stale, *block_args)
                 block_args = () if active.penalty.is_l1 else (active.block_indptr,
                                                               active.feature_block)
-                x, b = _work_inner(comm, wire, active.y.shape[0], x, b, run_batch, rng, batch)
+                x, b = _work_inner(channel, active.y.shape[0], x, b, run_batch, rng, batch)
             epoch += 1
     finally:
         progress.close()
         if restore_handler is not None:
             restore_handler()
+    channel.close()
     coef = wire.bcast(_expand(penalty, p, blocks, x) if server else np.zeros(p))
     summary = wire.bcast(np.array([b, float(converged)] + ([history[-1]["primal"],
                                   history[-1]["dual"], history[-1]["gap"]]
@@ -490,29 +499,20 @@ def adapt_damping_power(power, calm, gap_rose):
     return power, calm
 
 
-def _serve_inner(comm, wire, x, b, n, n_workers, omega, omega_intercept, damping_power):
+def _serve_inner(channel, x, b, n_workers, omega, omega_intercept, damping_power):
     """Apply deltas in arrival order until every worker has sent its last one; returns
     (x, b, steps, (mean tau, max tau), messages, bytes of the messages).
 
     A worker's last delta is answered only once every worker has sent its own: that reply
     ("stop", the coordinates changed since its previous reply) leaves every worker with
     exactly the server's x and b, so the next outer iteration needs no broadcast of x."""
-    MPI = _mpi()
     version, steps, messages, message_bytes = 0, 0, 0, 0
     tau_sum, tau_max = 0, 0
     running = n_workers
-    status = MPI.Status()
     changed_at = np.zeros(x.shape[0], dtype=np.int64)
     seen = np.zeros(n_workers + 1, dtype=np.int64)
-    in_flight = [[] for _ in range(n_workers + 1)]   # a worker's last reply, still sending
     while running:
-        poll(lambda: comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_INDEX, status=status))
-        source = status.Get_source()
-        count = status.Get_count(MPI.INT32_T)
-        index = np.empty(count, dtype=np.int32)
-        comm.Recv(index, source=source, tag=TAG_INDEX)
-        values = np.empty(HEADER + count)
-        comm.Recv(values, source=source, tag=TAG_VALUES)
+        source, index, values = channel.wait_delta()
         tau = version - int(values[0])
         damping = staleness_damping(tau, n_workers, damping_power)
         version += 1
@@ -521,44 +521,40 @@ def _serve_inner(comm, wire, x, b, n, n_workers, omega, omega_intercept, damping
         tau_sum += tau * int(values[1])
         tau_max = max(tau_max, tau)
         steps += int(values[1])
-        nbytes = index.nbytes + values.nbytes
         messages += 1
-        message_bytes += nbytes
-        wire.received += nbytes
+        message_bytes += index.nbytes + values.nbytes
         if values[3] != 0:
             running -= 1
         else:
-            in_flight[source] = _reply(wire, source, INNER, x, b, version, changed_at, seen,
-                                       in_flight[source])
+            _reply(channel, source, INNER, x, b, version, changed_at, seen)
     for source in range(1, n_workers + 1):
-        in_flight[source] = _reply(wire, source, STOP, x, b, version, changed_at, seen,
-                                   in_flight[source])
-    for requests in in_flight:
-        wait_all(requests)
+        _reply(channel, source, STOP, x, b, version, changed_at, seen)
+    channel.flush()
     return x, b, steps, (tau_sum / max(steps, 1), tau_max), messages, message_bytes
 
 
-def _reply(wire, worker, control, x, b, version, changed_at, seen, in_flight):
+def _reply(channel, worker, control, x, b, version, changed_at, seen):
     """Send ``worker`` the coordinates of x changed since its previous reply (the whole x
     when that is smaller: 12 B per sparse entry, 8 B dense) behind the header [control,
-    version, b, full]; returns the new requests, once the worker's previous reply has
-    left."""
+    version, b, full]."""
     fresh = changed_since(changed_at, seen[worker])
     seen[worker] = version
     full = 3 * fresh.shape[0] >= 2 * x.shape[0]
-    if full:
-        fresh = fresh[:0]
-    reply = np.empty(REPLY_HEADER + (x.shape[0] if full else fresh.shape[0]))
+    index, reply = channel.reply_buffers(worker, 0 if full else fresh.shape[0],
+                                         x.shape[0] if full else fresh.shape[0])
     reply[0] = control
     reply[1] = version
     reply[2] = b
     reply[3] = full
-    reply[REPLY_HEADER:] = x if full else x[fresh]
-    wait_all(in_flight)
-    return [wire.isend(fresh, worker, TAG_REPLY_INDEX), wire.isend(reply, worker, TAG_REPLY)]
+    if full:
+        reply[REPLY_HEADER:] = x
+    else:
+        index[:] = fresh
+        np.take(x, fresh, out=reply[REPLY_HEADER:])
+    channel.post_reply(worker, index, reply)
 
 
-def _work_inner(comm, wire, rows, x, b, run_batch, rng, batch):
+def _work_inner(channel, rows, x, b, run_batch, rng, batch):
     """One pass over the shard's ``rows`` in batches of local steps (``run_batch(x, b,
     samples)`` runs the method's kernel on the local copies); the last delta is flagged
     and answered with stop once every worker is done. Returns (x, b): the server's, exactly
@@ -571,7 +567,6 @@ def _work_inner(comm, wire, rows, x, b, run_batch, rng, batch):
     keeps the steps taken since the send on top of it: x_local = x_server + (x_local -
     x_sent). Each delta carries the server version its batch started from, so the
     staleness the server measures includes this one message of lag."""
-    MPI = _mpi()
     order = epoch_rows(rng, rows, rows).astype(np.int64)
     position, version = 0, 0
     batch = max(1, int(batch))
@@ -579,24 +574,16 @@ def _work_inner(comm, wire, rows, x, b, run_batch, rng, batch):
     local = x.copy()
     intercept = np.array([b])
     intercept_base = b
-    fresh_buf = np.empty(x.shape[0], dtype=np.int32)
-    reply_buf = np.empty(REPLY_HEADER + x.shape[0])
-    index_buf = np.empty(x.shape[0], dtype=np.int32)
-    values_buf = np.empty(HEADER + x.shape[0])
-    statuses = [MPI.Status() for _ in range(4)]
-    requests = None
-    sent_last = False
+    index_buf, values_buf = channel.delta_buffers()
+    waiting = sent_last = False
     while True:
         if not sent_last:
             samples = order[position:position + batch]
             position += samples.shape[0]
             batch_version = version
             run_batch(local, intercept, samples)
-        if requests is not None:
-            poll(lambda: MPI.Request.Testall(requests, statuses))
-            fresh = fresh_buf[:statuses[0].Get_count(MPI.INT32_T)]
-            reply = reply_buf[:statuses[1].Get_count(MPI.DOUBLE)]
-            wire.received += fresh.nbytes + reply.nbytes
+        if waiting:
+            fresh, reply = channel.wait_reply()
             version = int(reply[1])
             intercept[0] = reply[2] + (intercept[0] - intercept_base)
             intercept_base = reply[2]
@@ -605,21 +592,16 @@ def _work_inner(comm, wire, rows, x, b, run_batch, rng, batch):
                 return local, float(intercept[0])
         if sent_last:
             continue
-        # the buffers are free again: the previous delta's sends completed with its reply
+        # the delta buffers are free again: the server has answered the previous delta
         count = take_delta(local, base, index_buf, values_buf, HEADER)
-        index, values = index_buf[:count], values_buf[:HEADER + count]
-        values[0] = batch_version
-        values[1] = samples.shape[0]
-        values[2] = intercept[0] - intercept_base
-        values[3] = float(position >= rows)
+        values_buf[0] = batch_version
+        values_buf[1] = samples.shape[0]
+        values_buf[2] = intercept[0] - intercept_base
+        values_buf[3] = float(position >= rows)
         sent_last = position >= rows
         intercept_base = intercept[0]
-        # the reply's receives are posted before the delta leaves, so the server's
-        # (nonblocking) reply lands while this rank computes its next batch
-        requests = [comm.Irecv(fresh_buf, source=0, tag=TAG_REPLY_INDEX),
-                    comm.Irecv(reply_buf, source=0, tag=TAG_REPLY),
-                    wire.isend(index, 0, TAG_INDEX),
-                    wire.isend(values, 0, TAG_VALUES)]
+        channel.post_delta(count)
+        waiting = True
 
 
 def distributed_lam_max(comm, problem, penalty, n, loss_code, fit_intercept):

@@ -1,0 +1,312 @@
+"""The inner loop's transport between Dis-DDSS's server and its workers (solvers/mpi.py).
+
+Both channels carry the same messages, numpy buffers and never pickles: a worker's delta
+(int32 indices; float64 header + values) and the server's reply (int32 indices; float64
+header + values), one of each in flight per worker. A worker writes its next delta only
+after it has read the reply to the previous one, and the server answers a delta only after
+it has read it, so each buffer below has one writer at a time and its reader is done before
+the next write.
+
+``SharedMemoryChannel``, when every rank runs on one node: an MPI-3 shared-memory window
+(``MPI_Win_allocate_shared``) holds, in each worker's segment, a delta slot and a reply
+slot sized for the whole active set, and in the server's segment one row of sequence
+numbers per worker (the worker's and the server's on separate cache lines). A side writes
+its message into the slot, ``MPI_Win_sync``, then raises its sequence number; the other
+polls that number, ``MPI_Win_sync``, then reads the slot in place. A message moves without
+either side calling into MPI. With MPI messages on one oversubscribed node (mpirun -n 9 on
+2 cores) a delta larger than one MPICH shared-memory cell moves only while both ranks are
+inside MPI: the server's receive of a worker's delta waited until that worker finished
+the numba batch it had started, and its reply until the worker polled again. CTR
+200,000 x 100,000 to gap 1e-6, 8 workers: the server spent 0.9 s of a 4.3 s solve in
+Recv; with the window, and workers that sleep instead of spinning while they wait for a
+reply (nothing needs them inside MPI any more), the solve took 2.5-3.2 s (2026-11-22).
+
+``MessageChannel``, otherwise (ranks on several nodes; a window that would not fit in
+SHARED_BUDGET bytes or in half of the free space of /dev/shm; or
+ASYNCOPT_MPI_TRANSPORT=messages): Isend / Irecv with tags TAG_INDEX .. TAG_REPLY. The
+worker posts the receives of the reply before its delta leaves, so the reply lands while
+it computes its next batch.
+
+Both count the payload bytes on the ``Wire`` (``sent`` / ``received``) the same way, so
+bytes per run do not depend on the transport.
+"""
+import os
+
+import numpy as np
+
+from .wire import SPIN_SECONDS, _mpi, poll, wait_all
+
+TAG_INDEX, TAG_VALUES, TAG_REPLY_INDEX, TAG_REPLY = 11, 12, 13, 14
+TRANSPORTS = ("auto", "shared", "messages")
+SHARED_BUDGET = 1 << 30           # bytes of shared window at most (auto)
+_LINE = 8                         # int64 per cache line: a sequence row's two halves
+SEQ_DELTA, COUNT_DELTA, SEQ_REPLY, COUNT_REPLY_INDEX, COUNT_REPLY = 0, 1, 8, 9, 10
+
+
+def _round_up(nbytes, to=64):
+    return (nbytes + to - 1) // to * to
+
+
+def transport_from_env(transport=None):
+    """``transport`` or, when None, the environment's ASYNCOPT_MPI_TRANSPORT (default
+    "auto"); ValueError for anything else than auto, shared or messages."""
+    value = os.environ.get("ASYNCOPT_MPI_TRANSPORT", "auto") if transport is None \
+        else transport
+    value = str(value).strip().lower()
+    if value not in TRANSPORTS:
+        raise ValueError(f"unknown MPI transport {value!r} (ASYNCOPT_MPI_TRANSPORT or "
+                         f"transport=): expected one of {', '.join(TRANSPORTS)}")
+    return value
+
+
+def _shared_window_bytes(n_workers, capacity, header, reply_header):
+    return sum(_SharedSlots.layout(capacity, header, reply_header)) * n_workers + \
+        _round_up(8 * _LINE * 2 * (n_workers + 1))
+
+
+def _free_shm_bytes():
+    try:
+        stat = os.statvfs("/dev/shm")
+    except (AttributeError, OSError):
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+def open_channel(comm, wire, capacity, header, reply_header, transport=None):
+    """The channel for this run (collective on ``comm``: every rank calls it with the same
+    arguments). ``capacity``: the most coordinates a message can carry (the number of
+    active features at the start; it only shrinks); ``header`` / ``reply_header``: the
+    float64 values in front of a delta's / a reply's values."""
+    MPI = _mpi()
+    transport = transport_from_env(transport)
+    n_workers = comm.Get_size() - 1
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    one_node = node.Get_size() == comm.Get_size()
+    if not one_node:
+        node.Free()
+        if transport == "shared":
+            raise ValueError("ASYNCOPT_MPI_TRANSPORT=shared needs every rank on one node")
+        return MessageChannel(comm, wire, capacity, header, reply_header)
+    choice = np.zeros(1)
+    if comm.Get_rank() == 0:
+        needed = _shared_window_bytes(n_workers, capacity, header, reply_header)
+        free = _free_shm_bytes()
+        fits = needed <= SHARED_BUDGET and (free is None or 2 * needed <= free)
+        choice[0] = transport == "shared" or (transport == "auto" and fits)
+    comm.Bcast(choice, root=0)
+    if not choice[0]:
+        node.Free()
+        return MessageChannel(comm, wire, capacity, header, reply_header)
+    return SharedMemoryChannel(comm, node, wire, capacity, header, reply_header)
+
+
+class MessageChannel:
+    """The inner loop over MPI point-to-point messages (see the module docstring)."""
+    name = "messages"
+
+    def __init__(self, comm, wire, capacity, header, reply_header):
+        self.comm, self.wire = comm, wire
+        self.header, self.reply_header = header, reply_header
+        self.rank = comm.Get_rank()
+        n_workers = comm.Get_size() - 1
+        self.status = _mpi().Status()
+        if self.rank == 0:
+            self.in_flight = [[] for _ in range(n_workers + 1)]
+        else:
+            self.index_buf = np.empty(capacity, dtype=np.int32)
+            self.values_buf = np.empty(header + capacity)
+            self.fresh_buf = np.empty(capacity, dtype=np.int32)
+            self.reply_buf = np.empty(reply_header + capacity)
+            self.statuses = [_mpi().Status() for _ in range(4)]
+            self.requests = None
+
+    # worker side
+    def delta_buffers(self):
+        """(index, values): where the worker writes its next delta (indices, then header +
+        values)."""
+        return self.index_buf, self.values_buf
+
+    def post_delta(self, count):
+        """Send the delta of ``count`` coordinates written into ``delta_buffers``."""
+        comm, wire = self.comm, self.wire
+        index, values = self.index_buf[:count], self.values_buf[:self.header + count]
+        self.requests = [comm.Irecv(self.fresh_buf, source=0, tag=TAG_REPLY_INDEX),
+                         comm.Irecv(self.reply_buf, source=0, tag=TAG_REPLY),
+                         wire.isend(index, 0, TAG_INDEX), wire.isend(values, 0, TAG_VALUES)]
+
+    def wait_reply(self):
+        """(indices, header + values) of the reply to the last delta, once it is here."""
+        MPI = _mpi()
+        requests, statuses = self.requests, self.statuses
+        poll(lambda: MPI.Request.Testall(requests, statuses))
+        fresh = self.fresh_buf[:statuses[0].Get_count(MPI.INT32_T)]
+        reply = self.reply_buf[:statuses[1].Get_count(MPI.DOUBLE)]
+        self.wire.received += fresh.nbytes + reply.nbytes
+        return fresh, reply
+
+    # server side
+    def wait_delta(self):
+        """(worker, indices, header + values) of the next delta to arrive."""
+        MPI, comm, status = _mpi(), self.comm, self.status
+        poll(lambda: comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_INDEX, status=status))
+        source = status.Get_source()
+        index = np.empty(status.Get_count(MPI.INT32_T), dtype=np.int32)
+        comm.Recv(index, source=source, tag=TAG_INDEX)
+        values = np.empty(self.header + index.shape[0])
+        comm.Recv(values, source=source, tag=TAG_VALUES)
+        self.wire.received += index.nbytes + values.nbytes
+        return source, index, values
+
+    def reply_buffers(self, worker, n_index, n_values):
+        """(indices, header + values) to fill with the reply to ``worker``'s last delta."""
+        return (np.empty(n_index, dtype=np.int32),
+                np.empty(self.reply_header + n_values))
+
+    def post_reply(self, worker, index, values):
+        """Send the reply written into ``reply_buffers``, once the previous one to this
+        worker has left."""
+        wait_all(self.in_flight[worker])
+        self.in_flight[worker] = [self.wire.isend(index, worker, TAG_REPLY_INDEX),
+                                  self.wire.isend(values, worker, TAG_REPLY)]
+
+    def flush(self):
+        """Wait until every reply has left (the server, at the end of an inner loop)."""
+        for requests in self.in_flight:
+            wait_all(requests)
+
+    def close(self):
+        """Release the channel (collective; nothing to release here)."""
+
+
+class _SharedSlots:
+    """One worker's delta and reply slots in its segment of the window."""
+
+    @staticmethod
+    def layout(capacity, header, reply_header):
+        """Bytes of the four buffers, each padded to 64: delta values, delta indices,
+        reply values, reply indices."""
+        return [_round_up(8 * (header + capacity)), _round_up(4 * capacity),
+                _round_up(8 * (reply_header + capacity)), _round_up(4 * capacity)]
+
+    def __init__(self, memory, capacity, header, reply_header):
+        sizes = self.layout(capacity, header, reply_header)
+        starts = np.cumsum([0] + sizes)
+        self.delta_values = memory[starts[0]:starts[0] + 8 * (header + capacity)].view(
+            np.float64)
+        self.delta_index = memory[starts[1]:starts[1] + 4 * capacity].view(np.int32)
+        self.reply_values = memory[starts[2]:starts[2] + 8 * (reply_header + capacity)].view(
+            np.float64)
+        self.reply_index = memory[starts[3]:starts[3] + 4 * capacity].view(np.int32)
+
+
+class SharedMemoryChannel:
+    """The inner loop through an MPI-3 shared-memory window (see the module docstring).
+
+    Sequence numbers (int64, the server's segment, one row of 16 per worker): the worker
+    writes SEQ_DELTA (deltas posted so far) and COUNT_DELTA on the row's first cache line,
+    the server SEQ_REPLY (the delta it last answered), COUNT_REPLY_INDEX and COUNT_REPLY on
+    the second."""
+    name = "shared"
+
+    def __init__(self, comm, node, wire, capacity, header, reply_header):
+        MPI = _mpi()
+        self.wire = wire
+        self.header, self.reply_header = header, reply_header
+        self.rank = comm.Get_rank()
+        n_workers = comm.Get_size() - 1
+        self.n_workers = n_workers
+        segment = sum(_SharedSlots.layout(capacity, header, reply_header))
+        rows = 8 * _LINE * 2 * (n_workers + 1)
+        self.node = node
+        self.window = MPI.Win.Allocate_shared(_round_up(rows) if self.rank == 0 else segment,
+                                              1, comm=node)
+        buffer, _ = self.window.Shared_query(0)
+        self.sequence = np.ndarray(buffer=buffer, dtype=np.int64,
+                                   shape=(n_workers + 1, 2 * _LINE))
+        self.slots = {}
+        for worker in range(1, n_workers + 1):
+            if self.rank in (0, worker):
+                buffer, _ = self.window.Shared_query(worker)
+                memory = np.ndarray(buffer=buffer, dtype=np.uint8, shape=(segment,))
+                self.slots[worker] = _SharedSlots(memory, capacity, header, reply_header)
+        self.window.Lock_all(MPI.MODE_NOCHECK)
+        if self.rank == 0:
+            self.sequence[:] = 0
+            self.window.Sync()
+        node.Barrier()
+        self.window.Sync()
+        self.served = np.zeros(n_workers + 1, dtype=np.int64)    # server: deltas read
+        self.posted = 0                                            # worker: deltas sent
+        self.next = 1
+        # nothing needs a waiting worker inside MPI: on an oversubscribed node it sleeps
+        # and leaves its core to the ranks that compute
+        self.reply_spin = 0.0 if wire.oversubscribed else SPIN_SECONDS
+
+    # worker side
+    def delta_buffers(self):
+        slot = self.slots[self.rank]
+        return slot.delta_index, slot.delta_values
+
+    def post_delta(self, count):
+        row = self.sequence[self.rank]
+        self.wire.sent += 4 * count + 8 * (self.header + count)
+        row[COUNT_DELTA] = count
+        self.window.Sync()
+        self.posted += 1
+        row[SEQ_DELTA] = self.posted
+
+    def wait_reply(self):
+        row, posted = self.sequence[self.rank], self.posted
+        poll(lambda: row[SEQ_REPLY] >= posted, self.reply_spin)
+        self.window.Sync()
+        slot = self.slots[self.rank]
+        fresh = slot.reply_index[:row[COUNT_REPLY_INDEX]]
+        reply = slot.reply_values[:self.reply_header + row[COUNT_REPLY]]
+        self.wire.received += fresh.nbytes + reply.nbytes
+        return fresh, reply
+
+    # server side
+    def wait_delta(self):
+        sequence, served, n_workers = self.sequence, self.served, self.n_workers
+        found = [0]
+
+        def ready():
+            waiting = np.flatnonzero(sequence[1:, SEQ_DELTA] > served[1:]) + 1
+            if not waiting.shape[0]:
+                return False
+            later = waiting[waiting >= self.next]      # round robin over the ready ones
+            found[0] = int(later[0] if later.shape[0] else waiting[0])
+            return True
+
+        poll(ready)
+        self.window.Sync()
+        worker = found[0]
+        self.next = worker % n_workers + 1
+        served[worker] += 1
+        slot = self.slots[worker]
+        count = int(sequence[worker, COUNT_DELTA])
+        index, values = slot.delta_index[:count], slot.delta_values[:self.header + count]
+        self.wire.received += index.nbytes + values.nbytes
+        return worker, index, values
+
+    def reply_buffers(self, worker, n_index, n_values):
+        slot = self.slots[worker]
+        return (slot.reply_index[:n_index],
+                slot.reply_values[:self.reply_header + n_values])
+
+    def post_reply(self, worker, index, values):
+        row = self.sequence[worker]
+        self.wire.sent += index.nbytes + values.nbytes
+        row[COUNT_REPLY_INDEX] = index.shape[0]
+        row[COUNT_REPLY] = values.shape[0] - self.reply_header
+        self.window.Sync()
+        row[SEQ_REPLY] = self.served[worker]
+
+    def flush(self):
+        """Nothing is in flight: a reply is in place once posted."""
+
+    def close(self):
+        """Free the window (collective over the node's ranks)."""
+        self.window.Unlock_all()
+        self.window.Free()
+        self.node.Free()
