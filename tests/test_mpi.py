@@ -51,6 +51,10 @@ def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, lo
     assert rows[0] == 0 and sum(rows) == 400 and max(rows[1:]) - min(rows[1:]) <= 1
     history = result["history"]
     assert all(h["staleness_max"] >= 0 for h in history)
+    # the certified gap is P - the largest D so far (test_core has a run where it matters)
+    assert all(h["dual"] >= h["dual_at_x"] for h in history)
+    assert all(b["dual"] == max(a["dual"], b["dual_at_x"])
+               for a, b in zip(history, history[1:]))
     # the staleness damping power rises only at an epoch that ended with a larger gap than
     # it started from, and once risen stays within 2..4
     powers = [h["damping_power"] for h in history]

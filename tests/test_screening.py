@@ -15,8 +15,8 @@ import scipy.sparse as sp
 
 from asyncopt import Problem
 from asyncopt.penalties import L1, GroupL1
-from asyncopt.screening import (gap_safe_keep, gap_safe_radius, screen_active_set,
-                                static_safe_sphere_keep, strong_rule_keep)
+from asyncopt.screening import (BestDual, gap_safe_keep, gap_safe_radius,
+                                screen_active_set, static_safe_sphere_keep, strong_rule_keep)
 from asyncopt.solvers import solve_ddss
 
 REF_TOL = 1e-12
@@ -101,7 +101,7 @@ def test_gap_safe_screening_is_safe(loss, kind, ref, make_data):
     inside full DDSS runs never remove a block that is non-zero at the optimum."""
     chunk = {("squared", "l1"): 0, ("squared", "group"): 1,
              ("logistic", "l1"): 2, ("logistic", "group"): 3}[(loss, kind)]
-    removed_total = {"zero": 0, "epochs": 0, "noisy": 0, "ddss": 0}
+    removed_total = {"zero": 0, "epochs": 0, "noisy": 0, "noisy_best": 0, "ddss": 0}
     zero_blocks_total = 0
     for k in range(N_PER_CHUNK):
         seed = 1000 * chunk + k
@@ -130,15 +130,25 @@ def test_gap_safe_screening_is_safe(loss, kind, ref, make_data):
             np.testing.assert_array_equal(
                 static_safe_sphere_keep(problem, early.coef, early.intercept), keep)
 
-        # noisy references: dense noise, and relative noise on the support only
+        # noisy references: dense noise, and relative noise on the support only; each
+        # also with the best dual point of the closer ones before it (the sphere around
+        # that point, radius from P(x) - D(best))
+        best = BestDual()
         scale = np.abs(x_ref).max()
-        for sigma in (1e-2, 1e-4, 1e-7):
+        for sigma in (1e-7, 1e-4, 1e-2):
             for x in (x_ref + sigma * scale * rng.standard_normal(x_ref.shape),
                       x_ref * (1 + sigma * rng.standard_normal(x_ref.shape))):
                 b = rng.normal() if problem.fit_intercept else 0.0   # refitted anyway
-                keep = screen_active_set(active, problem.certificate(x, b))
+                cert = problem.certificate(x, b)
+                keep = screen_active_set(active, cert)
                 _check_removed(~keep, ref_norms, desc, f"noisy reference sigma={sigma}")
                 removed_total["noisy"] += int(np.sum(~keep))
+                keep_best = screen_active_set(active, cert, best)
+                assert np.all(keep_best <= keep), desc
+                _check_removed(~keep_best, ref_norms, desc,
+                               f"noisy reference sigma={sigma}, best dual point")
+                removed_total["noisy_best"] += int(np.sum(~keep_best))
+                best.offer(cert.dual, cert.block_correlation, cert.dual_scale)
 
         # the screening inside a full DDSS run
         res = solve_ddss(problem, screening=True, tol=1e-9, max_epochs=20000,
@@ -162,6 +172,26 @@ def test_gap_safe_screening_is_safe(loss, kind, ref, make_data):
     assert removed_total["noisy"] >= 0.5 * 6 * zero_blocks_total, (removed_total,
                                                                    zero_blocks_total)
     assert removed_total["epochs"] > 0 and removed_total["zero"] > 0, removed_total
+    # the sphere around a closer point removes blocks the noisy point's own cannot
+    assert removed_total["noisy_best"] > removed_total["noisy"], removed_total
+
+
+def test_best_dual_keeps_the_largest_d_and_follows_compaction():
+    best = BestDual()
+    norms, weights = np.ones(3), np.ones(3)
+    assert best.keep(1.0, 10, 1.0, norms, 0.1, weights).all()     # no point yet
+    best.offer(-0.5, np.array([0.2, 3.0, 0.4]), 2.0)
+    best.offer(-0.7, np.array([9.0, 9.0, 9.0]), 1.0)               # lower D: ignored
+    assert best.dual == -0.5 and best.dual_scale == 2.0
+    assert best.gap(-0.25) == 0.25 and best.gap(-0.6) == 0.0
+    # the sphere around the kept point: ||A_g^T rho|| / s + sqrt(2 n L G) ||A_g|| >= n lam
+    radius = math.sqrt(2 * 10 * 1.0 * 0.25)
+    expected = np.array([0.2, 3.0, 0.4]) / 2.0 + radius >= 10 * 0.1
+    np.testing.assert_array_equal(best.keep(-0.25, 10, 1.0, norms, 0.1, weights), expected)
+    best.restrict(np.array([False, True, True]))
+    np.testing.assert_array_equal(best.block_correlation, [3.0, 0.4])
+    best.offer(-0.1, np.array([1.0, 1.0]), 1.0)
+    assert best.dual == -0.1 and best.block_correlation.tolist() == [1.0, 1.0]
 
 
 def test_radius_without_factor_n_is_unsafe(make_data):

@@ -3,8 +3,9 @@
 Outer iteration s:
   1. margins z = A x + b on the active set, intercept refitted to its optimum;
   2. generalized residual rho, A^T rho (full gradient mu = -A^T rho / n), dual point theta,
-     P, D and the gap G; stop when G <= tol * P(0);
-  3. gap-safe screening; the data is compacted to the surviving columns once the blocks
+     P and D; the gap G = P - the largest D of any dual point so far (``BestDual``); stop
+     when G <= tol * P(0);
+  3. gap-safe screening (the spheres around theta and around the best point); the data is compacted to the surviving columns once the blocks
      the test removes hold COMPACT_NNZ_SHARE of the stored non-zeros or COMPACT_FEATURE_SHARE
      of the features (a compaction costs a pass over the data; removing a sliver of rare
      columns does not repay it), and once more after the last iteration;
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kernels.linalg import csr_rmatvec
-from ..screening import screen_active_set
+from ..screening import BestDual, screen_active_set
 from .checkpoint import load_checkpoint, save_checkpoint
 from .serial import SerialInnerLoop
 
@@ -71,10 +72,15 @@ class SolverResult:
 
 
 def history_record(epoch, elapsed, cert, reference, active, inner_steps, staleness_mean=0.0,
-                   staleness_max=0):
-    """One history record: the outer iteration's certificate, active set and counters."""
-    return {"epoch": epoch, "time": elapsed, "primal": cert.primal, "dual": cert.dual,
-            "gap": cert.gap, "rel_gap": cert.gap / reference if reference > 0 else 0.0,
+                   staleness_max=0, best=None):
+    """One history record: the outer iteration's certificate, active set and counters;
+    with a ``BestDual`` (offered this certificate), D and G are the best point's and
+    ``dual_at_x`` is D at x's own dual point."""
+    dual = cert.dual if best is None else best.dual
+    gap = max(cert.primal - dual, 0.0)
+    return {"epoch": epoch, "time": elapsed, "primal": cert.primal, "dual": dual,
+            "dual_at_x": cert.dual,
+            "gap": gap, "rel_gap": gap / reference if reference > 0 else 0.0,
             "n_active": active.n_features, "n_features": active.problem.n_features,
             "active_nnz": active.nnz, "inner_steps": inner_steps, "bytes_sent": 0,
             "bytes_recv": 0, "staleness_mean": staleness_mean,
@@ -134,6 +140,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     converged = False
     n_threads = getattr(inner_loop, "n_jobs", 1)
     cert = active.certificate(x, intercept[0], n_threads=n_threads)
+    best = BestDual()       # G = P(x) - the largest D seen: stop and screen on it
     epoch = 0
     staleness_mean, staleness_max = 0.0, 0
     if saga:
@@ -141,13 +148,14 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     with ProgressLine(verbose, label=label) as progress:
         while True:
             intercept[0] = cert.intercept
+            best.offer(cert.dual, cert.block_correlation, cert.dual_scale)
             now = time.perf_counter()
             record = history_record(first_epoch + epoch, time_offset + now - start, cert,
                                     reference, active, total_steps, staleness_mean,
-                                    staleness_max)
+                                    staleness_max, best)
             history.append(record)
             progress.update(record)
-            if cert.gap <= tol * reference:
+            if best.gap(cert.primal) <= tol * reference:
                 converged = True
                 break
             if epoch >= max_epochs or (callback is not None and callback(record)) or \
@@ -157,12 +165,14 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 save()
                 last_saved = now
             if screening:
-                keep = screen_active_set(active, cert)
+                keep = screen_active_set(active, cert, best)
                 if worth_compacting(*active.dropped_share(keep)):
                     active, x, dropped_nonzero = active.compact(keep, x)
+                    best.restrict(keep)
                     cert = active.certificate(x, intercept[0],
                                               None if dropped_nonzero else cert.z,
                                               n_threads=n_threads)
+                    best.offer(cert.dual, cert.block_correlation, cert.dual_scale)
             eta0 = step_scale / (3.0 * lipschitz * max(active.max_row_sq_norm, 1e-300))
             eta = eta0 if variance_reduced else eta0 / (1.0 + epoch)
             block_reweight = active.reweighting()
@@ -201,14 +211,16 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                     "the iterates diverged (non-finite coefficients); try a smaller step_scale")
             cert = active.certificate(x, intercept[0], n_threads=n_threads)
     if screening:
-        keep = screen_active_set(active, cert)
+        keep = screen_active_set(active, cert, best)
         if not np.all(keep):
             active, x, dropped_nonzero = active.compact(keep, x)
+            best.restrict(keep)
             if dropped_nonzero:
                 cert = active.certificate(x, cert.intercept, n_threads=n_threads)
-                converged = cert.gap <= tol * reference
+                best.offer(cert.dual, cert.block_correlation, cert.dual_scale)
+                converged = best.gap(cert.primal) <= tol * reference
     if checkpoint is not None:
         save()
     coef = active.expand(x)
-    return SolverResult(coef, float(cert.intercept), epoch, cert.primal, cert.dual,
-                        cert.gap, active.features.copy(), converged, history)
+    return SolverResult(coef, float(cert.intercept), epoch, cert.primal, best.dual,
+                        best.gap(cert.primal), active.features.copy(), converged, history)

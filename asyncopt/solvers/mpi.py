@@ -13,7 +13,9 @@ zeros to the sums; root-centred and without spinning on an oversubscribed node, 
   2. refit the intercept: squared loss, b += sum(y - z) / n; logistic, Newton steps on
      the reduced sums of f' and f'';
   3. reduce [sum f, A^T rho] to the server, which forms the dual scaling s and broadcasts
-     it; reduce sum f*(-rho / s): the server has P, D and the gap;
+     it; reduce sum f*(-rho / s): the server has P, D and the gap, and certifies x with
+     the best dual point so far (``screening.BestDual``: G = P - the largest D, and a
+     second gap-safe sphere around that point);
   4. the server decides (stop, screen, step), broadcasts [status, number of blocks
      removed] and, when there are any, their positions among the active blocks, then the
      step data (eta, the reweighted full gradient, thresholds); every
@@ -75,7 +77,7 @@ from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, 
                       mean_neg_conjugate)
 from ..penalties import block_norms
 from ..problem import dropped_share
-from ..screening import gap_safe_keep, gap_safe_radius
+from ..screening import BestDual, gap_safe_keep, gap_safe_radius
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import SolverResult, epoch_rows, worth_compacting
 from .channels import open_channel
@@ -208,6 +210,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 time_offset = history[-1]["time"]
             epoch = resumed[2][-1]["epoch"] + 1
     first_epoch = epoch
+    best = BestDual() if server else None   # the run's certified G = P - the largest D
     snapshot, step_factor, move_cap = None, 1.0, MOVE_CAP
     damping_power, calm = 1.0, 0
     memory = None
@@ -257,15 +260,20 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             if server:
                 primal = total[0] / n + lam * pen.value(x)
                 dual = -conj_total[0] / n
+                # gap: at x's own dual point (the damping and the rejection follow it);
+                # certified: at the best point so far (the stop, the record)
                 gap = max(primal - dual, 0.0)
+                best.offer(dual, block_corr, scale)
+                certified = best.gap(primal)
                 if reference is None:     # P at x = 0 (the first record) is P(0)
                     reference = primal
                 if snapshot is not None:
                     damping_power, calm = adapt_damping_power(damping_power, calm,
                                                               gap > snapshot[3])
                 now = time.perf_counter() - start
-                record = {"epoch": epoch, "time": time_offset + now, "primal": primal, "dual": dual,
-                          "gap": gap, "rel_gap": gap / reference if reference > 0 else 0.0,
+                record = {"epoch": epoch, "time": time_offset + now, "primal": primal,
+                          "dual": best.dual, "dual_at_x": dual, "gap": certified,
+                          "rel_gap": certified / reference if reference > 0 else 0.0,
                           "n_active": x.shape[0], "n_features": p,
                           "active_nnz": None, "inner_steps": steps_total,
                           "bytes_sent": wire.sent, "bytes_recv": wire.received,
@@ -280,7 +288,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                     save_checkpoint(checkpoint, coef=_expand(penalty, p, blocks, x),
                                     intercept=b, lam=lam, history=history)
                 keep = np.ones(pen.n_blocks, dtype=bool)
-                if gap <= tol * reference:
+                if certified <= tol * reference:
                     converged, status = True, STOP
                 elif epoch - first_epoch >= max_epochs or \
                         (max_time is not None and now >= max_time):
@@ -293,7 +301,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                         column_sq, pen.indptr[:-1])) if x.shape[0] else np.zeros(0)
                     if screening:
                         keep = gap_safe_keep(block_corr, scale, radius, block_column_norms,
-                                             n, lam, pen.weights)
+                                             n, lam, pen.weights) & best.keep(
+                            primal, n, _lipschitz(loss_code), block_column_norms, lam,
+                            pen.weights)
                         if not worth_compacting(*dropped_share(column_counts, pen.indptr,
                                                                keep)):
                             keep[:] = True
@@ -328,6 +338,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 # a pass over the shard's nnz: skipped when the test screened nothing
                 feature_keep = np.repeat(keep, np.diff(pen.indptr))
                 if server:
+                    best.restrict(keep)
                     correlation = correlation[feature_keep]
                     column_sq = column_sq[feature_keep]
                     column_counts = column_counts[feature_keep]
