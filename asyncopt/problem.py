@@ -346,12 +346,19 @@ class Problem:
 
 def encode_binary_labels(y):
     """(labels mapped to -1/+1, the two original classes sorted); ValueError unless y holds
-    exactly two classes (messages as scikit-learn's classifiers word them)."""
-    from sklearn.utils.multiclass import type_of_target
-
+    exactly two classes (messages as scikit-learn's classifiers word them). Two finite
+    integral numbers, scikit-learn's "binary", are encoded without importing it (each rank
+    of mpirun -n K asyncopt-logreg encodes the labels)."""
     y = np.asarray(y)
     if y.ndim != 1:
         raise ValueError(f"y must be 1-dimensional, got shape {y.shape}")
+    if y.dtype.kind in "iuf":
+        classes = np.unique(y)
+        if classes.shape[0] == 2 and np.all(np.isfinite(classes)) and \
+                np.all(classes == np.round(classes)):
+            return np.where(y == classes[1], 1.0, -1.0), classes
+    from sklearn.utils.multiclass import type_of_target
+
     kind = type_of_target(y, input_name="y", raise_unknown=True)
     if kind not in ("binary", "multiclass"):
         raise ValueError(f"Unknown label type: {kind}: logistic regression needs labels "

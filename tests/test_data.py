@@ -329,6 +329,12 @@ def test_load_a9a():
     assert set(np.unique(X.data)) == {1.0}
     _, y01 = load_a9a(labels="01")
     np.testing.assert_array_equal(y01, (y + 1) / 2)
+    # the embedded file's numpy parse against scikit-learn's parser (load_libsvm's)
+    from importlib import resources
+    X_sk, y_sk = load_libsvm(str(resources.files("asyncopt.data").joinpath("a9a.svm.xz")),
+                             n_features=123, zero_based=False)
+    assert_same_csr(X, X_sk)
+    np.testing.assert_array_equal(y01, y_sk)
     if SHARED_A9A.exists():
         X_ref, y_ref = load_libsvm(SHARED_A9A, n_features=123, zero_based=False)
         assert_same_csr(X, X_ref)

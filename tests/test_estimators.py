@@ -298,3 +298,26 @@ def test_warm_start_reduces_iterations(cls):
     # without warm_start the refit starts from scratch
     plain = cls(alpha=0.02, **kw).fit(X, y)
     assert plain.fit(X, y).n_iter_ == cold_iters
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+def test_binary_labels_are_encoded_as_scikit_learns_type_of_target_sees_them():
+    """Two finite integral numbers are encoded without scikit-learn (what every rank of
+    the MPI command line does); everything else goes through type_of_target."""
+    from sklearn.utils.multiclass import type_of_target
+
+    from asyncopt.problem import encode_binary_labels
+    for y in ([0, 1, 1, 0], [-1.0, 1.0, 1.0], [3, 7, 7], np.array([2.0, 5.0]),
+              np.array([0, 1], dtype=np.uint8), ["a", "b", "a"]):
+        assert type_of_target(y) == "binary"
+        encoded, classes = encode_binary_labels(y)
+        np.testing.assert_array_equal(classes, np.unique(y))
+        np.testing.assert_array_equal(encoded, np.where(np.asarray(y) == classes[1], 1.0, -1.0))
+    with pytest.raises(ValueError, match="Unknown label type: continuous"):
+        encode_binary_labels([0.5, 1.5, 0.5])
+    with pytest.raises(ValueError, match="Only binary classification"):
+        encode_binary_labels([1, 2, 3])
+    with pytest.raises(ValueError, match="got 1 class"):
+        encode_binary_labels([1, 1])
+    with pytest.raises(ValueError, match="NaN"):
+        encode_binary_labels([0.0, np.nan, 1.0])

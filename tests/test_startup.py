@@ -33,6 +33,32 @@ def test_a_solver_rank_does_not_import_scikit_learn():
     assert run.returncode == 0, run.stderr
 
 
+CLI_RANK = """
+import importlib
+import sys
+main = importlib.import_module(sys.argv[1]).main
+code = main(["--quiet", "--max-epochs", "2"])
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "sklearn")
+assert not loaded, loaded[:5]
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("cli", ["asyncopt.cli.lasso", "asyncopt.cli.logreg"])
+def test_cli_ranks_under_mpirun_do_not_import_scikit_learn(cli):
+    """Each rank of mpirun -n K asyncopt-lasso / -logreg on the embedded data runs
+    solve_mpi without the estimators, parses a9a and encodes its labels without
+    scikit-learn: its import (with scipy.stats) cost every rank ~5 s of start-up at -n 9
+    on 2 cores."""
+    mpirun = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    if not os.path.exists(mpirun):
+        pytest.skip("no mpirun next to the interpreter")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    run = subprocess.run([mpirun, "-n", "3", sys.executable, "-c", CLI_RANK, cli], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-1000:] + run.stderr[-2000:]
+
+
 def test_each_worker_reads_exactly_its_rows_from_the_shard_files(tmp_path):
     X, y = load_data("ctr_small")
     folder = prepare_shards("ctr_small", 3, str(tmp_path))

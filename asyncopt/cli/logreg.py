@@ -16,9 +16,7 @@ DESCRIPTION = (
 
 def _body(argv):
     args = build_parser(PROG, DESCRIPTION, default_alpha_ratio=1e-2).parse_args(argv)
-    from asyncopt import SparseLogisticRegression
-
-    return fit_and_report(args, PROG, SparseLogisticRegression, loss="logistic",
+    return fit_and_report(args, PROG, "SparseLogisticRegression", loss="logistic",
                           title=f"{PROG} summary")
 
 
