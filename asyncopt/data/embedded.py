@@ -14,10 +14,11 @@ A9A_N_FEATURES = 123
 
 
 def _parse_well_formed(text, n_features):
-    """(X, y) of LIBSVM text known to be well formed ("label i:v i:v ..." per line, one-based
-    ascending indices): the embedded file only, whose parse this is tested against
-    scikit-learn's. Vectorised with numpy, without scikit-learn, whose import (with scipy.stats)
-    cost each rank of mpirun -n 9 asyncopt-lasso ~5 s of start-up on 2 cores."""
+    """(X, y) of LIBSVM text known to be well formed ("label i:v i:v ..." per line,
+    one-based ascending indices): the embedded file only, whose parse is tested against
+    scikit-learn's. Vectorised with numpy, without scikit-learn, whose import (with
+    scipy.stats) cost each rank of mpirun -n 9 asyncopt-lasso ~5 s of start-up on 2
+    cores."""
     lines = [line for line in text.split(b"\n") if line.strip()]
     per_row = np.fromiter((line.count(b":") for line in lines), dtype=np.int64,
                           count=len(lines))

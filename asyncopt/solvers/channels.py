@@ -19,7 +19,7 @@ inside MPI: the server's receive of a worker's delta waited until that worker fi
 the numba batch it had started, and its reply until the worker polled again. CTR
 200,000 x 100,000 to gap 1e-6, 8 workers: the server spent 0.9 s of a 4.3 s solve in
 Recv; with the window, and workers that sleep instead of spinning while they wait for a
-reply (nothing needs them inside MPI any more), the solve took 2.5-3.2 s (2026-11-22).
+reply (nothing needs them inside MPI any more), the solve took 2.3-3.2 s (2026-11-22).
 
 ``MessageChannel``, otherwise (ranks on several nodes; a window that would not fit in
 SHARED_BUDGET bytes or in half of the free space of /dev/shm; or

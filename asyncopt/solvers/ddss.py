@@ -5,10 +5,11 @@ Outer iteration s:
   2. generalized residual rho, A^T rho (full gradient mu = -A^T rho / n), dual point theta,
      P and D; the gap G = P - the largest D of any dual point so far (``BestDual``); stop
      when G <= tol * P(0);
-  3. gap-safe screening (the spheres around theta and around the best point); the data is compacted to the surviving columns once the blocks
-     the test removes hold COMPACT_NNZ_SHARE of the stored non-zeros or COMPACT_FEATURE_SHARE
-     of the features (a compaction costs a pass over the data; removing a sliver of rare
-     columns does not repay it), and once more after the last iteration;
+  3. gap-safe screening (the spheres around theta and around the best point); the data
+     is compacted to the surviving columns once the blocks the tests remove hold
+     COMPACT_NNZ_SHARE of the stored non-zeros or COMPACT_FEATURE_SHARE of the features
+     (a compaction costs a pass over the data; removing a sliver of rare columns does
+     not repay it), and once more after the last iteration;
   4. one inner epoch (about n steps) of sparse prox-SVRG from the snapshot (x, z, mu)
      with step eta = 1 / (3 L_max) (DDSS), or plain sparse stochastic prox steps with
      the decaying step eta / (1 + s) (DDSS-Naive).
