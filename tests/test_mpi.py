@@ -74,13 +74,6 @@ def test_staleness_damping_is_one_up_to_l_then_l_over_tau_to_the_power():
         assert staleness_damping(20, 4, power) == pytest.approx(0.2 ** power)
 
 
-def test_move_cap_halves_when_xs_own_dual_point_is_spoiled():
-    from asyncopt.solvers.mpi import MIN_MOVE_CAP, MOVE_CAP, adapt_move_cap
-    assert adapt_move_cap(MOVE_CAP, 3.9e-6, 1e-6) == MOVE_CAP
-    assert adapt_move_cap(MOVE_CAP, 4.1e-6, 1e-6) == MOVE_CAP / 2
-    assert adapt_move_cap(0.5, 1.0, 0.0) == max(0.25, MIN_MOVE_CAP) == MIN_MOVE_CAP
-
-
 def test_damping_power_rises_with_the_gap_and_falls_after_calm_epochs():
     from asyncopt.solvers.mpi import adapt_damping_power
     power, calm, seen = 1.0, 0, []

@@ -51,12 +51,10 @@ started with, then adapted per epoch (``adapt_damping_power``: up after such an 
 down after a calm stretch, 2 <= k <= 4). CTR 20,000 x 10,000 at 1e-3 lam_max, 1 worker
 34 epochs: 2 and 4 workers need 35-37 and ~55 epochs; with the former weights (average
 wherever a batch likely touches the coordinate) they needed 80 and 154.
-When an epoch ends with the gap at x's own dual point above 4 times the certified one (x
-nearly optimal, its gradient off on popular coordinates), the server halves the move cap
-(``adapt_move_cap``). As a safeguard the server keeps the snapshot of each inner loop and,
-when the next certificate shows P above P(snapshot) + G(snapshot) (so above P* + 2 G),
-rejects the epoch: x returns to the snapshot and every rank first halves the move cap
-(down to MIN_MOVE_CAP), then the step, for the rest of the run.
+As a safeguard the server keeps the snapshot of each inner loop and, when
+the next certificate shows P above P(snapshot) + G(snapshot) (so above P* + 2 G), rejects
+the epoch: x returns to the snapshot and every rank first halves the move cap (down to
+MIN_MOVE_CAP), then the step, for the rest of the run.
 
 Hot-path messages are numpy buffers (in a shared-memory window, or Isend / Irecv), never
 pickles. No rank busy-polls: a wait checks for at most 1 ms, then sleeps between checks
@@ -86,7 +84,6 @@ from .channels import open_channel
 from .wire import Wire, _mpi
 
 MOVE_CAP, MIN_MOVE_CAP = 1.9, 0.45
-SPOILED_DUAL_RATIO = 4.0
 MAX_DAMPING_POWER, CALM_EPOCHS = 4.0, 4
 STOP, INNER, RECERTIFY, REJECT = 0, 1, 2, 3
 HEADER = 4          # [version, steps, intercept delta, last] in front of a delta's values
@@ -273,7 +270,6 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 if snapshot is not None:
                     damping_power, calm = adapt_damping_power(damping_power, calm,
                                                               gap > snapshot[3])
-                    move_cap = adapt_move_cap(move_cap, gap, certified)
                 now = time.perf_counter() - start
                 record = {"epoch": epoch, "time": time_offset + now, "primal": primal,
                           "dual": best.dual, "dual_at_x": dual, "gap": certified,
@@ -476,25 +472,6 @@ def default_batch(n, n_workers):
     batches on 400 rows stalled a group Lasso at gap 6e-4)."""
     messages = int(np.ceil(2.5 * n_workers)) if n_workers <= 4 else 25
     return max(1, n // (messages * n_workers))
-
-
-def adapt_move_cap(move_cap, gap_at_x, certified):
-    """The move cap after an epoch: halved (not below MIN_MOVE_CAP) when the gap at x's own
-    dual point exceeds SPOILED_DUAL_RATIO times the certified one (``BestDual``), else
-    unchanged.
-
-    Such an x is nearly optimal in P but its gradient is off on some coordinates, first
-    order: on CTR 200,000 x 100,000 with 8 workers, the most popular features (in 5,000 to
-    135,000 of the 200,000 rows) ended epochs with ||A_j^T rho|| / (n lam) up to 1.0008
-    while P stayed within 2e-6 P(0) of the optimum. The summed deltas of l workers move
-    such a coordinate up to move_cap times the way to its minimum (``overshoot_weights``),
-    so with the cap at 1.9 it oscillates around it. mpirun -n 9 to gap 1e-6, 16 runs each,
-    alternating: 22-35 epochs (mean 28.4, 2.71 s) with this rule against 25-166 (mean
-    39.8, 3.12 s; 3 runs of 43 epochs or more) without; -n 3 and -n 5 unchanged (18.5
-    against 18.3 and 25.5 against 25.2 epochs, six runs each)."""
-    if gap_at_x > SPOILED_DUAL_RATIO * certified:
-        return max(move_cap / 2.0, MIN_MOVE_CAP)
-    return move_cap
 
 
 def staleness_damping(tau, n_workers, power=1.0):
