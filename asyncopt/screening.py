@@ -45,7 +45,8 @@ class BestDual:
     point, with this G, is a second safe test next to the sphere around x's own point (both
     contain theta*, so a block that either removes is zero at the optimum). Blocks removed
     by a safe test are zero at the optimum, so the restricted problem keeps P* and the best
-    point stays valid after a compaction (``restrict``).
+    point stays valid after a compaction (``restrict``). solve_ddss (serial, threads)
+    uses both; solve_mpi stops on this G but screens with x's own sphere only (see there).
 
     Why: x's own dual point moves first-order with x while P moves second-order. With 8
     asynchronous workers on CTR 200,000 x 100,000 an epoch of stale steps dropped D by

@@ -13,9 +13,8 @@ zeros to the sums; root-centred and without spinning on an oversubscribed node, 
   2. refit the intercept: squared loss, b += sum(y - z) / n; logistic, Newton steps on
      the reduced sums of f' and f'';
   3. reduce [sum f, A^T rho] to the server, which forms the dual scaling s and broadcasts
-     it; reduce sum f*(-rho / s): the server has P, D and the gap, and certifies x with
-     the best dual point so far (``screening.BestDual``: G = P - the largest D, and a
-     second gap-safe sphere around that point);
+     it; reduce sum f*(-rho / s): the server has P, D and the gap, and stops on the gap at
+     the best dual point so far (``screening.BestDual``: G = P - the largest D);
   4. the server decides (stop, screen, step), broadcasts [status, number of blocks
      removed] and, when there are any, their positions among the active blocks, then the
      step data (eta, the reweighted full gradient, thresholds); every
@@ -260,8 +259,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             if server:
                 primal = total[0] / n + lam * pen.value(x)
                 dual = -conj_total[0] / n
-                # gap: at x's own dual point (the damping and the rejection follow it);
-                # certified: at the best point so far (the stop, the record)
+                # gap: at x's own dual point (the screening, the damping and the
+                # rejection follow it); certified: at the best point so far (the stop,
+                # the record)
                 gap = max(primal - dual, 0.0)
                 best.offer(dual, block_corr, scale)
                 certified = best.gap(primal)
@@ -300,10 +300,11 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                     block_column_norms = np.sqrt(np.add.reduceat(
                         column_sq, pen.indptr[:-1])) if x.shape[0] else np.zeros(0)
                     if screening:
+                        # x's own sphere only: with the best point's sphere as well, CTR
+                        # 20,000 x 10,000 at -n 9 compacted earlier and then took
+                        # 643-1,237 epochs against 88-183 (not understood; both are safe)
                         keep = gap_safe_keep(block_corr, scale, radius, block_column_norms,
-                                             n, lam, pen.weights) & best.keep(
-                            primal, n, _lipschitz(loss_code), block_column_norms, lam,
-                            pen.weights)
+                                             n, lam, pen.weights)
                         if not worth_compacting(*dropped_share(column_counts, pen.indptr,
                                                                keep)):
                             keep[:] = True
