@@ -46,7 +46,8 @@ class BestDual:
     contain theta*, so a block that either removes is zero at the optimum). Blocks removed
     by a safe test are zero at the optimum, so the restricted problem keeps P* and the best
     point stays valid after a compaction (``restrict``). solve_ddss (serial, threads)
-    uses both; solve_mpi stops on this G but screens with x's own sphere only (see there).
+    uses both; solve_mpi stops on this G but screens with x's own sphere only (see there),
+    so it offers D alone.
 
     Why: x's own dual point moves first-order with x while P moves second-order. With 8
     asynchronous workers on CTR 200,000 x 100,000 an epoch of stale steps dropped D by
@@ -58,11 +59,13 @@ class BestDual:
         self.block_correlation = None
         self.dual_scale = 1.0
 
-    def offer(self, dual, block_correlation, dual_scale):
-        """Keep (dual, block_correlation, dual_scale) if its D is the largest so far."""
+    def offer(self, dual, block_correlation=None, dual_scale=1.0):
+        """Keep (dual, block_correlation, dual_scale) if its D is the largest so far. Offered
+        without its correlation, a point certifies gaps but gives no sphere (``keep``)."""
         if dual > self.dual:
             self.dual = float(dual)
-            self.block_correlation = np.array(block_correlation, dtype=np.float64)
+            self.block_correlation = None if block_correlation is None else \
+                np.array(block_correlation, dtype=np.float64)
             self.dual_scale = float(dual_scale)
 
     def gap(self, primal):
@@ -76,7 +79,7 @@ class BestDual:
 
     def keep(self, primal, n_samples, lipschitz, block_column_norms, lam, weights):
         """Blocks the gap-safe sphere around the best point cannot remove at P = primal
-        (every block when there is no point yet)."""
+        (every block when there is no point yet, or it came without its correlation)."""
         if self.block_correlation is None:
             return np.ones(block_column_norms.shape[0], dtype=bool)
         radius = gap_safe_radius(n_samples, lipschitz, self.gap(primal))

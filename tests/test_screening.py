@@ -192,6 +192,9 @@ def test_best_dual_keeps_the_largest_d_and_follows_compaction():
     np.testing.assert_array_equal(best.block_correlation, [3.0, 0.4])
     best.offer(-0.1, np.array([1.0, 1.0]), 1.0)
     assert best.dual == -0.1 and best.block_correlation.tolist() == [1.0, 1.0]
+    best.offer(0.2)                     # D alone (solve_mpi): a bound, no sphere
+    assert best.dual == 0.2 and best.gap(0.5) == pytest.approx(0.3)
+    assert best.keep(0.5, 10, 1.0, norms[:2], 0.1, weights[:2]).all()
 
 
 def test_radius_without_factor_n_is_unsafe(make_data):

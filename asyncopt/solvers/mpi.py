@@ -263,7 +263,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 # rejection follow it); certified: at the best point so far (the stop,
                 # the record)
                 gap = max(primal - dual, 0.0)
-                best.offer(dual, block_corr, scale)
+                best.offer(dual)
                 certified = best.gap(primal)
                 if reference is None:     # P at x = 0 (the first record) is P(0)
                     reference = primal
@@ -339,7 +339,6 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 # a pass over the shard's nnz: skipped when the test screened nothing
                 feature_keep = np.repeat(keep, np.diff(pen.indptr))
                 if server:
-                    best.restrict(keep)
                     correlation = correlation[feature_keep]
                     column_sq = column_sq[feature_keep]
                     column_counts = column_counts[feature_keep]
