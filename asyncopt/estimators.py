@@ -36,8 +36,8 @@ def solve_method(problem, method, *, screening=True, checkpoint=None, step_scale
         return solve_pse(problem, spec["pse"], label=method, **common)
     return solve_ddss(problem, screening=screening and spec["screening"],
                       variance_reduced=spec["variance_reduced"], saga=spec["saga"],
-                      dense=spec["dense"], checkpoint=checkpoint, step_scale=step_scale,
-                      label=method, **common)
+                      dense=spec["dense"], support_newton=spec["support_newton"],
+                      checkpoint=checkpoint, step_scale=step_scale, label=method, **common)
 
 
 def _check_choice(value, choices, what):

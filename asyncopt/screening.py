@@ -20,9 +20,18 @@ import math
 import numpy as np
 
 
-def gap_safe_radius(n_samples, lipschitz, gap):
-    """r = sqrt(2 n L_f G) (gap clipped at 0)."""
-    return math.sqrt(2.0 * n_samples * lipschitz * max(gap, 0.0))
+ROUNDING = 1e-11     # relative allowance for rounding in G = P - D (see gap_safe_radius)
+
+
+def gap_safe_radius(n_samples, lipschitz, gap, primal=0.0):
+    """r = sqrt(2 n L_f (G + ROUNDING |P|)), G clipped at 0.
+
+    P and D are sums of n rounded terms: at a solution the computed G can be 0 (or
+    negative) while the true one is not, and a zero radius would remove a non-zero
+    feature whose correlation is 1 - 1e-15 in floating point. The allowance keeps the
+    sphere larger than that rounding (it only matters once G < 1e-11 P)."""
+    return math.sqrt(2.0 * n_samples * lipschitz
+                     * (max(gap, 0.0) + ROUNDING * abs(primal)))
 
 
 def gap_safe_keep(block_correlation, dual_scale, radius, block_column_norms, n_samples,
@@ -82,7 +91,7 @@ class BestDual:
         (every block when there is no point yet, or it came without its correlation)."""
         if self.block_correlation is None:
             return np.ones(block_column_norms.shape[0], dtype=bool)
-        radius = gap_safe_radius(n_samples, lipschitz, self.gap(primal))
+        radius = gap_safe_radius(n_samples, lipschitz, self.gap(primal), primal)
         return gap_safe_keep(self.block_correlation, self.dual_scale, radius,
                              block_column_norms, n_samples, lam, weights)
 
@@ -91,7 +100,8 @@ def screen_active_set(active, certificate, best=None):
     """Gap-safe test on an ActiveSet at a Certificate: mask of the blocks to keep. With a
     ``BestDual``, a block either sphere removes is removed."""
     prob = active.problem
-    radius = gap_safe_radius(prob.n_samples, prob.loss.lipschitz, certificate.gap)
+    radius = gap_safe_radius(prob.n_samples, prob.loss.lipschitz, certificate.gap,
+                             certificate.primal)
     norms = active.block_column_norms()
     keep = gap_safe_keep(certificate.block_correlation, certificate.dual_scale, radius,
                          norms, prob.n_samples, prob.lam, active.weights)

@@ -131,7 +131,7 @@ def source_fingerprint():
 DDSS_VARIANTS = {
     "ddss": dict(screening=True, variance_reduced=True),
     "ddss_noscreen": dict(screening=False, variance_reduced=True),
-    "ddss_naive": dict(screening=True, variance_reduced=False),
+    "ddss_naive": dict(screening=True, variance_reduced=False, support_newton=False),
 }
 
 

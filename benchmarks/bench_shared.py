@@ -103,7 +103,8 @@ def solve_async(problem, method, threads, kernel, **common):
         if solve_pse is None:
             raise RuntimeError(f"skipped: solve_pse is not importable ({PSE_MISSING})")
         return solve_pse(problem, rule=spec["pse"], inner_loop=loop, **common), loop
-    flags = {k: spec[k] for k in ("screening", "variance_reduced", "saga", "dense")}
+    flags = {k: spec[k] for k in ("screening", "variance_reduced", "saga", "dense",
+                                  "support_newton")}
     return solve_ddss(problem, inner_loop=loop, **flags, **common), loop
 
 

@@ -16,12 +16,13 @@ pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN),
                                 reason="no mpirun next to the interpreter (pip install mpich)")
 
 
-def run_spmd(tmp_path, n_ranks, loss, method, groups, transport="auto"):
+def run_spmd(tmp_path, n_ranks, loss, method, groups, transport="auto", options=()):
     out = tmp_path / "result.json"
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                ASYNCOPT_MPI_TRANSPORT=transport)
     proc = subprocess.run([MPIRUN, "-n", str(n_ranks), sys.executable, SCRIPT, str(out), loss,
-                           method, str(groups)], env=env, capture_output=True, text=True,
+                           method, str(groups), *options], env=env, capture_output=True,
+                          text=True,
                           timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(out.read_text())
@@ -85,12 +86,30 @@ def test_damping_power_rises_with_the_gap_and_falls_after_calm_epochs():
 
 
 def test_messages_shrink_as_screening_removes_features(tmp_path):
-    history = run_spmd(tmp_path, 3, "squared", "ddss", 1)["history"]
+    # prox-SVRG epochs only: with the support Newton step this problem is solved before
+    # the screening has removed most features
+    history = run_spmd(tmp_path, 3, "squared", "ddss", 1,
+                       options=("no-newton",))["history"]
     inner = [h for h in history if h["messages"]]
     first, last = inner[0], inner[-1]
     assert last["n_active"] < 0.2 * first["n_active"]
     assert last["message_bytes"] / last["messages"] < first["message_bytes"] / first["messages"]
     assert history[-1]["bytes_recv"] > 0 and history[-1]["bytes_sent"] > 0
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_support_newton_step_over_the_shards(tmp_path, loss):
+    """a9a degree 2 (3,000 rows, nearly equal columns), 2 workers: prox-SVRG epochs alone
+    stall (logistic: gap 2.4e-8 after 3,000 epochs); with the step, taken over the shards
+    (Hessian reduced, trial losses reduced), Dis-DDSS reaches 1e-8 (20-39 epochs in ten
+    runs, 70 once under load) and the serial objective."""
+    result = run_spmd(tmp_path, 3, loss, "ddss", 1, options=("a9a2",))
+    assert result["converged"] and result["epochs"] <= 150
+    assert any(h["newton_step"] > 0 for h in result["history"])
+    assert abs(result["objective"] - result["serial_objective"]) <= \
+        1e-7 * abs(result["serial_objective"])
+    assert abs(result["history"][-1]["primal"] - result["objective"]) <= \
+        1e-13 * abs(result["objective"])
 
 
 def test_dis_ddss_naive_makes_progress(tmp_path):

@@ -5,13 +5,14 @@ benchmarks can map a method to solve_mpi's flags without importing scikit-learn 
 start-up per rank, nine times over on an oversubscribed ``mpirun -n 9``)."""
 
 METHODS = {
-    "ddss": {"screening": True, "variance_reduced": True, "saga": False, "dense": False},
+    "ddss": {"screening": True, "variance_reduced": True, "saga": False, "dense": False,
+             "support_newton": True},
     "ddss_naive": {"screening": True, "variance_reduced": False, "saga": False,
-                   "dense": False},
+                   "dense": False, "support_newton": False},
     "prox_asaga": {"screening": False, "variance_reduced": True, "saga": True,
-                   "dense": False},
+                   "dense": False, "support_newton": False},
     "prox_asvrg": {"screening": False, "variance_reduced": True, "saga": False,
-                   "dense": True},
+                   "dense": True, "support_newton": False},
     "pse_safe": {"pse": "safe"},
     "pse_strong": {"pse": "strong"}}
 BACKENDS = ("serial", "threads", "mpi")
@@ -23,4 +24,4 @@ def mpi_flags(method, screening=True):
     spec = METHODS[method]
     return dict(screening=screening and spec["screening"],
                 variance_reduced=spec["variance_reduced"], saga=spec["saga"],
-                dense=spec["dense"])
+                dense=spec["dense"], support_newton=spec["support_newton"])

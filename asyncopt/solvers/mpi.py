@@ -20,7 +20,11 @@ zeros to the sums; root-centred and without spinning on an oversubscribed node, 
      step data (eta, the reweighted full gradient, thresholds); every
      worker compacts its shard. As in the serial solver (``ddss.worth_compacting``), the
      blocks the test removes are dropped only once they hold 5% of the stored non-zeros
-     or half the features: a compaction is a pass over every shard.
+     or half the features: a compaction is a pass over every shard;
+  5. after an epoch that cut the certified gap by less than half, and with at most
+     support_newton.MAX_SUPPORT non-zeros, the support Newton step instead of an epoch
+     (``_support_newton``: the workers reduce the Hessian on the non-zeros and their
+     losses at the trial steps), then a new certificate.
 Inner loop (asynchronous): a worker runs ``batch`` sparse prox-SVRG steps on its copy of x
 (kernels/svrg.py), sends the sparse delta (int32 indices, float64 values with a header
 [version, steps, intercept delta, last]) and waits for the reply: the coordinates of x that
@@ -68,7 +72,7 @@ import time
 
 import numpy as np
 
-from ..kernels.linalg import csr_rmatvec
+from ..kernels.linalg import csr_margins, csr_rmatvec
 from ..kernels.messages import add_weighted_delta, apply_reply, changed_since, take_delta
 from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_group, saga_epoch_l1,
                             svrg_epoch_group, svrg_epoch_l1)
@@ -77,6 +81,9 @@ from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, 
 from ..penalties import block_norms
 from ..problem import dropped_share
 from ..screening import BestDual, gap_safe_keep, gap_safe_radius
+from ..support_newton import (TRIALS, StallWatch, best_step, orthant_newton_target,
+                              stepped, support_gradient, support_hessian_sums,
+                              trial_loss_sums)
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import SolverResult, epoch_rows, worth_compacting
 from .channels import open_channel
@@ -84,7 +91,7 @@ from .wire import Wire, _mpi
 
 MOVE_CAP, MIN_MOVE_CAP = 1.9, 0.45
 MAX_DAMPING_POWER, CALM_EPOCHS = 4.0, 4
-STOP, INNER, RECERTIFY, REJECT = 0, 1, 2, 3
+STOP, INNER, RECERTIFY, REJECT, NEWTON = 0, 1, 2, 3, 4
 HEADER = 4          # [version, steps, intercept delta, last] in front of a delta's values
 REPLY_HEADER = 4    # [control, version, b, full] in front of a reply's values
 
@@ -135,7 +142,8 @@ def _checkpoint_on_sigterm(path, live, history, penalty, n_features, lam):
 def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept, *,
               tol=1e-4, max_epochs=200, screening=True, variance_reduced=True, batch=None,
               step_scale=1.0, checkpoint=None, saga=False, dense=False,
-              random_state=None, verbose=0, label="ddss", max_time=None, transport=None):
+              random_state=None, verbose=0, label="ddss", max_time=None, transport=None,
+              support_newton=True):
     """Dis-DDSS on ``comm`` (rank 0 the server, the others workers). Every rank calls it;
     ``problem`` is the worker's Problem on its own rows (None on the server). Returns the
     SolverResult on every rank (coef broadcast once at the end).
@@ -150,7 +158,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     batch: local steps per message (default ``default_batch``).
     transport: how the inner loop's messages travel (``channels.open_channel``): "auto"
     (a shared-memory window when every rank is on one node, MPI messages otherwise),
-    "shared" or "messages"; None reads ASYNCOPT_MPI_TRANSPORT (default auto)."""
+    "shared" or "messages"; None reads ASYNCOPT_MPI_TRANSPORT (default auto).
+    support_newton: after an epoch that cut the gap by less than half, the support Newton
+    step (``_support_newton``; L1 penalties; the baselines run without it)."""
     from ..progress import ProgressLine
 
     start = time.perf_counter()
@@ -210,6 +220,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             epoch = resumed[2][-1]["epoch"] + 1
     first_epoch = epoch
     best = BestDual() if server else None   # the run's certified G = P - the largest D
+    watch = StallWatch() if server and support_newton and penalty.is_l1 and not saga \
+        else None
+    newton_from, newton_t = None, 0.0     # the gap a Newton step started from, its t
     snapshot, step_factor, move_cap = None, 1.0, MOVE_CAP
     damping_power, calm = 1.0, 0
     memory = None
@@ -281,7 +294,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                           "messages": messages, "message_bytes": message_bytes,
                           "intercept": b, "step_factor": step_factor,
                           "move_cap": move_cap, "damping_power": damping_power,
-                          "transport": channel.name}
+                          "newton_step": newton_t, "transport": channel.name}
                 history.append(record)
                 progress.update(record)
                 if checkpoint is not None:
@@ -296,7 +309,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 elif snapshot is not None and not primal <= snapshot[2] + snapshot[3]:
                     status = REJECT
                 else:
-                    radius = gap_safe_radius(n, _lipschitz(loss_code), gap)
+                    radius = gap_safe_radius(n, _lipschitz(loss_code), gap, primal)
                     block_column_norms = np.sqrt(np.add.reduceat(
                         column_sq, pen.indptr[:-1])) if x.shape[0] else np.zeros(0)
                     if screening:
@@ -310,6 +323,14 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                             keep[:] = True
                     feature_keep = np.repeat(keep, np.diff(pen.indptr))
                     status = RECERTIFY if np.any(x[~feature_keep] != 0) else INNER
+                    if watch is not None:
+                        if newton_from is not None:
+                            watch.tried(epoch, newton_from, certified)
+                            newton_from = None
+                        elif watch.should_try(epoch, certified, np.count_nonzero(x)) \
+                                and status == INNER:
+                            status, newton_from = NEWTON, certified
+                newton_t = 0.0
                 dropped = np.flatnonzero(~keep)
                 control[:] = status, dropped.shape[0]
             control = wire.bcast(control)
@@ -347,7 +368,12 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 blocks = blocks[keep]
                 pen = penalty.restricted(blocks)
                 x = x[feature_keep]
-            if status == RECERTIFY:
+            if status == NEWTON:
+                x, b, newton_t = _support_newton(wire, active, x, b, z, loss_code, lam, n,
+                                                 pen.weights, fit_intercept,
+                                                 correlation if server else None,
+                                                 float(total[1]) if server else 0.0)
+            if status in (RECERTIFY, NEWTON):
                 snapshot = None
                 continue
             # step data from the server's full gradient
@@ -427,6 +453,62 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     return SolverResult(coef, b, epoch - first_epoch, float(summary[2]), float(summary[3]),
                         float(summary[4]), penalty.active_features(blocks), converged,
                         history)
+
+
+def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, correlation,
+                    rho_sum):
+    """The support Newton step (``support_newton.py``) over the shards; every rank calls
+    it with its x and b (equal on every rank: each inner loop ends with the workers
+    holding the server's) and its margins z at them. Workers reduce their share of the
+    Hessian on S = the non-zeros of x (its upper triangle: (|S| + 1)(|S| + 2) / 2
+    numbers); the server broadcasts the end point of the orthant Newton path; workers
+    reduce their losses at the trial steps; the server broadcasts the t taken (0: none).
+    Returns (x, b, t), the same on every rank. ``correlation`` (A^T rho) and ``rho_sum``
+    are the server's."""
+    server = correlation is not None
+    support = np.flatnonzero(x)
+    k = support.shape[0]
+    dim = k + 1 if intercept else k
+    upper = np.triu_indices(dim)
+    if server:
+        hessian = np.zeros((dim, dim))
+        hessian[upper] = wire.reduce(np.zeros(upper[0].shape[0]))
+        hessian = hessian + np.triu(hessian, 1).T
+        hessian /= n
+    else:
+        position = np.full(x.shape[0], -1, dtype=np.int64)
+        position[support] = np.arange(k)
+        wire.reduce(support_hessian_sums(active.indptr, active.indices, active.data,
+                                         position, code, z, active.y, k, intercept)[upper])
+    point = np.append(x[support], b) if intercept else x[support].copy()
+    target = point.copy()
+    if server:
+        gradient = support_gradient(correlation[support], rho_sum, point[:k],
+                                    weights[support], lam, n, intercept)
+        target, predicted, _ = orthant_newton_target(hessian, gradient, point, k)
+        if not predicted < 0.0:
+            target = point.copy()
+    target = wire.bcast(target)
+    sums = np.zeros(TRIALS.shape[0])
+    if not server:
+        change = np.zeros(x.shape[0])
+        change[support] = target[:k] - point[:k]
+        dz = csr_margins(active.indptr, active.indices, active.data, change,
+                         float(target[-1] - point[-1]) if intercept else 0.0,
+                         np.empty(z.shape[0]))
+        sums = trial_loss_sums(code, z, dz, active.y, TRIALS)
+    sums = wire.reduce(sums)
+    step = np.zeros(1)
+    if server:
+        step[0] = best_step(sums, n, lam, weights[support], point[:k], target[:k])[0]
+    t = float(wire.bcast(step)[0])
+    if t > 0.0:
+        moved = stepped(point, target, t)
+        x = x.copy()
+        x[support] = moved[:k]
+        if intercept:
+            b = float(moved[-1])
+    return x, b, t
 
 
 def _lipschitz(code):

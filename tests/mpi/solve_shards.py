@@ -1,6 +1,11 @@
 """SPMD check run by tests/test_mpi.py under mpirun: every rank makes the same data, the
 workers take contiguous row shards, solve_mpi runs, and rank 0 writes the result (and the
-shard sizes every rank held) as JSON to argv[1]."""
+shard sizes every rank held) as JSON to argv[1].
+
+    solve_shards.py OUT LOSS METHOD GROUPS [no-newton] [a9a2]
+
+no-newton: run without the support Newton step; a9a2: the first 3,000 rows of a9a's
+degree-2 features (nearly equal columns) instead of the random data."""
 import json
 import sys
 
@@ -15,18 +20,26 @@ from asyncopt.solvers import solve_ddss
 from asyncopt.solvers.mpi import solve_mpi
 
 
-def main(out, loss, method, groups, batch=None, seed=0, n=400, p=150):
+def main(out, loss, method, groups, options=(), batch=None, seed=0, n=400, p=150):
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     rng = np.random.default_rng(seed)
-    X = sp.random(n, p, density=0.08, random_state=seed, format="csr")
-    w = np.r_[rng.standard_normal(8), np.zeros(p - 8)]
-    y = X @ w + 0.05 * rng.standard_normal(n)
-    if loss == "logistic":
-        y = np.where(y > np.median(y), 1.0, -1.0)
+    if "a9a2" in options:
+        from asyncopt.data.embedded import load_a9a
+        X, y = load_a9a(degree=2)
+        X, y = X[:3000], y[:3000]
+        X = X[:, np.flatnonzero(np.diff(X.tocsc().indptr))].tocsr()
+        n, p = X.shape
+    else:
+        X = sp.random(n, p, density=0.08, random_state=seed, format="csr")
+        w = np.r_[rng.standard_normal(8), np.zeros(p - 8)]
+        y = X @ w + 0.05 * rng.standard_normal(n)
+        if loss == "logistic":
+            y = np.where(y > np.median(y), 1.0, -1.0)
     penalty = L1(p) if groups == 1 else GroupL1(p, groups)
     full = Problem(X, y, loss, penalty, 1.0, True)
-    lam = (0.05 if loss == "squared" else 0.2) * full.lam_max()
+    lam = (0.01 if "a9a2" in options else 0.05 if loss == "squared" else 0.2) \
+        * full.lam_max()
     shard = None
     rows = 0
     if rank > 0:
@@ -34,15 +47,17 @@ def main(out, loss, method, groups, batch=None, seed=0, n=400, p=150):
         rows = len(part)
         shard = Problem(X[part], y[part], loss, penalty, lam, True)
     del X
+    flags = mpi_flags(method)
+    if "no-newton" in options:
+        flags["support_newton"] = False
     result = solve_mpi(comm, shard, penalty, p, full.loss.code, lam, True, tol=1e-8,
-                       max_epochs=100 if method == "ddss_naive" else 3000,
-                       **mpi_flags(method),
+                       max_epochs=100 if method == "ddss_naive" else 3000, **flags,
                        batch=batch, random_state=0)
     held = comm.gather(rows, root=0)
     if rank == 0:
         full = full.with_lam(lam)
         objective = full.objective(result.coef, result.intercept)
-        serial = solve_ddss(full, tol=1e-11, max_epochs=20000)
+        serial = solve_ddss(full, tol=1e-11, max_epochs=20000, random_state=0)
         with open(out, "w") as f:
             json.dump({"objective": objective, "serial_objective": serial.primal,
                        "gap": result.gap, "epochs": result.n_iter,
@@ -51,4 +66,4 @@ def main(out, loss, method, groups, batch=None, seed=0, n=400, p=150):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else None)
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:])
