@@ -148,6 +148,15 @@ def _warm_up(comm, method_flags, loss, fit_intercept):
     lam = 0.1 * distributed_lam_max(comm, shard, penalty, n, code, fit_intercept)
     solve_mpi(comm, shard if shard is None else shard.with_lam(lam), penalty, p, code, lam,
               fit_intercept, tol=1e-5, max_epochs=3, random_state=0, **method_flags)
+    if method_flags.get("support_newton"):
+        # three epochs seldom take the step: load its kernels here, not in the timed solve
+        from asyncopt.support_newton import TRIALS, support_hessian_sums, trial_loss_sums
+        X = X.tocsr()
+        position = np.arange(p, dtype=np.int64)
+        z = np.zeros(n)
+        support_hessian_sums(X.indptr, X.indices, X.data, position, code, z, y, p,
+                             fit_intercept)
+        trial_loss_sums(code, z, z, y, TRIALS)
 
 
 def _load_rows(args, rank, size):
@@ -193,6 +202,8 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=None,
                         help="local steps per message (solve_mpi's default_batch: "
                              "n / (m workers), m = 2.5 workers up to 4, else 25)")
+    parser.add_argument("--no-support-newton", action="store_true",
+                        help="Dis-DDSS without the support Newton step (an ablation)")
     parser.add_argument("--no-warm-up", action="store_true")
     parser.add_argument("--shards", default=None,
                         help="a prepare_shards folder: each worker loads only its shard")
@@ -214,6 +225,8 @@ def main(argv=None):
     if size < 2:
         raise SystemExit("_mpi_run.py needs mpirun -n 2 or more (1 server + workers)")
     flags = mpi_flags(args.method)
+    if args.no_support_newton:
+        flags["support_newton"] = False
     t0 = time.perf_counter()
     X, y, n, p, nnz = _load_rows(args, rank, size)
     penalty = L1(p)

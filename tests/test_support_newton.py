@@ -10,7 +10,8 @@ from asyncopt.data.embedded import load_a9a
 from asyncopt.penalties import L1, GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
-from asyncopt.support_newton import (MAX_SUPPORT, STALL_RATIO, TRIALS, StallWatch,
+from asyncopt.support_newton import (DROP_MARGIN, MAX_SUPPORT, STALL_RATIO,
+                                     SUPPORT_CHURN, TRIALS, StallWatch, settled_zeros,
                                      best_step, orthant_newton_target,
                                      support_hessian_sums, trial_loss_sums)
 
@@ -113,18 +114,40 @@ def test_best_step_picks_the_lowest_exact_objective_and_never_a_rise():
     assert t == 0.0 and change == 0.0
 
 
-def test_stall_watch_tries_after_a_slow_epoch_and_backs_off_after_a_failed_try():
+def test_stall_watch_tries_after_a_slow_epoch_on_a_settled_support():
     watch = StallWatch()
-    assert not watch.should_try(0, 1.0, 10)            # no previous gap yet
-    assert not watch.should_try(1, 0.1, 10)            # a fast epoch
-    assert watch.should_try(2, 0.1 * STALL_RATIO * 1.01, 10)
-    watch.tried(2, 0.05, 0.04)                         # it failed: wait 2 epochs
-    assert not watch.should_try(3, 0.039, 10)
-    assert watch.should_try(4, 0.0389, 10)
-    watch.tried(4, 0.0389, 0.001)                      # it worked: no wait
-    assert watch.should_try(5, 0.0009, 10)
-    assert not watch.should_try(6, 0.00089, MAX_SUPPORT + 1)
-    assert not watch.should_try(7, 0.00088, 0)
+    assert not watch.should_try(0, 1.0, 10, None)          # no previous gap yet
+    assert not watch.should_try(1, 0.1, 10, 0)             # a fast epoch
+    assert not watch.should_try(2, 0.1 * STALL_RATIO * 1.01, 10, None)   # churn unknown
+    assert not watch.should_try(3, 0.05 * 1.01, 1000, 1 + int(SUPPORT_CHURN * 1000))
+    assert watch.should_try(4, 0.05, 1000, int(SUPPORT_CHURN * 1000))
+    watch.tried(4, 0.05, 0.04)                             # it failed: wait 2 epochs
+    assert not watch.should_try(5, 0.039, 10, 0)
+    assert watch.should_try(6, 0.0389, 10, 0)
+    watch.tried(6, 0.0389, 0.001)                          # it worked: no wait
+    assert watch.should_try(7, 0.0009, 10, 0)
+    assert not watch.should_try(8, 0.00089, MAX_SUPPORT + 1, 0)
+    assert not watch.should_try(9, 0.00088, 0, 0)
+
+
+def test_settled_zeros_are_the_non_zeros_far_below_the_threshold():
+    corr = np.array([3.0, 0.4, 0.6, -2.0])
+    weights = np.array([1.0, 1.0, 1.0, 2.0])
+    # n lam w = [1, 1, 1, 2]: ratios [3, 0.4, 0.6, 1.0]
+    drop = settled_zeros(corr, 2, 0.5, weights, intercept=True)
+    np.testing.assert_array_equal(drop, [False, 0.4 < 1 - DROP_MARGIN,
+                                         0.6 < 1 - DROP_MARGIN, False, False])
+
+
+def test_orthant_newton_target_with_dropped_coordinates():
+    # q = |d|^2 / 2 + g^T d, H = I: dropping coordinate 1 sets it to 0 and the others
+    # go to their Newton values (no coupling)
+    g = np.array([1.0, -0.5, 2.0])
+    start = np.array([3.0, 1.0, 5.0])
+    target, predicted, _ = orthant_newton_target(np.eye(3), g, start, 3,
+                                                 np.array([False, True, False]))
+    np.testing.assert_allclose(target, [2.0, 0.0, 3.0], atol=1e-9)
+    assert predicted == pytest.approx(_model(np.eye(3), g, target - start))
 
 
 def _a9a_degree_2(rows):

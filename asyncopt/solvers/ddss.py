@@ -151,14 +151,17 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     if saga:
         memory = -cert.rho
     watch = StallWatch() if support_newton and problem.penalty.is_l1 and not saga else None
+    nonzero_before = None     # x's non-zeros before the last epoch
     with ProgressLine(verbose, label=label) as progress:
         while True:
             intercept[0] = cert.intercept
             best.offer(cert.dual, cert.block_correlation, cert.dual_scale)
             newton_t = 0.0
             gap = best.gap(cert.primal)
+            churn = None if nonzero_before is None else \
+                int(np.count_nonzero(nonzero_before != (x != 0)))
             if watch is not None and gap > tol * reference and \
-                    watch.should_try(epoch, gap, int(np.count_nonzero(x))):
+                    watch.should_try(epoch, gap, int(np.count_nonzero(x)), churn):
                 moved = support_newton_step(active, cert, x)
                 if moved is not None:
                     x[:] = moved[0]
@@ -172,6 +175,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                                     reference, active, total_steps, staleness_mean,
                                     staleness_max, best)
             record["newton_step"] = newton_t
+            record["support_changes"] = churn
             history.append(record)
             progress.update(record)
             if best.gap(cert.primal) <= tol * reference:
@@ -204,6 +208,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 mu_intercept = 0.0
             thresholds = eta * lam * block_reweight * active.weights
             samples = epoch_rows(rng, n, n_steps, sampling)
+            nonzero_before = x != 0
             eta_intercept = eta * active.intercept_scale_sq
             if dense:
                 staleness_mean, staleness_max = inner_loop.run_dense(

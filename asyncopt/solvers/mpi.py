@@ -83,7 +83,7 @@ from ..problem import dropped_share
 from ..screening import BestDual, gap_safe_keep, gap_safe_radius
 from ..support_newton import (TRIALS, StallWatch, best_step, orthant_newton_target,
                               stepped, support_gradient, support_hessian_sums,
-                              trial_loss_sums)
+                              settled_zeros, trial_loss_sums)
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import SolverResult, epoch_rows, worth_compacting
 from .channels import open_channel
@@ -280,9 +280,11 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 certified = best.gap(primal)
                 if reference is None:     # P at x = 0 (the first record) is P(0)
                     reference = primal
+                churn = None      # zero / non-zero changes of x over the last epoch
                 if snapshot is not None:
                     damping_power, calm = adapt_damping_power(damping_power, calm,
                                                               gap > snapshot[3])
+                    churn = int(np.count_nonzero((snapshot[0] != 0) != (x != 0)))
                 now = time.perf_counter() - start
                 record = {"epoch": epoch, "time": time_offset + now, "primal": primal,
                           "dual": best.dual, "dual_at_x": dual, "gap": certified,
@@ -294,7 +296,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                           "messages": messages, "message_bytes": message_bytes,
                           "intercept": b, "step_factor": step_factor,
                           "move_cap": move_cap, "damping_power": damping_power,
-                          "newton_step": newton_t, "transport": channel.name}
+                          "newton_step": newton_t, "support_changes": churn,
+                          "transport": channel.name}
                 history.append(record)
                 progress.update(record)
                 if checkpoint is not None:
@@ -327,8 +330,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                         if newton_from is not None:
                             watch.tried(epoch, newton_from, certified)
                             newton_from = None
-                        elif watch.should_try(epoch, certified, np.count_nonzero(x)) \
-                                and status == INNER:
+                        elif status == INNER and watch.should_try(
+                                epoch, certified, np.count_nonzero(x), churn):
                             status, newton_from = NEWTON, certified
                 newton_t = 0.0
                 dropped = np.flatnonzero(~keep)
@@ -485,7 +488,9 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
     if server:
         gradient = support_gradient(correlation[support], rho_sum, point[:k],
                                     weights[support], lam, n, intercept)
-        target, predicted, _ = orthant_newton_target(hessian, gradient, point, k)
+        target, predicted, _ = orthant_newton_target(
+            hessian, gradient, point, k,
+            settled_zeros(correlation[support], n, lam, weights[support], intercept))
         if not predicted < 0.0:
             target = point.copy()
     target = wire.bcast(target)
