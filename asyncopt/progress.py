@@ -74,6 +74,8 @@ def format_record(record: dict, label: str = "ddss") -> str:
     if recv:
         comm += f" recv {format_bytes(recv)}"
     parts.append(comm)
+    if record.get("newton_step"):
+        parts.append(f"Newton step t={_fmt_float(record['newton_step'], '.3g')}")
     parts.append(f"{_fmt_float(record.get('time', 0.0), '.2f')} s")
     return " | ".join(parts)
 

@@ -24,6 +24,13 @@ end point lowers P by exactly -q; for the logistic loss it is a model. The step 
 x + t (target - x) for the t of STEP_GRID with the smallest exact P (``trial_loss_sums``:
 one pass over the margins per t), when that P is lower than P(x).
 
+When (``StallWatch``): after an epoch that cut the gap by less than half, once at most
+5% of the zero / non-zero pattern of x changed in it. Then it also ends runs that converge
+anyway: in the tail of a run prox-SVRG's gap shrinks by a constant factor per epoch while
+x's own dual point carries the noise of the last steps (under MPI, of 8 workers' stale
+deltas), and one Newton step on the right support takes the gap to 1e-12 (CTR 200,000 x
+100,000: 17 epochs to 9 serially, 27-29 to 9-13 at mpirun -n 9).
+
 Any x is a valid iterate: the gap and the screening are computed at whatever x the step
 leaves, so the step changes how fast DDSS converges, never what it certifies.
 """

@@ -282,6 +282,12 @@ def test_progress_tty_rewrites_in_place():
     assert s.getvalue().count("\n") == 1
 
 
+def test_progress_line_marks_a_newton_step():
+    from asyncopt.progress import format_record
+    assert "Newton" not in format_record(record(3))
+    assert "Newton step t=0.5 |" in format_record(dict(record(3), newton_step=0.5))
+
+
 def test_progress_bytes_human_readable():
     assert format_bytes(0) == "0 B"
     assert format_bytes(999) == "999 B"
