@@ -230,10 +230,53 @@ def best_step(loss_sums, n, lam, weights_S, start_S, target_S):
     return best_t, best_change
 
 
-def stepped(start, target, t):
-    """x + t (target - x), with target's zeros exact at t = 1 (the same arithmetic on
-    every rank)."""
-    return target.copy() if t == 1.0 else start + t * (target - start)
+def support_point(x, b, intercept):
+    """(S = the non-zeros of x, the point [x_S, b]; b only when the intercept is fitted)."""
+    support = np.flatnonzero(x)
+    return support, (np.append(x[support], b) if intercept else x[support].copy())
+
+
+def hessian_sums(active, code, z, support, intercept):
+    """``support_hessian_sums`` on an ActiveSet (a shard's under MPI) at its margins z."""
+    position = np.full(active.n_features, -1, dtype=np.int64)
+    position[support] = np.arange(support.shape[0])
+    return support_hessian_sums(active.indptr, active.indices, active.data, position, code,
+                                z, active.y, support.shape[0], intercept)
+
+
+def support_target(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n,
+                   intercept):
+    """(end point of the orthant Newton path from ``point``, its predicted change of the
+    model) from the summed Hessian and A_S^T rho, sum(rho) over every row; the end point
+    is ``point`` itself when the model predicts no decrease."""
+    k = correlation_S.shape[0]
+    gradient = support_gradient(correlation_S, rho_sum, point[:k], weights_S, lam, n,
+                                intercept)
+    target, predicted, _ = orthant_newton_target(
+        hessian_sum / n, gradient, point, k,
+        settled_zeros(correlation_S, n, lam, weights_S, intercept))
+    return target, predicted
+
+
+def trial_sums(active, code, z, support, point, target, intercept):
+    """``trial_loss_sums`` over TRIALS on an ActiveSet (a shard's under MPI) at margins z,
+    along point -> target."""
+    from .kernels.linalg import csr_margins
+    k = support.shape[0]
+    change = np.zeros(active.n_features)
+    change[support] = target[:k] - point[:k]
+    dz = csr_margins(active.indptr, active.indices, active.data, change,
+                     float(target[-1] - point[-1]) if intercept else 0.0,
+                     np.empty(z.shape[0]))
+    return trial_loss_sums(code, z, dz, active.y, TRIALS)
+
+
+def take_step(x, b, support, point, target, t, intercept):
+    """x_S (in place) and b (returned) at point + t (target - point), with target's zeros
+    exact at t = 1 (the same arithmetic on every rank)."""
+    moved = target.copy() if t == 1.0 else point + t * (target - point)
+    x[support] = moved[:support.shape[0]]
+    return float(moved[-1]) if intercept else b
 
 
 class StallWatch:
@@ -276,37 +319,20 @@ class StallWatch:
 
 def support_newton_step(active, cert, x):
     """The step on one process (serial and threads backends): ``cert`` is the certificate
-    at (x, cert.intercept) on ``active`` (an ActiveSet with an L1 penalty). Returns
-    (x, b, t) after the step, or None when no trial lowers P."""
-    from .kernels.linalg import csr_margins
+    at (x, cert.intercept) on ``active`` (an ActiveSet with an L1 penalty). Moves x in
+    place and returns (b, t), or returns None (x untouched) when no trial lowers P."""
     problem = active.problem
     n, lam, code = problem.n_samples, problem.lam, problem.loss.code
     intercept = problem.fit_intercept
-    support = np.flatnonzero(x)
-    position = np.full(active.n_features, -1, dtype=np.int64)
-    position[support] = np.arange(support.shape[0])
-    hessian = support_hessian_sums(active.indptr, active.indices, active.data, position,
-                                   code, cert.z, active.y, support.shape[0], intercept) / n
+    support, point = support_point(x, cert.intercept, intercept)
     weights = active.weights[support]
-    start = x[support]
-    gradient = support_gradient(cert.correlation[support], float(np.sum(cert.rho)), start,
-                                weights, lam, n, intercept)
-    point = np.append(start, cert.intercept) if intercept else start
-    target, predicted, _ = orthant_newton_target(
-        hessian, gradient, point, support.shape[0],
-        settled_zeros(cert.correlation[support], n, lam, weights, intercept))
+    target, predicted = support_target(
+        hessian_sums(active, code, cert.z, support, intercept), cert.correlation[support],
+        float(np.sum(cert.rho)), point, weights, lam, n, intercept)
     if not predicted < 0.0:
         return None
-    change = np.zeros(active.n_features)
-    change[support] = target[:support.shape[0]] - start
-    dz = csr_margins(active.indptr, active.indices, active.data, change,
-                     float(target[-1] - point[-1]) if intercept else 0.0,
-                     np.empty(active.y.shape[0]))
-    sums = trial_loss_sums(code, cert.z, dz, active.y, TRIALS)
-    t, _ = best_step(sums, n, lam, weights, start, target[:support.shape[0]])
+    t, _ = best_step(trial_sums(active, code, cert.z, support, point, target, intercept),
+                     n, lam, weights, point[:support.shape[0]], target[:support.shape[0]])
     if t == 0.0:
         return None
-    moved = stepped(point, target, t)
-    new_x = x.copy()
-    new_x[support] = moved[:support.shape[0]]
-    return new_x, (float(moved[-1]) if intercept else cert.intercept), t
+    return take_step(x, cert.intercept, support, point, target, t, intercept), t

@@ -164,11 +164,10 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                     watch.should_try(epoch, gap, int(np.count_nonzero(x)), churn):
                 moved = support_newton_step(active, cert, x)
                 if moved is not None:
-                    x[:] = moved[0]
-                    cert = active.certificate(x, moved[1], n_threads=n_threads)
+                    cert = active.certificate(x, moved[0], n_threads=n_threads)
                     intercept[0] = cert.intercept
                     best.offer(cert.dual, cert.block_correlation, cert.dual_scale)
-                    newton_t = moved[2]
+                    newton_t = moved[1]
                 watch.tried(epoch, gap, best.gap(cert.primal))
             now = time.perf_counter()
             record = history_record(first_epoch + epoch, time_offset + now - start, cert,

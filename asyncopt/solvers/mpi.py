@@ -72,7 +72,7 @@ import time
 
 import numpy as np
 
-from ..kernels.linalg import csr_margins, csr_rmatvec
+from ..kernels.linalg import csr_rmatvec
 from ..kernels.messages import add_weighted_delta, apply_reply, changed_since, take_delta
 from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_group, saga_epoch_l1,
                             svrg_epoch_group, svrg_epoch_l1)
@@ -81,9 +81,8 @@ from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, 
 from ..penalties import block_norms
 from ..problem import dropped_share
 from ..screening import BestDual, gap_safe_keep, gap_safe_radius
-from ..support_newton import (TRIALS, StallWatch, best_step, orthant_newton_target,
-                              stepped, support_gradient, support_hessian_sums,
-                              settled_zeros, trial_loss_sums)
+from ..support_newton import (TRIALS, StallWatch, best_step, hessian_sums,
+                              support_point, support_target, take_step, trial_sums)
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import SolverResult, epoch_rows, worth_compacting
 from .channels import open_channel
@@ -469,50 +468,27 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
     Returns (x, b, t), the same on every rank. ``correlation`` (A^T rho) and ``rho_sum``
     are the server's."""
     server = correlation is not None
-    support = np.flatnonzero(x)
+    support, point = support_point(x, b, intercept)
     k = support.shape[0]
-    dim = k + 1 if intercept else k
-    upper = np.triu_indices(dim)
-    if server:
-        hessian = np.zeros((dim, dim))
-        hessian[upper] = wire.reduce(np.zeros(upper[0].shape[0]))
-        hessian = hessian + np.triu(hessian, 1).T
-        hessian /= n
-    else:
-        position = np.full(x.shape[0], -1, dtype=np.int64)
-        position[support] = np.arange(k)
-        wire.reduce(support_hessian_sums(active.indptr, active.indices, active.data,
-                                         position, code, z, active.y, k, intercept)[upper])
-    point = np.append(x[support], b) if intercept else x[support].copy()
+    upper = np.triu_indices(point.shape[0])
     target = point.copy()
     if server:
-        gradient = support_gradient(correlation[support], rho_sum, point[:k],
-                                    weights[support], lam, n, intercept)
-        target, predicted, _ = orthant_newton_target(
-            hessian, gradient, point, k,
-            settled_zeros(correlation[support], n, lam, weights[support], intercept))
-        if not predicted < 0.0:
-            target = point.copy()
+        hessian = np.zeros((point.shape[0], point.shape[0]))
+        hessian[upper] = wire.reduce(np.zeros(upper[0].shape[0]))
+        hessian += np.triu(hessian, 1).T
+        target, _ = support_target(hessian, correlation[support], rho_sum, point,
+                                   weights[support], lam, n, intercept)
+    else:
+        wire.reduce(hessian_sums(active, code, z, support, intercept)[upper])
     target = wire.bcast(target)
-    sums = np.zeros(TRIALS.shape[0])
-    if not server:
-        change = np.zeros(x.shape[0])
-        change[support] = target[:k] - point[:k]
-        dz = csr_margins(active.indptr, active.indices, active.data, change,
-                         float(target[-1] - point[-1]) if intercept else 0.0,
-                         np.empty(z.shape[0]))
-        sums = trial_loss_sums(code, z, dz, active.y, TRIALS)
-    sums = wire.reduce(sums)
+    sums = wire.reduce(np.zeros(TRIALS.shape[0]) if server else
+                       trial_sums(active, code, z, support, point, target, intercept))
     step = np.zeros(1)
     if server:
         step[0] = best_step(sums, n, lam, weights[support], point[:k], target[:k])[0]
     t = float(wire.bcast(step)[0])
     if t > 0.0:
-        moved = stepped(point, target, t)
-        x = x.copy()
-        x[support] = moved[:k]
-        if intercept:
-            b = float(moved[-1])
+        b = take_step(x, b, support, point, target, t, intercept)
     return x, b, t
 
 
