@@ -20,7 +20,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .penalties import L1, GroupL1
 from .problem import Problem, check_lam, encode_binary_labels
 from .solvers import solve_ddss, solve_pse
-from .solvers.methods import BACKENDS, METHODS, MPI_METHODS, mpi_flags  # noqa: F401
+from .solvers.methods import BACKENDS, METHODS, MPI_METHODS, solver_flags  # noqa: F401
 from .solvers.threads import ThreadsInnerLoop, effective_n_jobs
 
 
@@ -34,10 +34,8 @@ def solve_method(problem, method, *, screening=True, checkpoint=None, step_scale
         if checkpoint is not None:
             raise ValueError(f"method {method!r} does not write checkpoints")
         return solve_pse(problem, spec["pse"], label=method, **common)
-    return solve_ddss(problem, screening=screening and spec["screening"],
-                      variance_reduced=spec["variance_reduced"], saga=spec["saga"],
-                      dense=spec["dense"], support_newton=spec["support_newton"],
-                      checkpoint=checkpoint, step_scale=step_scale, label=method, **common)
+    return solve_ddss(problem, **solver_flags(method, screening), checkpoint=checkpoint,
+                      step_scale=step_scale, label=method, **common)
 
 
 def _check_choice(value, choices, what):
@@ -150,7 +148,7 @@ class _DDSSModel(BaseEstimator):
                             problem.lam, problem.fit_intercept)
         return solve_mpi(comm, shard, problem.penalty, X.shape[1], problem.loss.code,
                          problem.lam, problem.fit_intercept, tol=self.tol,
-                         max_epochs=int(self.max_epochs), **mpi_flags(self.method,
+                         max_epochs=int(self.max_epochs), **solver_flags(self.method,
                                                                       self.screening),
                          step_scale=self.step_scale, random_state=self.random_state,
                          verbose=self.verbose, label=self.method)

@@ -77,6 +77,10 @@ class BestDual:
                 np.array(block_correlation, dtype=np.float64)
             self.dual_scale = float(dual_scale)
 
+    def offer_certificate(self, cert):
+        """``offer`` a Certificate's dual point with its sphere."""
+        self.offer(cert.dual, cert.block_correlation, cert.dual_scale)
+
     def gap(self, primal):
         """G = P - D_best (clipped at 0)."""
         return max(primal - self.dual, 0.0)

@@ -214,7 +214,7 @@ def main(argv=None):
 
     sys.path.append(ROOT)
     import numpy as np
-    from asyncopt.solvers.methods import mpi_flags
+    from asyncopt.solvers.methods import solver_flags
     from asyncopt.losses import get_loss
     from asyncopt.penalties import L1
     from asyncopt.problem import Problem
@@ -224,7 +224,7 @@ def main(argv=None):
     rank, size = comm.Get_rank(), comm.Get_size()
     if size < 2:
         raise SystemExit("_mpi_run.py needs mpirun -n 2 or more (1 server + workers)")
-    flags = mpi_flags(args.method)
+    flags = solver_flags(args.method)
     if args.no_support_newton:
         flags["support_newton"] = False
     t0 = time.perf_counter()

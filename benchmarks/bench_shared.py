@@ -41,7 +41,7 @@ from benchmarks.common import (RESULTS_DIR, SolverRun, first_gap_at,  # noqa: E4
                                ratio, run_from_dict, write_json)
 
 from asyncopt.data import make_ctr  # noqa: E402
-from asyncopt.solvers.methods import METHODS  # noqa: E402
+from asyncopt.solvers.methods import METHODS, solver_flags  # noqa: E402
 from asyncopt.kernels import native  # noqa: E402
 from asyncopt.problem import Problem  # noqa: E402
 from asyncopt.solvers import solve_ddss  # noqa: E402
@@ -103,9 +103,7 @@ def solve_async(problem, method, threads, kernel, **common):
         if solve_pse is None:
             raise RuntimeError(f"skipped: solve_pse is not importable ({PSE_MISSING})")
         return solve_pse(problem, rule=spec["pse"], inner_loop=loop, **common), loop
-    flags = {k: spec[k] for k in ("screening", "variance_reduced", "saga", "dense",
-                                  "support_newton")}
-    return solve_ddss(problem, inner_loop=loop, **flags, **common), loop
+    return solve_ddss(problem, inner_loop=loop, **solver_flags(method), **common), loop
 
 
 # k p of the probe's dense steps: ~0.1-0.5 s of them, well above the noise of the epoch's

@@ -18,7 +18,7 @@ from benchmarks.bench_serial import load_data  # noqa: E402
 
 def test_a_solver_rank_does_not_import_scikit_learn():
     code = ("import sys\n"
-            "from asyncopt.solvers.methods import mpi_flags\n"
+            "from asyncopt.solvers.methods import solver_flags\n"
             "from asyncopt.solvers.mpi import solve_mpi\n"
             "from asyncopt.problem import Problem\n"
             "from asyncopt.data import make_ctr\n"

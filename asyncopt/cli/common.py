@@ -412,7 +412,7 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     import numpy as np
     from mpi4py import MPI
 
-    from asyncopt.solvers.methods import MPI_METHODS, mpi_flags
+    from asyncopt.solvers.methods import MPI_METHODS, solver_flags
     from asyncopt.losses import get_loss
     from asyncopt.penalties import L1
     from asyncopt.problem import Problem
@@ -438,7 +438,7 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     t0 = time.perf_counter()
     result = solve_mpi(comm, shard, penalty, p, code, alpha, fit_intercept, tol=args.tol,
                        max_epochs=args.max_epochs,
-                       **mpi_flags(args.method, not args.no_screening),
+                       **solver_flags(args.method, not args.no_screening),
                        batch=args.batch, random_state=args.seed,
                        checkpoint=checkpoint_path(args),
                        verbose=0 if args.quiet or not leader else 1, label=args.method)

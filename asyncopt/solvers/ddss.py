@@ -155,7 +155,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     with ProgressLine(verbose, label=label) as progress:
         while True:
             intercept[0] = cert.intercept
-            best.offer(cert.dual, cert.block_correlation, cert.dual_scale)
+            best.offer_certificate(cert)
             newton_t = 0.0
             gap = best.gap(cert.primal)
             churn = None if nonzero_before is None else \
@@ -166,7 +166,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 if moved is not None:
                     cert = active.certificate(x, moved[0], n_threads=n_threads)
                     intercept[0] = cert.intercept
-                    best.offer(cert.dual, cert.block_correlation, cert.dual_scale)
+                    best.offer_certificate(cert)
                     newton_t = moved[1]
                 watch.tried(epoch, gap, best.gap(cert.primal))
             now = time.perf_counter()
@@ -194,7 +194,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                     cert = active.certificate(x, intercept[0],
                                               None if dropped_nonzero else cert.z,
                                               n_threads=n_threads)
-                    best.offer(cert.dual, cert.block_correlation, cert.dual_scale)
+                    best.offer_certificate(cert)
             eta0 = step_scale / (3.0 * lipschitz * max(active.max_row_sq_norm, 1e-300))
             eta = eta0 if variance_reduced else eta0 / (1.0 + epoch)
             block_reweight = active.reweighting()
@@ -242,7 +242,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             history[-1].update(n_active=active.n_features, active_nnz=active.nnz)
             if dropped_nonzero:
                 cert = active.certificate(x, cert.intercept, n_threads=n_threads)
-                best.offer(cert.dual, cert.block_correlation, cert.dual_scale)
+                best.offer_certificate(cert)
                 converged = best.gap(cert.primal) <= tol * reference
     if checkpoint is not None:
         save()

@@ -19,8 +19,9 @@ BACKENDS = ("serial", "threads", "mpi")
 MPI_METHODS = ("ddss", "ddss_naive", "prox_asaga", "prox_asvrg")
 
 
-def mpi_flags(method, screening=True):
-    """solve_mpi's method arguments for one of MPI_METHODS."""
+def solver_flags(method, screening=True):
+    """The method arguments solve_ddss and solve_mpi share (screening, variance_reduced,
+    saga, dense, support_newton) for one of MPI_METHODS."""
     spec = METHODS[method]
     return dict(screening=screening and spec["screening"],
                 variance_reduced=spec["variance_reduced"], saga=spec["saga"],

@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from asyncopt.solvers.methods import mpi_flags
+from asyncopt.solvers.methods import solver_flags
 from asyncopt.penalties import L1, GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers import solve_ddss
@@ -47,7 +47,7 @@ def main(out, loss, method, groups, options=(), batch=None, seed=0, n=400, p=150
         rows = len(part)
         shard = Problem(X[part], y[part], loss, penalty, lam, True)
     del X
-    flags = mpi_flags(method)
+    flags = solver_flags(method)
     if "no-newton" in options:
         flags["support_newton"] = False
     result = solve_mpi(comm, shard, penalty, p, full.loss.code, lam, True, tol=1e-8,
