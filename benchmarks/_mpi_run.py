@@ -150,13 +150,15 @@ def _warm_up(comm, method_flags, loss, fit_intercept):
               fit_intercept, tol=1e-5, max_epochs=3, random_state=0, **method_flags)
     if method_flags.get("support_newton"):
         # three epochs seldom take the step: load its kernels here, not in the timed solve
-        from asyncopt.support_newton import TRIALS, support_hessian_sums, trial_loss_sums
-        X = X.tocsr()
-        position = np.arange(p, dtype=np.int64)
-        z = np.zeros(n)
-        support_hessian_sums(X.indptr, X.indices, X.data, position, code, z, y, p,
-                             fit_intercept)
-        trial_loss_sums(code, z, z, y, TRIALS)
+        from asyncopt.support_newton import STEP_GRID, SupportRows
+        rows = SupportRows(Problem(X, y, loss, penalty, 1.0, fit_intercept)
+                           .full_active_set(), code, np.zeros(n), np.arange(p),
+                           fit_intercept)
+        point = np.zeros(p + int(fit_intercept))
+        rows.hessian_sums()
+        rows.hessian_diagonal()
+        rows.hessian_times(point)
+        rows.trial_sums(point, np.zeros((STEP_GRID.shape[0], point.shape[0])))
 
 
 def _load_rows(args, rank, size):

@@ -10,10 +10,13 @@ from asyncopt.data.embedded import load_a9a
 from asyncopt.penalties import L1, GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
+import asyncopt.support_newton as support_newton
 from asyncopt.support_newton import (DROP_MARGIN, MAX_SUPPORT, STALL_RATIO,
-                                     SUPPORT_CHURN, TRIALS, StallWatch, settled_zeros,
-                                     best_step, orthant_newton_target,
-                                     support_hessian_sums, trial_loss_sums)
+                                     STEP_GRID, SUPPORT_CHURN, StallWatch, SupportRows,
+                                     best_candidate, hessian_free_direction,
+                                     linear_candidates, orthant_newton_target,
+                                     projected_candidates, settled_zeros,
+                                     support_hessian_sums, uses_hessian_free)
 
 
 def _second_derivative(loss, z):
@@ -44,16 +47,56 @@ def test_support_hessian_sums_is_the_weighted_gram_of_the_support(loss, intercep
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+class _Shard:
+    """The ActiveSet fields SupportRows reads."""
+
+    def __init__(self, X, y):
+        self.indptr, self.indices, self.data = X.indptr, X.indices, X.data
+        self.n_features, self.y = X.shape[1], y
+
+
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
-def test_trial_loss_sums_are_the_losses_along_the_line(loss, ref):
+@pytest.mark.parametrize("intercept", [True, False])
+def test_support_rows_products_diagonal_and_losses_are_the_dense_ones(loss, intercept, ref):
     rng = np.random.default_rng(4)
-    z, dz = rng.standard_normal(50), rng.standard_normal(50)
-    y = np.where(rng.random(50) < 0.5, -1.0, 1.0) if loss == "logistic" \
-        else rng.standard_normal(50)
-    got = trial_loss_sums(0 if loss == "squared" else 1, z, dz, y, TRIALS)
-    want = [np.sum(ref.loss_values(loss, z + t * dz, y)) for t in TRIALS]
-    np.testing.assert_allclose(got, want, rtol=1e-13)
-    assert TRIALS[0] == 1.0 and TRIALS[-1] == 0.0
+    X = sp.random(70, 30, density=0.25, random_state=4, format="csr")
+    y = np.where(rng.random(70) < 0.5, -1.0, 1.0) if loss == "logistic" \
+        else rng.standard_normal(70)
+    z = rng.standard_normal(70)
+    support = np.array([0, 3, 4, 9, 17, 29])
+    code = 0 if loss == "squared" else 1
+    rows = SupportRows(_Shard(X, y), code, z, support, intercept)
+    B = X[:, support].toarray()
+    if intercept:
+        B = np.column_stack([B, np.ones(70)])
+    gram = B.T @ (_second_derivative(loss, z)[:, None] * B)
+    np.testing.assert_allclose(rows.hessian_sums(), gram, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rows.hessian_diagonal(), np.diag(gram), rtol=1e-12)
+    v = rng.standard_normal(B.shape[1])
+    np.testing.assert_allclose(rows.hessian_times(v), gram @ v, rtol=1e-12, atol=1e-12)
+    point = rng.standard_normal(B.shape[1])
+    candidates = point + rng.standard_normal((len(STEP_GRID), B.shape[1]))
+    got = rows.trial_sums(point, candidates)
+    want = [np.sum(ref.loss_values(loss, z + B @ (c - point), y)) for c in candidates]
+    np.testing.assert_allclose(got[:-1], want, rtol=1e-12)
+    assert got[-1] == pytest.approx(np.sum(ref.loss_values(loss, z, y)), rel=1e-13)
+
+
+def test_candidates_along_the_line_and_projected_onto_the_orthant():
+    point = np.array([1.0, -2.0, 0.5])          # the last entry free (an intercept)
+    target = np.array([0.0, -1.0, 3.0])
+    line = linear_candidates(point, target)
+    assert np.array_equal(line[0], target)
+    np.testing.assert_allclose(line, point + STEP_GRID[:, None] * (target - point))
+    direction = np.array([-4.0, 1.0, -2.0])
+    projected = projected_candidates(point, direction, 2)
+    free = point + STEP_GRID[:, None] * direction
+    # coordinate 0 crosses zero for t > 1/4 and stops there; the intercept goes anywhere
+    np.testing.assert_array_equal(projected[:, 0], np.where(STEP_GRID > 0.25, 0.0,
+                                                            free[:, 0]))
+    np.testing.assert_array_equal(projected[:, 1:], free[:, 1:])
+    # d_j = -x_j lands on zero exactly
+    assert np.all(projected_candidates(point, -point, 2)[0] == 0.0)
 
 
 def _model(H, g, d):
@@ -98,20 +141,22 @@ def test_orthant_newton_target_descends_and_keeps_the_orthant():
                                        rtol=1e-6, atol=1e-6)
 
 
-def test_best_step_picks_the_lowest_exact_objective_and_never_a_rise():
+def test_best_candidate_is_the_lowest_exact_objective_and_never_a_rise():
     n, lam = 10, 0.5
     w = np.array([1.0, 2.0])
     start, target = np.array([1.0, -1.0]), np.array([0.0, -0.5])
+    candidates = linear_candidates(start, target)
     # penalties along the line: t = 1 gives lam * (0 + 2 * 0.5) = 0.5, x itself 1.5
     sums = np.array([30.0, 20.0, 22.0, 24.0, 26.0, 28.0, 29.0, 30.0])
-    t, change = best_step(sums, n, lam, w, start, target)
-    pen = [lam * w @ np.abs(start + s * (target - start)) for s in TRIALS]
+    index, change = best_candidate(sums, n, lam, w, start, candidates)
+    pen = [lam * w @ np.abs(c) for c in candidates] + [lam * w @ np.abs(start)]
     objective = sums / n + np.array(pen)
-    assert t == TRIALS[np.argmin(objective[:-1])]
+    assert index == np.argmin(objective[:-1])
     assert change == pytest.approx(objective.min() - objective[-1])
-    # when every trial is worse than x, no step
-    t, change = best_step(np.array([90.0] * 7 + [1.0]), n, lam, w, start, target)
-    assert t == 0.0 and change == 0.0
+    # when every candidate is worse than x, none
+    index, change = best_candidate(np.array([90.0] * 7 + [1.0]), n, lam, w, start,
+                                   candidates)
+    assert index == -1 and change == 0.0
 
 
 def test_stall_watch_tries_after_a_slow_epoch_on_a_settled_support():
@@ -148,6 +193,90 @@ def test_orthant_newton_target_with_dropped_coordinates():
                                                  np.array([False, True, False]))
     np.testing.assert_allclose(target, [2.0, 0.0, 3.0], atol=1e-9)
     assert predicted == pytest.approx(_model(np.eye(3), g, target - start))
+
+
+def _hessian_free(H, g, start, n_penalized, drop=None):
+    direction, products = hessian_free_direction(lambda v: H @ v, np.diag(H).copy(), g,
+                                                 start, n_penalized, drop)
+    return direction, products
+
+
+def test_hessian_free_direction_frees_what_fixing_every_crossing_at_once_overfixes():
+    # H couples the two negatively: the Newton point (-1, -0.2) crosses zero in both
+    # coordinates; fixed at zero together, coordinate 1's model gradient points back
+    # into the orthant, so it is freed and solved again: (0, 0.7), the end of the
+    # Hessian's path (which stops coordinate 0 first, at t = 1/2)
+    H = np.array([[1.0, -0.9], [-0.9, 1.0]])
+    start = np.array([1.0, 1.0])
+    g = -H @ np.array([-2.0, -1.2])
+    direction, _ = _hessian_free(H, g, start, 2)
+    np.testing.assert_allclose(start + direction, [0.0, 0.7], atol=1e-9)
+    assert start[0] + direction[0] == 0.0
+    target, _, _ = orthant_newton_target(H, g, start, 2)
+    np.testing.assert_allclose(start + direction, target, atol=1e-9)
+
+
+def test_hessian_free_direction_is_the_newton_step_where_nothing_crosses():
+    rng = np.random.default_rng(6)
+    for trial in range(100):
+        k = int(rng.integers(2, 40))
+        M = rng.standard_normal((k + 5, k))
+        H = M.T @ M / k + 0.1 * np.eye(k)
+        start = rng.choice([-1.0, 1.0], k) * (5.0 + rng.random(k))
+        g = -H @ (0.5 * rng.standard_normal(k))        # the Newton step stays in the orthant
+        n_penalized = k - trial % 2
+        direction, products = _hessian_free(H, g, start, n_penalized)
+        target, _, _ = orthant_newton_target(H, g, start, n_penalized)
+        np.testing.assert_allclose(start + direction, target, rtol=1e-7, atol=1e-7)
+        np.testing.assert_allclose(start + direction, start - np.linalg.solve(H, g),
+                                   rtol=1e-7, atol=1e-7)
+        assert products <= support_newton.MIN_PRODUCTS + 1
+
+
+def test_hessian_free_direction_solves_the_quadratic_program_on_the_orthant(monkeypatch):
+    """Given pieces enough, the end point satisfies the KKT conditions of min q(d) over
+    the orthant of x (sigma_j (x_j + d_j) >= 0 for the penalized j): the model gradient
+    r = g + H d is zero on the coordinates off zero, and sigma_j r_j >= 0 on those at
+    zero (they would rise only out of the orthant); the dropped ones included, since
+    the model frees them when it wants them back. Singular H (equal columns) too, with
+    g as in the Lasso (-A^T rho / n + lam w sigma): bounded on the orthant."""
+    monkeypatch.setattr(support_newton, "CG_PIECES", 60)
+    monkeypatch.setattr(support_newton, "MIN_PRODUCTS", 10 ** 6)
+    rng = np.random.default_rng(7)
+    for trial in range(150):
+        k = int(rng.integers(2, 30))
+        M = rng.standard_normal((k + 3, k))
+        if trial % 5 == 0:
+            M[:, -1] = M[:, 0]
+        H = M.T @ M
+        start = rng.standard_normal(k)
+        n_penalized = k - trial % 2
+        g = M.T @ rng.standard_normal(k + 3)
+        g[:n_penalized] += 0.3 * np.sign(start[:n_penalized])
+        drop = (np.arange(k) < n_penalized) & (rng.random(k) < 0.2)
+        direction, _ = _hessian_free(H, g, start, n_penalized,
+                                     drop if trial % 3 else None)
+        if direction is None:          # x is already the model's minimum on the orthant
+            continue
+        assert g @ direction < 0.0
+        moved = start + direction
+        pen = slice(0, n_penalized)
+        assert np.all((np.sign(moved[pen]) == np.sign(start[pen])) | (moved[pen] == 0.0))
+        r = g + H @ direction
+        scale = 1e-6 * (1.0 + np.abs(g).max())
+        off_zero = np.ones(k, dtype=bool)
+        off_zero[pen] = moved[pen] != 0.0
+        assert np.all(np.abs(r[off_zero]) <= scale)
+        assert np.all(np.sign(start[pen]) * r[pen] >= -scale)
+
+
+def test_products_take_over_where_they_cost_fewer_bytes_than_the_hessian():
+    # |S| + 1 numbers each way per product, (|S| + 1)(|S| + 2) / 2 for the upper triangle
+    bound = 4 * support_newton.MIN_PRODUCTS - 2
+    assert not uses_hessian_free(bound) and uses_hessian_free(bound + 1)
+    for size in (bound + 1, 1700):
+        dim = size + 1
+        assert support_newton.product_budget(dim) * 2 * dim <= dim * (dim + 1) // 2
 
 
 def _a9a_degree_2(rows):

@@ -7,9 +7,10 @@ rows (an ActiveSet of a Problem on those rows) and never the whole data set.
 Outer iteration (synchronous, collectives on the communicator, the server contributing
 zeros to the sums; root-centred and without spinning on an oversubscribed node, see
 ``wire.Wire``):
-  1. broadcast [b, x], only where the workers do not hold it already (the first iteration,
-     after a rejected epoch): each inner loop ends with every worker holding exactly the
-     server's x and b (``_serve_inner``);
+  1. broadcast [b, x], only where the workers do not hold it already (after a resume from
+     a checkpoint, after a rejected epoch): every rank starts at x = 0, b = 0, and each
+     inner loop ends with every worker holding exactly the server's x and b
+     (``_serve_inner``);
   2. refit the intercept: squared loss, b += sum(y - z) / n; logistic, Newton steps on
      the reduced sums of f' and f'';
   3. reduce [sum f, A^T rho] to the server, which forms the dual scaling s and broadcasts
@@ -21,10 +22,10 @@ zeros to the sums; root-centred and without spinning on an oversubscribed node, 
      worker compacts its shard. As in the serial solver (``ddss.worth_compacting``), the
      blocks the test removes are dropped only once they hold 5% of the stored non-zeros
      or half the features: a compaction is a pass over every shard;
-  5. after an epoch that cut the certified gap by less than half, and with at most
-     support_newton.MAX_SUPPORT non-zeros, the support Newton step instead of an epoch
-     (``_support_newton``: the workers reduce the Hessian on the non-zeros and their
-     losses at the trial steps), then a new certificate.
+  5. after an epoch that cut the certified gap by less than half, the support Newton
+     step instead of an epoch (``_support_newton``: the workers reduce the Hessian on the
+     non-zeros of x, or its products with the vectors of the server's CG, and their
+     losses at the candidate steps), then a new certificate.
 Inner loop (asynchronous): a worker runs ``batch`` sparse prox-SVRG steps on its copy of x
 (kernels/svrg.py), sends the sparse delta (int32 indices, float64 values with a header
 [version, steps, intercept delta, last]) and waits for the reply: the coordinates of x that
@@ -81,8 +82,10 @@ from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, 
 from ..penalties import block_norms
 from ..problem import dropped_share
 from ..screening import BestDual, gap_safe_keep, gap_safe_radius
-from ..support_newton import (TRIALS, StallWatch, best_step, hessian_sums,
-                              support_point, support_target, take_step, trial_sums)
+from ..support_newton import (STEP_GRID, StallWatch, SupportRows, best_candidate,
+                              linear_candidates, projected_candidates, support_direction,
+                              support_point, support_target, take_candidate,
+                              uses_hessian_free)
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import SolverResult, epoch_rows, worth_compacting
 from .channels import open_channel
@@ -179,13 +182,17 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     batch = default_batch(n, size - 1) if batch is None else int(batch)
     p = n_features
     # only the server uses the column norms (overshoot weights, the screening test) and
-    # counts (the compaction rule)
-    column_stats = wire.reduce(np.zeros(2 * p) if server else np.concatenate(
-        (active.column_sq_norms, active.column_counts)).astype(np.float64))
-    column_sq, column_counts = ((column_stats[:p], column_stats[p:]) if server
-                                else (None, None))
-    block_rows = wire.allreduce(np.zeros(penalty.n_blocks) if server
-                                else active.block_row_counts.astype(np.float64))
+    # the stored non-zeros per column (the compaction rule); counts travel as int32, and
+    # an L1 penalty's rows per block are its column counts
+    count = np.int32 if n < 2 ** 31 else np.int64
+    column_sq = wire.reduce(np.zeros(p) if server else active.column_sq_norms)
+    block_rows = wire.allreduce(np.zeros(penalty.n_blocks, dtype=count) if server
+                                else active.block_row_counts.astype(count))
+    if penalty.is_l1:
+        column_counts = block_rows if server else None
+    else:
+        column_counts = wire.reduce(np.zeros(p, dtype=count) if server
+                                    else active.column_counts.astype(count))
     row_sq = np.zeros(0) if server else active._row_sq_norms
     max_row_sq = float(wire.allreduce(np.array([row_sq.max(initial=0.0)]), _mpi().MAX)[0])
     sq_total, nnz_total = wire.allreduce(np.array([row_sq.sum(), 0.0 if server
@@ -200,6 +207,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     history, epoch, converged, reference = [], 0, False, None
     time_offset = 0.0
     first_epoch = 0
+    resuming = False
     if checkpoint is not None:
         resumed = None
         if server and os.path.exists(checkpoint):
@@ -212,6 +220,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
         if isinstance(resumed, Exception):
             raise resumed
         if resumed is not None and resumed[2]:
+            resuming = True
             if server:
                 x, b, history = resumed[0].copy(), resumed[1], resumed[2]
                 reference = history[0]["primal"]
@@ -233,7 +242,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     restore_handler = None
     if server and checkpoint is not None:
         restore_handler = _checkpoint_on_sigterm(checkpoint, live, history, penalty, p, lam)
-    in_sync = False      # whether every worker's x and b equal the server's
+    in_sync = not resuming   # whether every worker's x and b equal the server's (0, 0)
     channel = open_channel(comm, wire, x.shape[0], HEADER, REPLY_HEADER, transport)
     try:
         while True:
@@ -461,35 +470,69 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
                     rho_sum):
     """The support Newton step (``support_newton.py``) over the shards; every rank calls
     it with its x and b (equal on every rank: each inner loop ends with the workers
-    holding the server's) and its margins z at them. Workers reduce their share of the
-    Hessian on S = the non-zeros of x (its upper triangle: (|S| + 1)(|S| + 2) / 2
-    numbers); the server broadcasts the end point of the orthant Newton path; workers
-    reduce their losses at the trial steps; the server broadcasts the t taken (0: none).
-    Returns (x, b, t), the same on every rank. ``correlation`` (A^T rho) and ``rho_sum``
-    are the server's."""
+    holding the server's) and its margins z at them. S = the non-zeros of x; each worker
+    forms its share of the Hessian on S (``SupportRows``). Then, by the bytes each way
+    costs (``uses_hessian_free``), either
+      - the workers reduce their shares' upper triangles ((|S| + 1)(|S| + 2) / 2 numbers)
+        and the server broadcasts the end point of the orthant Newton path;
+      - or they reduce their shares' diagonals, then, for every product the server's CG
+        needs, it broadcasts [1, v] and they reduce their shares of H v; [0, d] ends the
+        loop with the direction d ([-1, ...]: none, no step);
+    every rank forms the same candidates from it, the workers reduce their losses at
+    them and the server broadcasts the one taken (-1: none). Returns (x, b, t), the same
+    on every rank. ``correlation`` (A^T rho) and ``rho_sum`` are the server's."""
     server = correlation is not None
     support, point = support_point(x, b, intercept)
-    k = support.shape[0]
-    upper = np.triu_indices(point.shape[0])
-    target = point.copy()
-    if server:
-        hessian = np.zeros((point.shape[0], point.shape[0]))
-        hessian[upper] = wire.reduce(np.zeros(upper[0].shape[0]))
-        hessian += np.triu(hessian, 1).T
-        target, _ = support_target(hessian, correlation[support], rho_sum, point,
-                                   weights[support], lam, n, intercept)
+    k, dim = support.shape[0], point.shape[0]
+    rows = None if server else SupportRows(active, code, z, support, intercept)
+    if uses_hessian_free(k):
+        if server:
+            diagonal = wire.reduce(np.zeros(dim))
+
+            def hessian_times(v):
+                wire.bcast(np.concatenate(([1.0], v)))
+                return wire.reduce(np.zeros(dim))
+
+            direction, _ = support_direction(hessian_times, diagonal, correlation[support],
+                                             rho_sum, point, weights[support], lam, n,
+                                             intercept)
+            found = direction is not None
+            wire.bcast(np.concatenate(([0.0 if found else -1.0],
+                                       direction if found else np.zeros(dim))))
+        else:
+            wire.reduce(rows.hessian_diagonal())
+            while True:
+                message = wire.bcast(np.empty(1 + dim))
+                if message[0] != 1.0:
+                    direction = message[1:] if message[0] == 0.0 else None
+                    break
+                wire.reduce(rows.hessian_times(message[1:]))
+        if direction is None:
+            return x, b, 0.0
+        candidates = projected_candidates(point, direction, k)
     else:
-        wire.reduce(hessian_sums(active, code, z, support, intercept)[upper])
-    target = wire.bcast(target)
-    sums = wire.reduce(np.zeros(TRIALS.shape[0]) if server else
-                       trial_sums(active, code, z, support, point, target, intercept))
-    step = np.zeros(1)
+        upper = np.triu_indices(dim)
+        target = point.copy()
+        if server:
+            hessian = np.zeros((dim, dim))
+            hessian[upper] = wire.reduce(np.zeros(upper[0].shape[0]))
+            hessian += np.triu(hessian, 1).T
+            target, _ = support_target(hessian, correlation[support], rho_sum, point,
+                                       weights[support], lam, n, intercept)
+        else:
+            wire.reduce(rows.hessian_sums()[upper])
+        candidates = linear_candidates(point, wire.bcast(target))
+    sums = wire.reduce(np.zeros(candidates.shape[0] + 1) if server else
+                       rows.trial_sums(point, candidates))
+    chosen = np.full(1, -1.0)
     if server:
-        step[0] = best_step(sums, n, lam, weights[support], point[:k], target[:k])[0]
-    t = float(wire.bcast(step)[0])
-    if t > 0.0:
-        b = take_step(x, b, support, point, target, t, intercept)
-    return x, b, t
+        chosen[0] = best_candidate(sums, n, lam, weights[support], point[:k],
+                                   candidates[:, :k])[0]
+    index = int(wire.bcast(chosen)[0])
+    if index < 0:
+        return x, b, 0.0
+    return x, take_candidate(x, b, support, candidates[index], intercept), \
+        float(STEP_GRID[index])
 
 
 def _lipschitz(code):

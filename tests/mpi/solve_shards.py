@@ -2,10 +2,12 @@
 workers take contiguous row shards, solve_mpi runs, and rank 0 writes the result (and the
 shard sizes every rank held) as JSON to argv[1].
 
-    solve_shards.py OUT LOSS METHOD GROUPS [no-newton] [a9a2]
+    solve_shards.py OUT LOSS METHOD GROUPS [no-newton] [hessian-free] [a9a2]
 
-no-newton: run without the support Newton step; a9a2: the first 3,000 rows of a9a's
-degree-2 features (nearly equal columns) instead of the random data."""
+no-newton: run without the support Newton step; hessian-free: the step's direction from
+Hessian-vector products on every support (under MPI only above |S| = 398 otherwise), with
+a product budget for nearly equal columns; a9a2: the first 3,000 rows of a9a's degree-2
+features (nearly equal columns) instead of the random data."""
 import json
 import sys
 
@@ -50,6 +52,11 @@ def main(out, loss, method, groups, options=(), batch=None, seed=0, n=400, p=150
     flags = solver_flags(method)
     if "no-newton" in options:
         flags["support_newton"] = False
+    if "hessian-free" in options:
+        import asyncopt.solvers.mpi as mpi
+        import asyncopt.support_newton as support_newton
+        mpi.uses_hessian_free = lambda support_size: True
+        support_newton.MIN_PRODUCTS = 2000
     result = solve_mpi(comm, shard, penalty, p, full.loss.code, lam, True, tol=1e-8,
                        max_epochs=100 if method == "ddss_naive" else 3000, **flags,
                        batch=batch, random_state=0)
