@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 
 # the repository root, after PYTHONPATH (so PYTHONPATH can point at another asyncopt tree)
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -226,7 +228,7 @@ def run_problem(spec, methods, workers, target, cap, args, workdir, cores):
         log(f"  {REFERENCE} probe: one epoch ~{estimate:.1f} s on {workers} workers (serial "
             f"dense epochs of {k} and {2 * k} rows extrapolated; "
             f"{time.perf_counter() - t0:.1f} s)")
-    best, meta = {}, {}
+    best, meta, rounds = {}, {}, {}
     for rep in range(max(1, args.repeat)):
         for method in (methods if rep % 2 == 0 else methods[::-1]):
             t0 = time.perf_counter()
@@ -247,7 +249,16 @@ def run_problem(spec, methods, workers, target, cap, args, workdir, cores):
                 meta["P0"] = first["primal"]
             if better(run, best.get(method)):
                 best[method] = run
+            if not run.error and "total_bytes" in run.extra:
+                # the gap reached, in or after the time cap: the bytes count to the
+                # target either way (a run stops once it converges)
+                rounds.setdefault(method, []).append(
+                    {"total_bytes": run.extra["total_bytes"],
+                     "reached_gap": run.best_rel_gap is not None and
+                     run.best_rel_gap <= target, "epochs": run.extra.get("epochs")})
             _log_run(rep, method, run, levels_of(target), cap, time.perf_counter() - t0)
+    for method, kept in best.items():
+        kept.extra["bytes_rounds"] = rounds.get(method, [])
     meta = {**spec, "data_description": DATA_DESCRIPTION[spec["data"]], **meta,
             "workers": workers, "n_ranks": workers + 1}
     return {m: best[m] for m in methods if m in best}, meta
@@ -319,14 +330,47 @@ def matched_gap_ratio(run, ref):
     return a / b, level
 
 
+def median_bytes_ratio(run, ref):
+    """Over the rounds (``--repeat``): (median of Dis-DDSS's bytes per run over the median of
+    the reference's, DDSS's lowest and highest over that median, DDSS rounds, kind); None
+    with fewer than two rounds of either. A round that did not reach the target gap
+    (stopped at the cap) counts its bytes as a lower bound, so the median is one too:
+    kind 'exact', 'upper' (only the reference has such rounds), 'lower' (only DDSS) or
+    None (both). Bytes follow the epoch count, which varies from round to round with the
+    timing of the asynchronous steps (CTR 1e-4 lam_max, 2 workers: Dis-DDSS 9-17 epochs,
+    93-147 MB; Dis-ProxASVRG 24-31 epochs, 266-391 MB)."""
+    if run is None or ref is None:
+        return None
+    mine = run.extra.get("bytes_rounds", [])
+    theirs = ref.extra.get("bytes_rounds", [])
+    if len(mine) < 2 or len(theirs) < 2:
+        return None
+    base = float(np.median([r["total_bytes"] for r in theirs]))
+    values = [r["total_bytes"] for r in mine]
+    mine_capped = not all(r["reached_gap"] for r in mine)
+    theirs_capped = not all(r["reached_gap"] for r in theirs)
+    kind = {(False, False): "exact", (False, True): "upper",
+            (True, False): "lower"}.get((mine_capped, theirs_capped))
+    return (float(np.median(values)) / base, min(values) / base, max(values) / base,
+            len(values), kind)
+
+
 def targets_report(results):
-    """Dis-DDSS bytes per run <= 0.3 x Dis-ProxASVRG's, on every problem: (lines, dict)."""
+    """Dis-DDSS bytes per run <= 0.3 x Dis-ProxASVRG's, on every problem: (lines, dict).
+    With two or more rounds of both the verdict is on the median ratio
+    (``median_bytes_ratio``), else on the kept (fastest) rounds."""
     lines, out = [], {}
     for name, runs in results.items():
         ddss, ref = runs.get("ddss"), runs.get(REFERENCE)
         if ddss is None or ref is None:
             continue
         v, shown, kind = bytes_ratio(ddss, ref)
+        median = median_bytes_ratio(ddss, ref)
+        if median is not None:
+            v, kind = median[0], median[4]
+            mark = {"exact": "", "upper": "<", "lower": ">"}.get(kind, "~")
+            shown = (f"median {mark}{median[0]:.3g} over {median[3]} rounds "
+                     f"({median[1]:.3g}-{median[2]:.3g})")
         ok = _check(v, kind, "<=", BYTES_TARGET)
         mv, level = matched_gap_ratio(ddss, ref)
         label = f"{name}: ddss/{REFERENCE} bytes <= {BYTES_TARGET}"
@@ -334,6 +378,9 @@ def targets_report(results):
         if "bytes_per_epoch" in ddss.extra and ref.extra.get("bytes_per_epoch"):
             per_epoch = ddss.extra["bytes_per_epoch"] / ref.extra["bytes_per_epoch"]
         out[label] = {"met": ok, "ratio": v, "ratio_text": shown, "ratio_kind": kind,
+                      "median_ratio_rounds": None if median is None else {
+                          "median": median[0], "lowest": median[1], "highest": median[2],
+                          "rounds": median[3], "kind": median[4]},
                       "matched_gap": level, "matched_gap_ratio": mv,
                       "matched_gap_met": None if mv is None else mv <= BYTES_TARGET,
                       "per_epoch_ratio": per_epoch}
@@ -428,7 +475,11 @@ def report(specs, state, methods, levels, cap, target, args, info, json_path, pn
             "asvrg_probe": "bench_shared.probe_dense_epoch (serial dense epochs of k and 2k "
                            "rows, extrapolated) / workers; over 2 x cap: not run",
             "repeat": "rounds interleave the methods (odd rounds reversed); each keeps the "
-                      "round reaching the target soonest, else the lowest gap",
+                      "round reaching the target soonest, else the lowest gap; "
+                      "extra.bytes_rounds has every round's bytes, and with two or more "
+                      "rounds of both methods the bytes target is judged on the median "
+                      "ratio (a round that did not reach the gap counts as a lower "
+                      "bound)",
         },
     }
     write_json(json_path, payload)
