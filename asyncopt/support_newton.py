@@ -21,7 +21,9 @@ Newton direction on the free coordinates, followed up to the first coordinate th
 zero, which is then fixed at zero, and again (the path of active-set methods for
 quadratic programs, Nocedal & Wright ch. 16.5). For the squared loss q is exact, so the
 end point lowers P by exactly -q; for the logistic loss it is a model. The candidates are
-x + t (target - x) for the t of STEP_GRID.
+x + t (target - x) for the t of STEP_GRID, or, where it models a lower value
+(``dense_move``), the projections onto the orthant of x + t d for the projected Newton
+direction d of ``hessian_free_direction`` on the same Hessian.
 
 Under MPI, where sending the Hessian would cost more bytes than products with it
 (``uses_hessian_free``: its (|S| + 1)^2 / 2 numbers per worker outweigh MIN_PRODUCTS
@@ -35,7 +37,7 @@ candidate with the smallest exact P (``SupportRows.trial_sums``: one pass over t
 all candidates), when that P is lower than P(x).
 
 When (``StallWatch``): after an epoch that cut the gap by less than half, once at most
-5% of the zero / non-zero pattern of x changed in it. Then it also ends runs that converge
+5% of x's firm support (its non-zeros that are not ``settled_zeros``) changed in it. Then it also ends runs that converge
 anyway: in the tail of a run prox-SVRG's gap shrinks by a constant factor per epoch while
 x's own dual point carries the noise of the last steps (under MPI, of 8 workers' stale
 deltas), and one Newton step on the right support takes the gap to 1e-12 (CTR 200,000 x
@@ -57,6 +59,7 @@ STEP_GRID = 2.0 ** -np.arange(7)   # 1, 1/2, ..., 1/64
 STALL_RATIO = 0.5        # try the step after an epoch that cut the gap by less than 2x
 RIDGE = 1e-10            # relative ridge on the Hessian (exactly equal columns)
 SUPPORT_CHURN = 0.05     # try only when at most this share of S changed in the epoch
+TRY_EPOCHS = 2           # ... or when the gap's rate needs more epochs than this to the goal
 DROP_MARGIN = 0.5        # non-zeros with |A_j^T rho| < n lam w_j / 2 go to zero at once
 
 
@@ -122,6 +125,16 @@ def settled_zeros(correlation_S, n, lam, weights_S, intercept):
     dropped, no trial lowered P, and DDSS took 149 epochs against 22 with 0.5."""
     drop = np.abs(correlation_S) < (1.0 - DROP_MARGIN) * n * lam * weights_S
     return np.append(drop, False) if intercept else drop
+
+
+def firm_support(x, correlation, n, lam, weights):
+    """Mask of the non-zeros of x that are not ``settled_zeros``: |A_j^T rho| at least
+    (1 - DROP_MARGIN) n lam w_j. ``StallWatch`` counts the changes of this set from one
+    epoch to the next: asynchronous steps keep flipping small non-zeros (Dis-DDSS on CTR
+    200,000 x 100,000 at 1e-4 lam_max, 2 workers: 639-10,334 changes of x's non-zero
+    pattern per epoch at epochs 8-10, against 82-547 of this set), and the step drops
+    those anyway."""
+    return (x != 0) & (np.abs(correlation) >= (1.0 - DROP_MARGIN) * n * lam * weights)
 
 
 def orthant_newton_target(hessian, gradient, point, n_penalized, drop=None,
@@ -423,18 +436,53 @@ def support_point(x, b, intercept):
     return support, (np.append(x[support], b) if intercept else x[support].copy())
 
 
-def support_target(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n,
-                   intercept):
-    """(end point of the orthant Newton path from ``point``, its predicted change of the
-    model) from the summed Hessian and A_S^T rho, sum(rho) over every row; the end point
-    is ``point`` itself when the model predicts no decrease."""
+LINE, PROJECTED = 0, 1   # how a move's vector makes candidates (``move_candidates``)
+
+
+def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, intercept):
+    """The move from the summed Hessian: (kind, vector, predicted change of the model), kind
+    None when no move predicts a decrease. Two moves are formed and the one whose full
+    step (t = 1) has the lower model value is kept:
+      - LINE: the end of the orthant Newton path (``orthant_newton_target``, settled zeros
+        dropped first), vector = that target;
+      - PROJECTED: ``hessian_free_direction`` with exact products on the same Hessian and
+        nothing dropped, vector = the direction.
+    The path fixes crossing coordinates one piece at a time and gives up at 128 pieces;
+    the drop can cost more than the path gains. Serial DDSS on CTR 200,000 x 100,000 at
+    1e-4 lam_max (no screening): at epochs 5-8 (|S| 2,873 -> 1,734, of which ~1,692 in
+    the solution) the dropped coordinates raised the model by 3e-8 to 8e-2, more than
+    the whole path's gain, so the path predicted nothing and no step was taken; the
+    projected direction (60-110 products) took P - P* from 1e-7 to 1e-16 at epoch 7 and
+    certified a gap of 1e-11."""
     k = correlation_S.shape[0]
+    hessian = hessian_sum / n
     gradient = support_gradient(correlation_S, rho_sum, point[:k], weights_S, lam, n,
                                 intercept)
+
+    def model(candidate):
+        move = candidate - point
+        return float(gradient @ move + 0.5 * move @ (hessian @ move))
+
+    best = (None, None, 0.0)
     target, predicted, _ = orthant_newton_target(
-        hessian_sum / n, gradient, point, k,
+        hessian, gradient, point, k,
         settled_zeros(correlation_S, n, lam, weights_S, intercept))
-    return target, predicted
+    if predicted < 0.0:
+        best = (LINE, target, predicted)
+    direction, _ = hessian_free_direction(lambda v: hessian @ v, np.diag(hessian).copy(),
+                                          gradient, point, k, None)
+    if direction is not None:
+        projected = model(projected_candidates(point, direction, k)[0])
+        if projected < best[2]:
+            best = (PROJECTED, direction, projected)
+    return best
+
+
+def move_candidates(kind, vector, point, n_penalized):
+    """The candidates of a move (``dense_move``; PROJECTED for ``support_direction``)."""
+    if kind == LINE:
+        return linear_candidates(point, vector)
+    return projected_candidates(point, vector, n_penalized)
 
 
 def support_direction(hessian_times, diagonal_sum, correlation_S, rho_sum, point,
@@ -457,8 +505,8 @@ def take_candidate(x, b, support, candidate, intercept):
 
 class StallWatch:
     """When to try the step: after an epoch that cut the certified gap by less than
-    1 / STALL_RATIO, that changed at most SUPPORT_CHURN |S| of the zero / non-zero pattern
-    of x, with 1 <= |S| <= MAX_SUPPORT. After a try that did not cut the gap to
+    1 / STALL_RATIO, that changed at most SUPPORT_CHURN |S| of x's firm support
+    (``firm_support``; the backends count the changes), with 1 <= |S| <= MAX_SUPPORT. After a try that did not cut the gap to
     STALL_RATIO times what it was, the next try waits 2, 4, 8... epochs (each try costs
     a pass over the data and a Hessian over S or up to ``product_budget`` products with
     it, under MPI sums from every worker).
@@ -474,10 +522,19 @@ class StallWatch:
         self.wait_until = 0
         self.backoff = 1
 
-    def should_try(self, epoch, gap, support_size, support_changes):
-        """``support_changes``: coordinates that became zero or non-zero in the last
-        epoch (None when unknown)."""
-        stalled = self.previous_gap is not None and gap > STALL_RATIO * self.previous_gap
+    def should_try(self, epoch, gap, support_size, support_changes, goal=None):
+        """``support_changes``: coordinates that entered or left x's firm support in the
+        last epoch (None when unknown). ``goal``: the gap the run stops at; with it an
+        epoch also counts as slow when, at its rate, more than TRY_EPOCHS epochs would
+        still be needed to reach the goal (Dis-DDSS on CTR 200,000 x 100,000 at 1e-4
+        lam_max, 2 workers: the firm support settled at epoch 12, the gap then fell 3-5x
+        an epoch from 7e-3, and the step waited for the first stall at epoch 14)."""
+        stalled = False
+        if self.previous_gap is not None and gap > 0.0:
+            rate = gap / self.previous_gap
+            stalled = rate > STALL_RATIO
+            if goal is not None and 0.0 < goal < gap and not stalled:
+                stalled = np.log(gap / goal) > TRY_EPOCHS * -np.log(rate)
         self.previous_gap = gap
         settled = support_changes is not None and \
             support_changes <= SUPPORT_CHURN * support_size
@@ -504,12 +561,11 @@ def support_newton_step(active, cert, x):
     k = support.shape[0]
     weights = active.weights[support]
     rows = SupportRows(active, code, cert.z, support, intercept)
-    target, predicted = support_target(rows.hessian_sums(), cert.correlation[support],
-                                       float(np.sum(cert.rho)), point, weights, lam, n,
-                                       intercept)
-    if not predicted < 0.0:
+    kind, vector, _ = dense_move(rows.hessian_sums(), cert.correlation[support],
+                                 float(np.sum(cert.rho)), point, weights, lam, n, intercept)
+    if kind is None:
         return None
-    candidates = linear_candidates(point, target)
+    candidates = move_candidates(kind, vector, point, k)
     index, _ = best_candidate(rows.trial_sums(point, candidates), n, lam, weights,
                               point[:k], candidates[:, :k])
     if index < 0:

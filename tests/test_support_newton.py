@@ -11,9 +11,11 @@ from asyncopt.penalties import L1, GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
 import asyncopt.support_newton as support_newton
-from asyncopt.support_newton import (DROP_MARGIN, MAX_SUPPORT, STALL_RATIO,
-                                     STEP_GRID, SUPPORT_CHURN, StallWatch, SupportRows,
-                                     best_candidate, hessian_free_direction,
+from asyncopt.support_newton import (DROP_MARGIN, LINE, MAX_SUPPORT, PROJECTED,
+                                     STALL_RATIO, STEP_GRID, SUPPORT_CHURN, TRY_EPOCHS,
+                                     StallWatch, SupportRows, best_candidate, dense_move,
+                                     firm_support, hessian_free_direction,
+                                     move_candidates,
                                      linear_candidates, orthant_newton_target,
                                      projected_candidates, settled_zeros,
                                      support_hessian_sums, uses_hessian_free)
@@ -173,6 +175,83 @@ def test_stall_watch_tries_after_a_slow_epoch_on_a_settled_support():
     assert watch.should_try(7, 0.0009, 10, 0)
     assert not watch.should_try(8, 0.00089, MAX_SUPPORT + 1, 0)
     assert not watch.should_try(9, 0.00088, 0, 0)
+
+
+def test_stall_watch_with_a_goal_tries_a_fast_epoch_that_is_still_far_from_it():
+    # the gap falls 4x an epoch: 1e-2 -> 1e-6 needs log(1e4) / log(4) = 6.6 epochs
+    watch = StallWatch()
+    watch.should_try(0, 4e-2, 10, None, 1e-6)
+    assert watch.should_try(1, 1e-2, 10, 0, 1e-6)
+    # near the goal the same rate needs fewer than TRY_EPOCHS more: no try
+    watch = StallWatch()
+    watch.should_try(0, 4e-6 * 4 ** (TRY_EPOCHS - 1), 10, None, 1e-6)
+    assert not watch.should_try(1, 1e-6 * 4 ** (TRY_EPOCHS - 1) * 0.99, 10, 0, 1e-6)
+    # and the support must still have settled
+    watch = StallWatch()
+    watch.should_try(0, 4e-2, 1000, None, 1e-6)
+    assert not watch.should_try(1, 1e-2, 1000, 1 + int(SUPPORT_CHURN * 1000), 1e-6)
+
+
+def test_firm_support_is_the_non_zeros_that_are_not_settled_zeros():
+    x = np.array([1.0, 0.0, -2.0, 0.5, 3.0])
+    corr = np.array([0.4, 5.0, -1.0, 0.6, 0.5])
+    weights = np.array([1.0, 1.0, 1.0, 1.0, 2.0])
+    firm = firm_support(x, corr, 2, 0.5, weights)        # n lam w = [1, 1, 1, 1, 2]
+    np.testing.assert_array_equal(firm, [False, False, True, True, False])
+    support = np.flatnonzero(x)
+    np.testing.assert_array_equal(firm[support],
+                                  ~settled_zeros(corr[support], 2, 0.5, weights[support],
+                                                 intercept=False))
+
+
+def test_dense_move_takes_the_projected_direction_where_the_drop_costs_the_path():
+    # coordinate 0 has |A_0^T rho| = 0.4 < n lam / 2 (a settled zero), but the coupling
+    # of H puts the model's minimum at x + d = [7.3, 8.7] (inside the orthant): dropped
+    # first, the path reaches only -0.705; the projected direction is the Newton step
+    H = np.array([[1.0, -0.9], [-0.9, 1.0]])
+    x, corr = np.array([1.0, 1.0]), np.array([0.4, 3.0])
+    kind, vector, predicted = dense_move(H, corr, 0.0, x, np.ones(2), 1.0, 1, False)
+    g = -corr + 1.0
+    newton = x - np.linalg.solve(H, g)
+    assert kind == PROJECTED
+    candidates = move_candidates(kind, vector, x, 2)
+    np.testing.assert_allclose(candidates[0], newton, rtol=1e-9)
+    assert predicted == pytest.approx(-0.5 * g @ np.linalg.solve(H, g), rel=1e-9)
+    target, path_predicted, _ = orthant_newton_target(H, g, x, 2,
+                                                      settled_zeros(corr, 1, 1.0,
+                                                                    np.ones(2), False))
+    assert path_predicted == pytest.approx(-0.705) and path_predicted > predicted
+    # without the coupling, from x_0 = 0.3 the Newton step (0.3 - 0.6) crosses zero:
+    # the model's minimum on the orthant has x_0 = 0 exactly, and both moves reach it
+    kind, vector, _ = dense_move(np.eye(2), corr, 0.0, np.array([0.3, 1.0]), np.ones(2),
+                                 1.0, 1, False)
+    best = move_candidates(kind, vector, np.array([0.3, 1.0]), 2)[0]
+    assert best[0] == 0.0 and best[1] == pytest.approx(3.0)
+
+
+def test_dense_move_never_models_worse_than_the_path():
+    rng = np.random.default_rng(8)
+    for trial in range(100):
+        k = int(rng.integers(2, 25))
+        M = rng.standard_normal((k + 4, k))
+        H = M.T @ M
+        x = rng.standard_normal(k)
+        corr = rng.standard_normal(k) * 2.0
+        weights = 0.5 + rng.random(k)
+        kind, vector, predicted = dense_move(H, corr, 0.0, x, weights, 1.0, 1, False)
+        g = -corr + weights * np.sign(x)
+        _, path_predicted, _ = orthant_newton_target(
+            H, g, x, k, settled_zeros(corr, 1, 1.0, weights, False))
+        if kind is None:
+            assert not path_predicted < 0.0
+            continue
+        first = move_candidates(kind, vector, x, k)[0]
+        move = first - x
+        assert predicted == pytest.approx(g @ move + 0.5 * move @ H @ move, rel=1e-9,
+                                          abs=1e-12)
+        assert predicted <= min(path_predicted, 0.0) + 1e-12
+        assert np.all((np.sign(first) == np.sign(x)) | (first == 0.0))
+        assert kind in (LINE, PROJECTED)
 
 
 def test_settled_zeros_are_the_non_zeros_far_below_the_threshold():

@@ -10,6 +10,7 @@ from asyncopt.penalties import GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers import serial, threads
 from asyncopt.kernels import native
+import asyncopt.support_newton as support_newton
 from asyncopt.solvers.threads import ThreadsInnerLoop, effective_n_jobs
 
 KERNELS = ["numba", pytest.param("native", marks=pytest.mark.skipif(
@@ -74,10 +75,13 @@ def test_tracked_kernels_count_steps_and_iterate_like_the_serial_ones():
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_staleness_is_reported_and_two_threads_overlap(kernel):
+def test_staleness_is_reported_and_two_threads_overlap(kernel, monkeypatch):
     # ~100 nonzeros a row, so a thread's share of an epoch (~10 ms) outlasts a time slice:
     # the two threads interleave even when another process holds the second core (with 20
-    # a row, CI's loaded machine once ran them one after the other in all 10 epochs)
+    # a row, CI's loaded machine once ran them one after the other in all 10 epochs).
+    # Ten epochs of prox-SVRG without the support Newton step, which would end the run
+    # at the solution within them
+    monkeypatch.setattr(support_newton, "MAX_SUPPORT", 0)
     X = sp.random(40000, 2000, density=0.05, random_state=0, format="csr")
     y = X @ np.r_[np.ones(20), np.zeros(1980)] + 0.01
     one = Lasso(alpha=1e-4, tol=1e-12, max_epochs=10, random_state=0)

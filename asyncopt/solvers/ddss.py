@@ -23,7 +23,7 @@ import numpy as np
 
 from ..kernels.linalg import csr_rmatvec
 from ..screening import BestDual, screen_active_set
-from ..support_newton import StallWatch, support_newton_step
+from ..support_newton import StallWatch, firm_support, support_newton_step
 from .checkpoint import load_checkpoint, save_checkpoint
 from .serial import SerialInnerLoop
 
@@ -151,17 +151,18 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     if saga:
         memory = -cert.rho
     watch = StallWatch() if support_newton and problem.penalty.is_l1 and not saga else None
-    nonzero_before = None     # x's non-zeros before the last epoch
+    firm_before = None     # x's firm support (``firm_support``) before the last epoch
     with ProgressLine(verbose, label=label) as progress:
         while True:
             intercept[0] = cert.intercept
             best.offer_certificate(cert)
             newton_t = 0.0
             gap = best.gap(cert.primal)
-            churn = None if nonzero_before is None else \
-                int(np.count_nonzero(nonzero_before != (x != 0)))
+            churn = None if firm_before is None else int(np.count_nonzero(
+                firm_before != firm_support(x, cert.correlation, n, lam, active.weights)))
             if watch is not None and gap > tol * reference and \
-                    watch.should_try(epoch, gap, int(np.count_nonzero(x)), churn):
+                    watch.should_try(epoch, gap, int(np.count_nonzero(x)), churn,
+                                     tol * reference):
                 moved = support_newton_step(active, cert, x)
                 if moved is not None:
                     cert = active.certificate(x, moved[0], n_threads=n_threads)
@@ -207,7 +208,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 mu_intercept = 0.0
             thresholds = eta * lam * block_reweight * active.weights
             samples = epoch_rows(rng, n, n_steps, sampling)
-            nonzero_before = x != 0
+            if watch is not None:
+                firm_before = firm_support(x, cert.correlation, n, lam, active.weights)
             eta_intercept = eta * active.intercept_scale_sq
             if dense:
                 staleness_mean, staleness_max = inner_loop.run_dense(

@@ -82,9 +82,9 @@ from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, 
 from ..penalties import block_norms
 from ..problem import dropped_share
 from ..screening import BestDual, gap_safe_keep, gap_safe_radius
-from ..support_newton import (STEP_GRID, StallWatch, SupportRows, best_candidate,
-                              linear_candidates, projected_candidates, support_direction,
-                              support_point, support_target, take_candidate,
+from ..support_newton import (PROJECTED, STEP_GRID, StallWatch, SupportRows,
+                              best_candidate, dense_move, firm_support, move_candidates,
+                              support_direction, support_point, take_candidate,
                               uses_hessian_free)
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import SolverResult, epoch_rows, worth_compacting
@@ -288,11 +288,13 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 certified = best.gap(primal)
                 if reference is None:     # P at x = 0 (the first record) is P(0)
                     reference = primal
-                churn = None      # zero / non-zero changes of x over the last epoch
+                churn = None      # changes of x's firm support over the last epoch
                 if snapshot is not None:
                     damping_power, calm = adapt_damping_power(damping_power, calm,
                                                               gap > snapshot[3])
-                    churn = int(np.count_nonzero((snapshot[0] != 0) != (x != 0)))
+                    if watch is not None:
+                        churn = int(np.count_nonzero(snapshot[4] != firm_support(
+                            x, correlation, n, lam, pen.weights)))
                 now = time.perf_counter() - start
                 record = {"epoch": epoch, "time": time_offset + now, "primal": primal,
                           "dual": best.dual, "dual_at_x": dual, "gap": certified,
@@ -339,7 +341,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                             watch.tried(epoch, newton_from, certified)
                             newton_from = None
                         elif status == INNER and watch.should_try(
-                                epoch, certified, np.count_nonzero(x), churn):
+                                epoch, certified, np.count_nonzero(x), churn,
+                                tol * reference):
                             status, newton_from = NEWTON, certified
                 newton_t = 0.0
                 dropped = np.flatnonzero(~keep)
@@ -414,7 +417,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                                                 memory, active.n_features)
                 average_all = wire.allreduce(local_sum) / n
             if server:
-                snapshot = (x.copy(), b, primal, gap)
+                snapshot = (x.copy(), b, primal, gap, None if watch is None else
+                            firm_support(x, correlation, n, lam, pen.weights))
                 live.update(x=x, b=b, blocks=blocks)
                 per_batch = _lipschitz(loss_code) * batch
                 x, b, steps, staleness, msgs, mbytes = _serve_inner(
@@ -474,7 +478,8 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
     forms its share of the Hessian on S (``SupportRows``). Then, by the bytes each way
     costs (``uses_hessian_free``), either
       - the workers reduce their shares' upper triangles ((|S| + 1)(|S| + 2) / 2 numbers)
-        and the server broadcasts the end point of the orthant Newton path;
+        and the server broadcasts the move (``dense_move``: the end point of the orthant
+        Newton path or the projected direction, [kind, vector]);
       - or they reduce their shares' diagonals, then, for every product the server's CG
         needs, it broadcasts [1, v] and they reduce their shares of H v; [0, d] ends the
         loop with the direction d ([-1, ...]: none, no step);
@@ -509,19 +514,24 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
                 wire.reduce(rows.hessian_times(message[1:]))
         if direction is None:
             return x, b, 0.0
-        candidates = projected_candidates(point, direction, k)
+        candidates = move_candidates(PROJECTED, direction, point, k)
     else:
         upper = np.triu_indices(dim)
-        target = point.copy()
+        move = np.full(1 + dim, -1.0)      # [kind (-1: none), vector]
         if server:
             hessian = np.zeros((dim, dim))
             hessian[upper] = wire.reduce(np.zeros(upper[0].shape[0]))
             hessian += np.triu(hessian, 1).T
-            target, _ = support_target(hessian, correlation[support], rho_sum, point,
-                                       weights[support], lam, n, intercept)
+            kind, vector, _ = dense_move(hessian, correlation[support], rho_sum, point,
+                                         weights[support], lam, n, intercept)
+            if kind is not None:
+                move[0], move[1:] = kind, vector
         else:
             wire.reduce(rows.hessian_sums()[upper])
-        candidates = linear_candidates(point, wire.bcast(target))
+        move = wire.bcast(move)
+        if move[0] < 0:
+            return x, b, 0.0
+        candidates = move_candidates(int(move[0]), move[1:], point, k)
     sums = wire.reduce(np.zeros(candidates.shape[0] + 1) if server else
                        rows.trial_sums(point, candidates))
     chosen = np.full(1, -1.0)
