@@ -36,12 +36,14 @@ onto the orthant (``projected_candidates``). CTR 200,000 x 100,000 at 1e-4 lam_m
 candidate with the smallest exact P (``SupportRows.trial_sums``: one pass over the rows for
 all candidates), when that P is lower than P(x).
 
-When (``StallWatch``): after an epoch that cut the gap by less than half, once at most
-5% of x's firm support (its non-zeros that are not ``settled_zeros``) changed in it. Then it also ends runs that converge
-anyway: in the tail of a run prox-SVRG's gap shrinks by a constant factor per epoch while
-x's own dual point carries the noise of the last steps (under MPI, of 8 workers' stale
-deltas), and one Newton step on the right support takes the gap to 1e-12 (CTR 200,000 x
-100,000: 17 epochs to 9 serially, 27-29 to 9-13 at mpirun -n 9).
+When (``StallWatch``): after an epoch that cut the gap by less than half, or that left
+it more than TRY_EPOCHS epochs from the goal at its rate, once at most 5% of x's firm
+support (its non-zeros that are not ``settled_zeros``) changed in it. Then it also ends
+runs that converge anyway: in the tail of a run prox-SVRG's gap shrinks by a constant
+factor per epoch while x's own dual point carries the noise of the last steps (under
+MPI, of 8 workers' stale deltas), and one Newton step on the right support takes the
+gap to 1e-12 (CTR 200,000 x 100,000: 17 epochs to 9 serially, 27-29 to 9-13 at mpirun
+-n 9).
 
 Any x is a valid iterate: the gap and the screening are computed at whatever x the step
 leaves, so the step changes how fast DDSS converges, never what it certifies.
@@ -134,7 +136,7 @@ def firm_support(x, correlation, n, lam, weights):
     200,000 x 100,000 at 1e-4 lam_max, 2 workers: 639-10,334 changes of x's non-zero
     pattern per epoch at epochs 8-10, against 82-547 of this set), and the step drops
     those anyway."""
-    return (x != 0) & (np.abs(correlation) >= (1.0 - DROP_MARGIN) * n * lam * weights)
+    return (x != 0) & ~settled_zeros(correlation, n, lam, weights, False)
 
 
 def orthant_newton_target(hessian, gradient, point, n_penalized, drop=None,
@@ -505,11 +507,12 @@ def take_candidate(x, b, support, candidate, intercept):
 
 class StallWatch:
     """When to try the step: after an epoch that cut the certified gap by less than
-    1 / STALL_RATIO, that changed at most SUPPORT_CHURN |S| of x's firm support
-    (``firm_support``; the backends count the changes), with 1 <= |S| <= MAX_SUPPORT. After a try that did not cut the gap to
-    STALL_RATIO times what it was, the next try waits 2, 4, 8... epochs (each try costs
-    a pass over the data and a Hessian over S or up to ``product_budget`` products with
-    it, under MPI sums from every worker).
+    1 / STALL_RATIO (or, given the goal, that left it more than TRY_EPOCHS epochs from
+    it), that changed at most SUPPORT_CHURN |S| of x's firm support (``firm_support``;
+    the backends count the changes), with 1 <= |S| <= MAX_SUPPORT. After a try that did
+    not cut the gap to STALL_RATIO times what it was, the next try waits 2, 4, 8...
+    epochs (each try costs a pass over the data and a Hessian over S or up to
+    ``product_budget`` products with it, under MPI sums from every worker).
 
     Serial DDSS to 1e-6, two seeds each (2-core AMD EPYC), with SUPPORT_CHURN 0.02 / 0.05
     / 0.1: a9a degree 3 Lasso 35-38 / 23-24 / 18 epochs, logistic 18-26 / 17-20 / 14-16;
