@@ -107,10 +107,12 @@ def _shard_epochs(X, y, spec, lam, lo, hi, epochs, barrier, queue):
     threadpool_limits(1)
     shard = Problem(X[lo:hi], y[lo:hi], spec["loss"], lam=lam,
                     fit_intercept=spec["fit_intercept"])
-    solve_ddss(shard, tol=0.0, max_epochs=1, screening=False, random_state=0)
+    solve_ddss(shard, tol=0.0, max_epochs=1, screening=False, random_state=0,
+               support_newton=False)
     barrier.wait()
     t0 = time.perf_counter()
-    solve_ddss(shard, tol=0.0, max_epochs=epochs, screening=False, random_state=0)
+    solve_ddss(shard, tol=0.0, max_epochs=epochs, screening=False, random_state=0,
+               support_newton=False)
     queue.put(time.perf_counter() - t0)
 
 
