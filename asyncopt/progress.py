@@ -4,7 +4,7 @@ A solver calls :meth:`ProgressLine.update` once per outer iteration with a
 record dict (the same dicts that end up in ``history_``)::
 
     epoch, time, primal, dual, gap, rel_gap, n_active, n_features,
-    active_nnz, inner_steps, bytes_sent, bytes_recv
+    active_nnz, coef_nnz, inner_steps, bytes_sent, bytes_recv
 
 Verbosity:
 
@@ -68,6 +68,8 @@ def format_record(record: dict, label: str = "ddss") -> str:
         if record.get("n_features") is not None:
             act += f"/{_fmt_int(record.get('n_features'))}"
         parts.append(act)
+    if record.get("coef_nnz") is not None:
+        parts.append(f"nnz(x) {_fmt_int(record.get('coef_nnz'))}")
     sent = record.get("bytes_sent", 0) or 0
     recv = record.get("bytes_recv", 0) or 0
     comm = f"sent {format_bytes(sent)}"

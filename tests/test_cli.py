@@ -288,6 +288,23 @@ def test_progress_line_marks_a_newton_step():
     assert "Newton step t=0.5 |" in format_record(dict(record(3), newton_step=0.5))
 
 
+def test_progress_line_shows_the_non_zeros_of_x():
+    from asyncopt.progress import format_record
+    line = format_record(dict(record(3), coef_nnz=46_000))
+    assert "active 1,231/100,000 | nnz(x) 46,000 | sent" in line
+    assert "nnz(x)" not in format_record(record(3))
+
+
+def test_history_counts_the_non_zeros_of_x():
+    from sklearn.datasets import make_regression
+    from asyncopt import Lasso, lam_max
+    X, y = make_regression(n_samples=60, n_features=30, n_informative=5, random_state=0)
+    est = Lasso(alpha=0.1 * lam_max(X, y), tol=1e-8, random_state=0).fit(X, y)
+    last = est.history_[-1]
+    assert last["coef_nnz"] == np.count_nonzero(est.coef_) > 0
+    assert all(0 <= h["coef_nnz"] <= h["n_active"] for h in est.history_)
+
+
 def test_progress_bytes_human_readable():
     assert format_bytes(0) == "0 B"
     assert format_bytes(999) == "999 B"

@@ -52,6 +52,8 @@ def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, lo
     assert rows[0] == 0 and sum(rows) == 400 and max(rows[1:]) - min(rows[1:]) <= 1
     history = result["history"]
     assert all(h["staleness_max"] >= 0 for h in history)
+    # the live line's nnz(x): the non-zeros of x at each record, the last one the result's
+    assert history[-1]["coef_nnz"] == result["coef_nnz"] > 0
     # the certified gap is P - the largest D so far (test_core has a run where it matters)
     assert all(h["dual"] >= h["dual_at_x"] for h in history)
     assert all(b["dual"] == max(a["dual"], b["dual_at_x"])

@@ -74,18 +74,20 @@ class SolverResult:
     history: list = field(default_factory=list)
 
 
-def history_record(epoch, elapsed, cert, reference, active, inner_steps, staleness_mean=0.0,
+def history_record(epoch, elapsed, cert, reference, active, x, inner_steps, staleness_mean=0.0,
                    staleness_max=0, best=None):
-    """One history record: the outer iteration's certificate, active set and counters;
-    with a ``BestDual`` (offered this certificate), D and G are the best point's and
-    ``dual_at_x`` is D at x's own dual point."""
+    """One history record: the outer iteration's certificate, active set, non-zeros of x
+    (on the active set; ``coef_nnz``) and counters; with a ``BestDual`` (offered this
+    certificate), D and G are the best point's and ``dual_at_x`` is D at x's own dual
+    point."""
     dual = cert.dual if best is None else best.dual
     gap = max(cert.primal - dual, 0.0)
     return {"epoch": epoch, "time": elapsed, "primal": cert.primal, "dual": dual,
             "dual_at_x": cert.dual,
             "gap": gap, "rel_gap": gap / reference if reference > 0 else 0.0,
             "n_active": active.n_features, "n_features": active.problem.n_features,
-            "active_nnz": active.nnz, "inner_steps": inner_steps, "bytes_sent": 0,
+            "active_nnz": active.nnz, "coef_nnz": int(np.count_nonzero(x)),
+            "inner_steps": inner_steps, "bytes_sent": 0,
             "bytes_recv": 0, "staleness_mean": staleness_mean,
             "staleness_max": staleness_max}
 
@@ -172,7 +174,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 watch.tried(epoch, gap, best.gap(cert.primal))
             now = time.perf_counter()
             record = history_record(first_epoch + epoch, time_offset + now - start, cert,
-                                    reference, active, total_steps, staleness_mean,
+                                    reference, active, x, total_steps, staleness_mean,
                                     staleness_max, best)
             record["newton_step"] = newton_t
             record["support_changes"] = churn

@@ -115,7 +115,7 @@ def solve_pse(problem, rule="safe", *, tol=1e-4, max_epochs=200, coef_init=None,
     with ProgressLine(verbose, label=label) as progress:
         while True:
             now = time.perf_counter()
-            record = history_record(epoch, now - start, cert, reference, active,
+            record = history_record(epoch, now - start, cert, reference, active, x,
                                     epoch * active.n_features)
             record["kkt_readded"] = readded
             history.append(record)

@@ -68,6 +68,7 @@ def main(out, loss, method, groups, options=(), batch=None, seed=0, n=400, p=150
         with open(out, "w") as f:
             json.dump({"objective": objective, "serial_objective": serial.primal,
                        "gap": result.gap, "epochs": result.n_iter,
+                       "coef_nnz": int(np.count_nonzero(result.coef)),
                        "converged": result.converged, "shard_rows": held,
                        "history": result.history, "p0": full.null_objective()}, f)
 
