@@ -2,7 +2,10 @@
 expressions they replace."""
 import numpy as np
 
-from asyncopt.kernels.messages import (add_weighted_delta, apply_reply, changed_since,
+import pytest
+
+from asyncopt.kernels.messages import (add_weighted_delta, apply_reply, bitmap_words,
+                                       changed_since, decode_index, encode_index,
                                        take_delta)
 
 HEADER = 4
@@ -71,3 +74,29 @@ def test_server_adds_weighted_deltas_and_lists_what_changed_since_a_version():
         fresh = changed_since(changed_at, seen)
         assert fresh.dtype == np.int32
         np.testing.assert_array_equal(fresh, np.flatnonzero(changed_at > seen))
+
+
+@pytest.mark.parametrize("p", [1, 31, 32, 33, 500, 1024])
+@pytest.mark.parametrize("density", [0.0, 0.01, 0.2, 0.9, 1.0])
+def test_index_travels_as_indices_or_bitmap_whichever_is_shorter(p, density):
+    rng = np.random.default_rng(int(1000 * density) + p)
+    support = np.flatnonzero(rng.random(p) < density).astype(np.int32)
+    k, words = support.shape[0], bitmap_words(p)
+    assert words == int(np.ceil(p / 32))
+    buffer = np.full(p, -7, dtype=np.int32)          # the channel's index slot
+    buffer[:k] = support
+    sent = encode_index(buffer, k, np.empty(words, dtype=np.uint32))
+    assert sent == min(k, words)                      # int32 on the wire
+    wire = buffer[:sent].copy()
+    if k > words:      # the bitmap: bit j % 32 of word j // 32, nothing beyond p
+        bits = np.unpackbits(wire.view(np.uint8), bitorder="little")
+        np.testing.assert_array_equal(np.flatnonzero(bits), support)
+    out = np.full(p, -1, dtype=np.int32)
+    np.testing.assert_array_equal(decode_index(wire, k, p, out), support)
+
+
+def test_a_bitmap_that_disagrees_with_its_values_is_an_error():
+    words = np.zeros(bitmap_words(100), dtype=np.uint32)
+    words[0] = 0b1011
+    with pytest.raises(ValueError, match="3 coordinates for 5 values"):
+        decode_index(words.view(np.int32), 5, 100, np.empty(100, dtype=np.int32))

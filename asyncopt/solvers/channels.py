@@ -1,8 +1,8 @@
 """The inner loop's transport between Dis-DDSS's server and its workers (solvers/mpi.py).
 
 Both channels carry the same messages, numpy buffers and never pickles: a worker's delta
-(int32 indices; float64 header + values) and the server's reply (int32 indices; float64
-header + values), one of each in flight per worker. A worker writes its next delta only
+(int32 indices or bitmap words, ``kernels/messages.py``; float64 header + values) and the
+server's reply (the same), one of each in flight per worker. A worker writes its next delta only
 after it has read the reply to the previous one, and the server answers a delta only after
 it has read it, so each buffer below has one writer at a time and its reader is done before
 the next write.
@@ -40,7 +40,8 @@ TAG_INDEX, TAG_VALUES, TAG_REPLY_INDEX, TAG_REPLY = 11, 12, 13, 14
 TRANSPORTS = ("auto", "shared", "messages")
 SHARED_BUDGET = 1 << 30           # bytes of shared window at most (auto)
 _LINE = 8                         # int64 per cache line: a sequence row's two halves
-SEQ_DELTA, COUNT_DELTA, SEQ_REPLY, COUNT_REPLY_INDEX, COUNT_REPLY = 0, 1, 8, 9, 10
+SEQ_DELTA, COUNT_DELTA_INDEX, COUNT_DELTA, SEQ_REPLY, COUNT_REPLY_INDEX, COUNT_REPLY = \
+    0, 1, 2, 8, 9, 10
 
 
 def _round_up(nbytes, to=64):
@@ -126,10 +127,11 @@ class MessageChannel:
         values)."""
         return self.index_buf, self.values_buf
 
-    def post_delta(self, count):
-        """Send the delta of ``count`` coordinates written into ``delta_buffers``."""
+    def post_delta(self, n_index, n_values):
+        """Send the delta written into ``delta_buffers``: ``n_index`` int32 of index (its
+        indices, or its bitmap), ``n_values`` values after the header."""
         comm, wire = self.comm, self.wire
-        index, values = self.index_buf[:count], self.values_buf[:self.header + count]
+        index, values = self.index_buf[:n_index], self.values_buf[:self.header + n_values]
         self.requests = [comm.Irecv(self.fresh_buf, source=0, tag=TAG_REPLY_INDEX),
                          comm.Irecv(self.reply_buf, source=0, tag=TAG_REPLY),
                          wire.isend(index, 0, TAG_INDEX), wire.isend(values, 0, TAG_VALUES)]
@@ -152,7 +154,8 @@ class MessageChannel:
         source = status.Get_source()
         index = np.empty(status.Get_count(MPI.INT32_T), dtype=np.int32)
         comm.Recv(index, source=source, tag=TAG_INDEX)
-        values = np.empty(self.header + index.shape[0])
+        comm.Probe(source=source, tag=TAG_VALUES, status=status)
+        values = np.empty(status.Get_count(MPI.DOUBLE))
         comm.Recv(values, source=source, tag=TAG_VALUES)
         self.wire.received += index.nbytes + values.nbytes
         return source, index, values
@@ -203,7 +206,8 @@ class SharedMemoryChannel:
     """The inner loop through an MPI-3 shared-memory window (see the module docstring).
 
     Sequence numbers (int64, the server's segment, one row of 16 per worker): the worker
-    writes SEQ_DELTA (deltas posted so far) and COUNT_DELTA on the row's first cache line,
+    writes SEQ_DELTA (deltas posted so far), COUNT_DELTA_INDEX and COUNT_DELTA on the row's
+    first cache line,
     the server SEQ_REPLY (the delta it last answered), COUNT_REPLY_INDEX and COUNT_REPLY on
     the second."""
     name = "shared"
@@ -247,10 +251,11 @@ class SharedMemoryChannel:
         slot = self.slots[self.rank]
         return slot.delta_index, slot.delta_values
 
-    def post_delta(self, count):
+    def post_delta(self, n_index, n_values):
         row = self.sequence[self.rank]
-        self.wire.sent += 4 * count + 8 * (self.header + count)
-        row[COUNT_DELTA] = count
+        self.wire.sent += 4 * n_index + 8 * (self.header + n_values)
+        row[COUNT_DELTA_INDEX] = n_index
+        row[COUNT_DELTA] = n_values
         self.window.Sync()
         self.posted += 1
         row[SEQ_DELTA] = self.posted
@@ -284,8 +289,8 @@ class SharedMemoryChannel:
         self.next = worker % n_workers + 1
         served[worker] += 1
         slot = self.slots[worker]
-        count = int(sequence[worker, COUNT_DELTA])
-        index, values = slot.delta_index[:count], slot.delta_values[:self.header + count]
+        index = slot.delta_index[:int(sequence[worker, COUNT_DELTA_INDEX])]
+        values = slot.delta_values[:self.header + int(sequence[worker, COUNT_DELTA])]
         self.wire.received += index.nbytes + values.nbytes
         return worker, index, values
 

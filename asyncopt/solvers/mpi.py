@@ -27,11 +27,11 @@ zeros to the sums; root-centred and without spinning on an oversubscribed node, 
      non-zeros of x, or its products with the vectors of the server's CG, and their
      losses at the candidate steps), then a new certificate.
 Inner loop (asynchronous): a worker runs ``batch`` sparse prox-SVRG steps on its copy of x
-(kernels/svrg.py), sends the sparse delta (int32 indices, float64 values with a header
-[version, steps, intercept delta, last]) and waits for the reply: the coordinates of x that
-changed since its previous reply (int32 indices + float64 values with [control, version,
-b, full]; the whole x instead when that is smaller), so replies shrink with the active set
-and the sparsity of the deltas; the server applies deltas in arrival order (each side's
+(kernels/svrg.py), sends the sparse delta (int32 indices, or their bitmap once it is
+shorter, and float64 values with a header [version, steps, intercept delta, last]) and
+waits for the reply: the coordinates of x that changed since its previous reply (indices
+or bitmap + float64 values with [control, version, b, full]; the whole x instead when that
+is smaller), so replies shrink with the active set and the sparsity of the deltas; the server applies deltas in arrival order (each side's
 vector work per message is one pass of kernels/messages.py). Each worker makes exactly one
 pass over its shard per epoch (its rows in a fresh chunked random order) and flags its
 last delta, which the server answers with "stop" once every worker has sent its own: every
@@ -74,7 +74,8 @@ import time
 import numpy as np
 
 from ..kernels.linalg import csr_rmatvec
-from ..kernels.messages import add_weighted_delta, apply_reply, changed_since, take_delta
+from ..kernels.messages import (add_weighted_delta, apply_reply, bitmap_words, changed_since,
+                                decode_index, encode_index, pack_bitmap, take_delta)
 from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_group, saga_epoch_l1,
                             svrg_epoch_group, svrg_epoch_l1)
 from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, mean_loss,
@@ -638,8 +639,12 @@ def _serve_inner(channel, x, b, n_workers, omega, omega_intercept, damping_power
     running = n_workers
     changed_at = np.zeros(x.shape[0], dtype=np.int64)
     seen = np.zeros(n_workers + 1, dtype=np.int64)
+    decoded = np.empty(x.shape[0], dtype=np.int32)
+    bitmap = np.empty(bitmap_words(x.shape[0]), dtype=np.uint32)
     while running:
         source, index, values = channel.wait_delta()
+        message_bytes += index.nbytes + values.nbytes
+        index = decode_index(index, values.shape[0] - HEADER, x.shape[0], decoded)
         tau = version - int(values[0])
         damping = staleness_damping(tau, n_workers, damping_power)
         version += 1
@@ -649,26 +654,27 @@ def _serve_inner(channel, x, b, n_workers, omega, omega_intercept, damping_power
         tau_max = max(tau_max, tau)
         steps += int(values[1])
         messages += 1
-        message_bytes += index.nbytes + values.nbytes
         if values[3] != 0:
             running -= 1
         else:
-            _reply(channel, source, INNER, x, b, version, changed_at, seen)
+            _reply(channel, source, INNER, x, b, version, changed_at, seen, bitmap)
     for source in range(1, n_workers + 1):
-        _reply(channel, source, STOP, x, b, version, changed_at, seen)
+        _reply(channel, source, STOP, x, b, version, changed_at, seen, bitmap)
     channel.flush()
     return x, b, steps, (tau_sum / max(steps, 1), tau_max), messages, message_bytes
 
 
-def _reply(channel, worker, control, x, b, version, changed_at, seen):
-    """Send ``worker`` the coordinates of x changed since its previous reply (the whole x
-    when that is smaller: 12 B per sparse entry, 8 B dense) behind the header [control,
-    version, b, full]."""
+def _reply(channel, worker, control, x, b, version, changed_at, seen, bitmap):
+    """Send ``worker`` the coordinates of x changed since its previous reply behind the
+    header [control, version, b, full], in the shortest of three forms: their int32
+    indices and values (12 B each), their bitmap (``bitmap``: uint32 scratch of
+    ``bitmap_words(|x|)``) and values (n / 8 B + 8 B each), or the whole x (full, 8 n B)."""
     fresh = changed_since(changed_at, seen[worker])
     seen[worker] = version
-    full = 3 * fresh.shape[0] >= 2 * x.shape[0]
-    index, reply = channel.reply_buffers(worker, 0 if full else fresh.shape[0],
-                                         x.shape[0] if full else fresh.shape[0])
+    k, words = fresh.shape[0], bitmap.shape[0]
+    full = 8 * x.shape[0] <= 8 * k + 4 * min(k, words)
+    n_index = 0 if full else min(k, words)
+    index, reply = channel.reply_buffers(worker, n_index, x.shape[0] if full else k)
     reply[0] = control
     reply[1] = version
     reply[2] = b
@@ -676,7 +682,11 @@ def _reply(channel, worker, control, x, b, version, changed_at, seen):
     if full:
         reply[REPLY_HEADER:] = x
     else:
-        index[:] = fresh
+        if n_index < k:
+            pack_bitmap(fresh, bitmap)
+            index[:] = bitmap.view(np.int32)
+        else:
+            index[:] = fresh
         np.take(x, fresh, out=reply[REPLY_HEADER:])
     channel.post_reply(worker, index, reply)
 
@@ -702,6 +712,8 @@ def _work_inner(channel, rows, x, b, run_batch, rng, batch):
     intercept = np.array([b])
     intercept_base = b
     index_buf, values_buf = channel.delta_buffers()
+    decoded = np.empty(x.shape[0], dtype=np.int32)
+    bitmap = np.empty(bitmap_words(x.shape[0]), dtype=np.uint32)
     waiting = sent_last = False
     while True:
         if not sent_last:
@@ -711,6 +723,9 @@ def _work_inner(channel, rows, x, b, run_batch, rng, batch):
             run_batch(local, intercept, samples)
         if waiting:
             fresh, reply = channel.wait_reply()
+            if not reply[3]:
+                fresh = decode_index(fresh, reply.shape[0] - REPLY_HEADER, x.shape[0],
+                                     decoded)
             version = int(reply[1])
             intercept[0] = reply[2] + (intercept[0] - intercept_base)
             intercept_base = reply[2]
@@ -721,13 +736,14 @@ def _work_inner(channel, rows, x, b, run_batch, rng, batch):
             continue
         # the delta buffers are free again: the server has answered the previous delta
         count = take_delta(local, base, index_buf, values_buf, HEADER)
+        n_index = encode_index(index_buf, count, bitmap)
         values_buf[0] = batch_version
         values_buf[1] = samples.shape[0]
         values_buf[2] = intercept[0] - intercept_base
         values_buf[3] = float(position >= rows)
         sent_last = position >= rows
         intercept_base = intercept[0]
-        channel.post_delta(count)
+        channel.post_delta(n_index, count)
         waiting = True
 
 
