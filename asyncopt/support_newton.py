@@ -45,6 +45,13 @@ MPI, of 8 workers' stale deltas), and one Newton step on the right support takes
 gap to 1e-12 (CTR 200,000 x 100,000: 17 epochs to 9 serially, 27-29 to 9-13 at mpirun
 -n 9).
 
+Which coordinates: S is x's non-zeros plus the zeros of x that most violate the optimality
+condition |A_j^T rho| <= n lam w_j (``entering_coordinates``; at most ENTERING_SHARE |S|),
+which start at zero in the orthant of sign(A_j^T rho): a step on the non-zeros alone
+cannot certify while a coordinate of the solution is zero in x. When x has more than
+MAX_SUPPORT non-zeros, those outside its firm support are first set to zero
+(``pruned_coordinates``) and the candidates are compared with P of the unpruned x.
+
 Any x is a valid iterate: the gap and the screening are computed at whatever x the step
 leaves, so the step changes how fast DDSS converges, never what it certifies.
 """
@@ -63,6 +70,8 @@ RIDGE = 1e-10            # relative ridge on the Hessian (exactly equal columns)
 SUPPORT_CHURN = 0.05     # try only when at most this share of S changed in the epoch
 TRY_EPOCHS = 2           # ... or when the gap's rate needs more epochs than this to the goal
 DROP_MARGIN = 0.5        # non-zeros with |A_j^T rho| < n lam w_j / 2 go to zero at once
+ENTERING_SHARE = 0.05    # zeros of x that violate the optimality condition, at most this
+ENTERING_MIN = 10        # share of |S| (and at least this many), enter S with their sign
 
 
 @njit(cache=True)
@@ -109,10 +118,12 @@ def support_hessian_sums(indptr, indices, data, position, code, z, y, size, inte
     return out
 
 
-def support_gradient(correlation_S, rho_sum, x_S, weights_S, lam, n, intercept):
+def support_gradient(correlation_S, rho_sum, x_S, weights_S, lam, n, intercept, signs=None):
     """g = [-(A_S^T rho) / n + lam w sigma, -sum(rho) / n] (the intercept's entry only when
-    it is fitted)."""
-    grad = -np.asarray(correlation_S, np.float64) / n + lam * weights_S * np.sign(x_S)
+    it is fitted); sigma = ``signs`` (the orthant, ``support_point``), by default
+    sign(x_S)."""
+    sigma = np.sign(x_S) if signs is None else signs
+    grad = -np.asarray(correlation_S, np.float64) / n + lam * weights_S * sigma
     return np.append(grad, -rho_sum / n) if intercept else grad
 
 
@@ -337,7 +348,8 @@ def _conjugate_gradient(apply, rhs, preconditioner, start, limit):
     return d, products
 
 
-def hessian_free_direction(hessian_times, diagonal, gradient, point, n_penalized, drop):
+def hessian_free_direction(hessian_times, diagonal, gradient, point, n_penalized, drop,
+                           signs=None):
     """The projected Newton direction from Hessian-vector products (truncated Newton with
     the projection of Bertsekas' two-metric method and OWL-QN's orthant): ``drop``'s
     coordinates move to zero (d_j = -x_j), the others solve (H_FF + ridge I) d_F =
@@ -354,8 +366,13 @@ def hessian_free_direction(hessian_times, diagonal, gradient, point, n_penalized
     diag(H) (H the scaled Hessian of ``orthant_newton_target``; the ridge is the same,
     RIDGE times the mean of the diagonal). Returns (d, Hessian products), d None when
     it is no descent direction. The candidates are the projections of point + t d onto
-    the orthant (``projected_candidates``)."""
+    the orthant (``projected_candidates``). ``signs``: the orthant of the first
+    n_penalized coordinates (default sign(point); a coordinate entering S at zero has
+    the sign it enters with, ``support_point``): one that the step takes to the other
+    side crosses."""
     dim = point.shape[0]
+    sigma = np.zeros(dim)
+    sigma[:n_penalized] = np.sign(point[:n_penalized]) if signs is None else signs
     ridge = RIDGE * max(float(np.mean(diagonal)), 1e-300) if dim else 0.0
     penalized = np.arange(dim) < n_penalized
     fixed = np.zeros(dim, dtype=bool) if drop is None else np.asarray(drop, bool).copy()
@@ -381,7 +398,7 @@ def hessian_free_direction(hessian_times, diagonal, gradient, point, n_penalized
                 apply, rhs, 1.0 / (diagonal[free] + ridge), direction[free],
                 budget - products)
             products += used
-            crossing = penalized & free & (point * (point + direction) < 0.0)
+            crossing = penalized & free & (sigma * (point + direction) < 0.0)
             if np.any(crossing):
                 fixed |= crossing
                 direction[crossing] = -point[crossing]
@@ -390,7 +407,7 @@ def hessian_free_direction(hessian_times, diagonal, gradient, point, n_penalized
         # (sigma_j (g + H d)_j < 0: |smooth part| above lam w_j, with x_j's sign) is freed
         residual = gradient + hessian_times(direction)
         products += 1
-        release = fixed & (point * residual < 0.0)
+        release = fixed & (sigma * residual < 0.0)
         if not np.any(release):
             break
         fixed &= ~release
@@ -407,22 +424,25 @@ def linear_candidates(point, target):
     return candidates
 
 
-def projected_candidates(point, direction, n_penalized):
+def projected_candidates(point, direction, n_penalized, signs=None):
     """P(point + t d) for every t of STEP_GRID: the first ``n_penalized`` coordinates
-    (non-zeros of x) that would cross zero stay at zero (the orthant of x); further ones
-    (the intercept) are free. A coordinate with d_j = -x_j lands on zero exactly at t = 1."""
+    (non-zeros of x, and zeros entering with a sign) that would leave their orthant
+    (``signs``, default sign(point)) stay at zero; further ones (the intercept) are free.
+    A coordinate with d_j = -x_j lands on zero exactly at t = 1."""
     candidates = point + STEP_GRID[:, None] * direction
     head = candidates[:, :n_penalized]
-    head[head * point[:n_penalized] < 0.0] = 0.0
+    sigma = np.sign(point[:n_penalized]) if signs is None else signs
+    head[head * sigma < 0.0] = 0.0
     return candidates
 
 
-def best_candidate(loss_sums, n, lam, weights_S, start_S, candidates_S):
+def best_candidate(loss_sums, n, lam, weights_S, start_S, candidates_S, offset=0.0):
     """(index, P(candidate) - P(x)) of the candidate with the smallest exact P, index -1
     (change 0) when none lowers P. ``loss_sums``: ``SupportRows.trial_sums`` summed over
-    the shards (the candidates', then x's). Only S's penalty changes:
-    lam sum w |candidate_S|."""
-    current = loss_sums[-1] / n + lam * float(weights_S @ np.abs(start_S))
+    the shards (the candidates', then the point's). Only S's penalty changes:
+    lam sum w |candidate_S|. ``offset``: P(x) - P(point) when the point is not x itself
+    (``pruned_coordinates``), so that a candidate is taken only below P(x)."""
+    current = loss_sums[-1] / n + lam * float(weights_S @ np.abs(start_S)) + offset
     best, best_change = -1, 0.0
     for s in range(candidates_S.shape[0]):
         change = loss_sums[s] / n + lam * float(weights_S @ np.abs(candidates_S[s])) - \
@@ -432,16 +452,49 @@ def best_candidate(loss_sums, n, lam, weights_S, start_S, candidates_S):
     return best, best_change
 
 
-def support_point(x, b, intercept):
-    """(S = the non-zeros of x, the point [x_S, b]; b only when the intercept is fitted)."""
+def entering_limit(support_size):
+    """How many zeros of x may enter S with ``entering_coordinates``: ENTERING_SHARE of
+    |S|, at least ENTERING_MIN, and no more than MAX_SUPPORT - |S|."""
+    return int(max(0, min(max(ENTERING_MIN, np.ceil(ENTERING_SHARE * support_size)),
+                          MAX_SUPPORT - support_size)))
+
+
+def entering_coordinates(x, correlation, n, lam, weights, limit):
+    """The zeros of x that violate the optimality condition |A_j^T rho| <= n lam w_j, the
+    ``limit`` most violating (largest |A_j^T rho| / (n lam w_j)), each with the sign it
+    would enter with, sign(A_j^T rho): coded as (j + 1) sign (float64, by j) so that one
+    broadcast carries both. A step on the non-zeros of x alone cannot certify while such
+    a coordinate is missing: Dis-DDSS on CTR 200,000 x 100,000 at 1e-4 lam_max, 2
+    workers, steps at epochs 6-8 ended with 1,683-1,691 non-zeros of the solution's 1,692
+    and gaps of 2e-3 to 2e-2, and needed a second step after more epochs."""
+    ratio = np.abs(correlation) / (n * lam * np.asarray(weights, np.float64))
+    violating = np.flatnonzero((x == 0) & (ratio > 1.0))
+    if violating.shape[0] > limit:
+        violating = np.sort(violating[np.argpartition(-ratio[violating], limit - 1)[:limit]]) \
+            if limit > 0 else violating[:0]
+    return (violating + 1.0) * np.sign(correlation[violating])
+
+
+def support_point(x, b, intercept, entering=None):
+    """(S, the point [x_S, b], the orthant sigma over S): S the non-zeros of x, plus the
+    coordinates of ``entering`` (``entering_coordinates``' code), which start at zero
+    with their entering sign; b only when the intercept is fitted."""
     support = np.flatnonzero(x)
-    return support, (np.append(x[support], b) if intercept else x[support].copy())
+    if entering is not None and entering.shape[0]:
+        joining = (np.abs(entering) - 1.0).astype(np.int64)
+        support = np.union1d(support, joining)
+        signs = np.sign(x[support])
+        signs[np.searchsorted(support, joining)] = np.sign(entering)
+    else:
+        signs = np.sign(x[support])
+    return support, (np.append(x[support], b) if intercept else x[support].copy()), signs
 
 
 LINE, PROJECTED = 0, 1   # how a move's vector makes candidates (``move_candidates``)
 
 
-def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, intercept):
+def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, intercept,
+               signs=None):
     """The move from the summed Hessian: (kind, vector, predicted change of the model), kind
     None when no move predicts a decrease. Two moves are formed and the one whose full
     step (t = 1) has the lower model value is kept:
@@ -455,48 +508,50 @@ def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, in
     the solution) the dropped coordinates raised the model by 3e-8 to 8e-2, more than
     the whole path's gain, so the path predicted nothing and no step was taken; the
     projected direction (60-110 products) took P - P* from 1e-7 to 1e-16 at epoch 7 and
-    certified a gap of 1e-11."""
+    certified a gap of 1e-11. Coordinates entering S at zero (``signs``) move only in
+    the projected direction; the path keeps them at zero."""
     k = correlation_S.shape[0]
     hessian = hessian_sum / n
     gradient = support_gradient(correlation_S, rho_sum, point[:k], weights_S, lam, n,
-                                intercept)
+                                intercept, signs)
+    kept_zero = settled_zeros(correlation_S, n, lam, weights_S, intercept)
+    kept_zero[:k] |= point[:k] == 0.0
 
     def model(candidate):
         move = candidate - point
         return float(gradient @ move + 0.5 * move @ (hessian @ move))
 
     best = (None, None, 0.0)
-    target, predicted, _ = orthant_newton_target(
-        hessian, gradient, point, k,
-        settled_zeros(correlation_S, n, lam, weights_S, intercept))
+    target, predicted, _ = orthant_newton_target(hessian, gradient, point, k, kept_zero)
     if predicted < 0.0:
         best = (LINE, target, predicted)
     direction, _ = hessian_free_direction(lambda v: hessian @ v, np.diag(hessian).copy(),
-                                          gradient, point, k, None)
+                                          gradient, point, k, None, signs)
     if direction is not None:
-        projected = model(projected_candidates(point, direction, k)[0])
+        projected = model(projected_candidates(point, direction, k, signs)[0])
         if projected < best[2]:
             best = (PROJECTED, direction, projected)
     return best
 
 
-def move_candidates(kind, vector, point, n_penalized):
+def move_candidates(kind, vector, point, n_penalized, signs=None):
     """The candidates of a move (``dense_move``; PROJECTED for ``support_direction``)."""
     if kind == LINE:
         return linear_candidates(point, vector)
-    return projected_candidates(point, vector, n_penalized)
+    return projected_candidates(point, vector, n_penalized, signs)
 
 
 def support_direction(hessian_times, diagonal_sum, correlation_S, rho_sum, point,
-                      weights_S, lam, n, intercept):
+                      weights_S, lam, n, intercept, signs=None):
     """``hessian_free_direction`` from the summed products and diagonal
     (``hessian_times(v)`` = the unscaled sum H v): (d or None, products)."""
     k = correlation_S.shape[0]
     gradient = support_gradient(correlation_S, rho_sum, point[:k], weights_S, lam, n,
-                                intercept)
+                                intercept, signs)
     return hessian_free_direction(lambda v: hessian_times(v) / n, diagonal_sum / n,
                                   gradient, point, k,
-                                  settled_zeros(correlation_S, n, lam, weights_S, intercept))
+                                  settled_zeros(correlation_S, n, lam, weights_S, intercept),
+                                  signs)
 
 
 def take_candidate(x, b, support, candidate, intercept):
@@ -508,8 +563,8 @@ def take_candidate(x, b, support, candidate, intercept):
 class StallWatch:
     """When to try the step: after an epoch that cut the certified gap by less than
     1 / STALL_RATIO (or, given the goal, that left it more than TRY_EPOCHS epochs from
-    it), that changed at most SUPPORT_CHURN |S| of x's firm support (``firm_support``;
-    the backends count the changes), with 1 <= |S| <= MAX_SUPPORT. After a try that did
+    it), that changed at most SUPPORT_CHURN |S| of x's firm support S (``firm_support``;
+    the backends count the changes and pass |S|), with 1 <= |S| <= MAX_SUPPORT. After a try that did
     not cut the gap to STALL_RATIO times what it was, the next try waits 2, 4, 8...
     epochs (each try costs a pass over the data and a Hessian over S or up to
     ``product_budget`` products with it, under MPI sums from every worker).
@@ -553,6 +608,19 @@ class StallWatch:
         self.previous_gap = gap_after
 
 
+def pruned_coordinates(x, firm):
+    """The non-zeros of x outside its firm support (``firm_support``), to be set to zero
+    before the step, when x has more than MAX_SUPPORT non-zeros (else none): StallWatch
+    judges |S| by the firm support, and asynchronous steps can leave thousands of small
+    non-zeros behind it (Dis-DDSS on CTR 200,000 x 100,000 at 1e-4 lam_max, 2 workers on
+    a busy machine: 4,000-5,000 non-zeros, a firm support that did not change for 10
+    epochs, and no step for 27 epochs). The step then starts from the pruned x and its
+    candidates are compared with P of the unpruned one."""
+    if np.count_nonzero(x) <= MAX_SUPPORT:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero((x != 0) & ~firm)
+
+
 def support_newton_step(active, cert, x):
     """The step on one process (serial and threads backends): ``cert`` is the certificate
     at (x, cert.intercept) on ``active`` (an ActiveSet with an L1 penalty). Moves x in
@@ -560,18 +628,30 @@ def support_newton_step(active, cert, x):
     problem = active.problem
     n, lam, code = problem.n_samples, problem.lam, problem.loss.code
     intercept = problem.fit_intercept
-    support, point = support_point(x, cert.intercept, intercept)
+    pruned = pruned_coordinates(x, firm_support(x, cert.correlation, n, lam,
+                                                active.weights))
+    saved, offset = x[pruned].copy(), 0.0
+    if pruned.shape[0]:
+        x[pruned] = 0.0
+        unpruned, cert = cert, active.certificate(x, cert.intercept)
+        offset = unpruned.primal - cert.primal
+    nonzeros = int(np.count_nonzero(x))
+    entering = entering_coordinates(x, cert.correlation, n, lam, active.weights,
+                                    entering_limit(nonzeros))
+    support, point, signs = support_point(x, cert.intercept, intercept, entering)
     k = support.shape[0]
     weights = active.weights[support]
     rows = SupportRows(active, code, cert.z, support, intercept)
     kind, vector, _ = dense_move(rows.hessian_sums(), cert.correlation[support],
-                                 float(np.sum(cert.rho)), point, weights, lam, n, intercept)
-    if kind is None:
-        return None
-    candidates = move_candidates(kind, vector, point, k)
-    index, _ = best_candidate(rows.trial_sums(point, candidates), n, lam, weights,
-                              point[:k], candidates[:, :k])
+                                 float(np.sum(cert.rho)), point, weights, lam, n, intercept,
+                                 signs)
+    index = -1
+    if kind is not None:
+        candidates = move_candidates(kind, vector, point, k, signs)
+        index, _ = best_candidate(rows.trial_sums(point, candidates), n, lam, weights,
+                                  point[:k], candidates[:, :k], offset)
     if index < 0:
+        x[pruned] = saved
         return None
     return take_candidate(x, cert.intercept, support, candidates[index], intercept), \
         float(STEP_GRID[index])

@@ -396,3 +396,96 @@ def test_group_penalties_run_without_the_step():
                      max_epochs=2000)
     assert res.converged
     assert all(h["newton_step"] == 0.0 for h in res.history)
+
+
+def test_entering_coordinates_are_the_worst_violating_zeros_with_their_sign():
+    x = np.array([0.0, 1.5, 0.0, 0.0, -2.0, 0.0, 0.0])
+    correlation = np.array([3.0, 9.0, -1.0, -5.0, 0.5, 2.5, 0.9])
+    weights = np.ones(7)
+    # n lam w = 2: zeros 0 (1.5x), 3 (2.5x, negative) and 5 (1.25x) violate; 2, 6 do not
+    code = support_newton.entering_coordinates(x, correlation, 1, 2.0, weights, 10)
+    np.testing.assert_array_equal(code, [1.0, -4.0, 6.0])      # (j + 1) sign, by j
+    assert list(support_newton.entering_coordinates(x, correlation, 1, 2.0, weights, 2)) \
+        == [1.0, -4.0]
+    assert support_newton.entering_coordinates(x, correlation, 1, 2.0, weights, 0).size == 0
+    support, point, signs = support_newton.support_point(x, 0.7, True, code)
+    np.testing.assert_array_equal(support, [0, 1, 3, 4, 5])
+    np.testing.assert_array_equal(point, [0.0, 1.5, 0.0, -2.0, 0.0, 0.7])
+    np.testing.assert_array_equal(signs, [1.0, 1.0, -1.0, -1.0, 1.0])
+    assert support_newton.entering_limit(100) == 10
+    assert support_newton.entering_limit(1000) == 50
+    assert support_newton.entering_limit(MAX_SUPPORT - 3) == 3
+
+
+def _lasso_solution(ref, make_data, seed=4):
+    X, y = make_data.random_data(seed, 120, 40, fmt="csr", n_informative=10)
+    base = Problem(X, y, "squared", L1(40), 1.0, True)
+    problem = base.with_lam(0.05 * base.lam_max())
+    exact = solve_ddss(problem, tol=1e-14, max_epochs=20000, random_state=0)
+    p0 = problem.null_objective()
+    assert ref.certificate(X, y, "squared", problem.penalty, problem.lam, True,
+                           exact.coef).gap <= 1e-12 * p0
+    return problem, exact, p0
+
+
+def test_a_missing_coordinate_enters_the_step_with_its_sign(ref, make_data, monkeypatch):
+    """x is the Lasso solution with its largest coefficient set to zero and the others
+    moved 5%: a step on the non-zeros of x alone cannot certify, the step with the
+    violating zero entering lands on the solution."""
+    problem, exact, p0 = _lasso_solution(ref, make_data)
+    rng = np.random.default_rng(0)
+    start = exact.coef * (1.0 + 0.05 * rng.standard_normal(40))
+    missing = int(np.argmax(np.abs(exact.coef)))
+    start[missing] = 0.0
+    active = problem.full_active_set()
+
+    def step(x):
+        cert = active.certificate(x, exact.intercept)
+        moved = support_newton.support_newton_step(active, cert, x)
+        assert moved is not None
+        return active.certificate(x, moved[0])
+
+    with monkeypatch.context() as patch:
+        patch.setattr(support_newton, "ENTERING_MIN", 0)
+        patch.setattr(support_newton, "ENTERING_SHARE", 0.0)
+        alone = start.copy()
+        assert step(alone).gap > 1e-3 * p0 and alone[missing] == 0.0
+    x = start.copy()
+    cert = step(x)
+    assert cert.gap <= 1e-8 * p0      # the ridge and CG's tolerance: 2e-10 here
+    assert np.sign(x[missing]) == np.sign(exact.coef[missing])
+    np.testing.assert_allclose(x, exact.coef, rtol=0, atol=1e-6 * np.abs(exact.coef).max())
+
+
+def test_small_non_zeros_beyond_max_support_are_pruned_before_the_step(ref, make_data,
+                                                                       monkeypatch):
+    """More than MAX_SUPPORT non-zeros, most of them tiny ones outside the firm support:
+    the step sets those to zero first, then lands on the solution; with a P that no
+    candidate beats, x is left exactly as it was."""
+    problem, exact, p0 = _lasso_solution(ref, make_data)
+    active = problem.full_active_set()
+    solution = np.flatnonzero(exact.coef)
+    monkeypatch.setattr(support_newton, "MAX_SUPPORT", solution.shape[0] + 2)
+    rng = np.random.default_rng(1)
+    x = exact.coef * (1.0 + 0.005 * rng.standard_normal(40))
+    zeros = np.flatnonzero(exact.coef == 0)
+    x[zeros] = 1e-7 * rng.standard_normal(zeros.shape[0])
+    cert = active.certificate(x, exact.intercept)
+    firm = firm_support(x, cert.correlation, problem.n_samples, problem.lam,
+                        active.weights)
+    pruned = support_newton.pruned_coordinates(x, firm)
+    assert pruned.shape[0] >= zeros.shape[0] - 2 and not np.any(np.isin(pruned, solution))
+    moved = support_newton.support_newton_step(active, cert, x)
+    assert moved is not None
+    assert active.certificate(x, moved[0]).gap <= 1e-10 * p0
+    assert np.count_nonzero(x) == solution.shape[0]
+    # at the solution plus the tiny ones, the pruned point is P* itself but nothing
+    # improves on it by more than the rounding: x keeps its tiny non-zeros
+    monkeypatch.setattr(support_newton, "best_candidate",
+                        lambda *args, **kwargs: (-1, 0.0))
+    noisy = exact.coef.copy()
+    noisy[zeros] = 1e-7 * rng.standard_normal(zeros.shape[0])
+    kept = noisy.copy()
+    cert = active.certificate(noisy, exact.intercept)
+    assert support_newton.support_newton_step(active, cert, noisy) is None
+    np.testing.assert_array_equal(noisy, kept)

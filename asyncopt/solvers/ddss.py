@@ -160,10 +160,11 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             best.offer_certificate(cert)
             newton_t = 0.0
             gap = best.gap(cert.primal)
-            churn = None if firm_before is None else int(np.count_nonzero(
-                firm_before != firm_support(x, cert.correlation, n, lam, active.weights)))
+            firm = None if watch is None else firm_support(x, cert.correlation, n, lam,
+                                                           active.weights)
+            churn = None if firm_before is None else int(np.count_nonzero(firm_before != firm))
             if watch is not None and gap > tol * reference and \
-                    watch.should_try(epoch, gap, int(np.count_nonzero(x)), churn,
+                    watch.should_try(epoch, gap, int(np.count_nonzero(firm)), churn,
                                      tol * reference):
                 moved = support_newton_step(active, cert, x)
                 if moved is not None:

@@ -84,7 +84,9 @@ from ..penalties import block_norms
 from ..problem import dropped_share
 from ..screening import BestDual, gap_safe_keep, gap_safe_radius
 from ..support_newton import (PROJECTED, STEP_GRID, StallWatch, SupportRows,
-                              best_candidate, dense_move, firm_support, move_candidates,
+                              best_candidate, dense_move, entering_coordinates,
+                              entering_limit, firm_support, move_candidates,
+                              pruned_coordinates,
                               support_direction, support_point, take_candidate,
                               uses_hessian_free)
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -232,6 +234,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     watch = StallWatch() if server and support_newton and penalty.is_l1 and not saga \
         else None
     newton_from, newton_t = None, 0.0     # the gap a Newton step started from, its t
+    firm = None       # the server's firm support of x (``firm_support``), for the watch
     snapshot, step_factor, move_cap = None, 1.0, MOVE_CAP
     damping_power, calm = 1.0, 0
     memory = None
@@ -290,12 +293,13 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 if reference is None:     # P at x = 0 (the first record) is P(0)
                     reference = primal
                 churn = None      # changes of x's firm support over the last epoch
+                firm = None if watch is None else firm_support(x, correlation, n, lam,
+                                                               pen.weights)
                 if snapshot is not None:
                     damping_power, calm = adapt_damping_power(damping_power, calm,
                                                               gap > snapshot[3])
                     if watch is not None:
-                        churn = int(np.count_nonzero(snapshot[4] != firm_support(
-                            x, correlation, n, lam, pen.weights)))
+                        churn = int(np.count_nonzero(snapshot[4] != firm))
                 now = time.perf_counter() - start
                 record = {"epoch": epoch, "time": time_offset + now, "primal": primal,
                           "dual": best.dual, "dual_at_x": dual, "gap": certified,
@@ -342,7 +346,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                             watch.tried(epoch, newton_from, certified)
                             newton_from = None
                         elif status == INNER and watch.should_try(
-                                epoch, certified, np.count_nonzero(x), churn,
+                                epoch, certified, int(np.count_nonzero(firm)), churn,
                                 tol * reference):
                             status, newton_from = NEWTON, certified
                 newton_t = 0.0
@@ -376,6 +380,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 feature_keep = np.repeat(keep, np.diff(pen.indptr))
                 if server:
                     correlation = correlation[feature_keep]
+                    firm = None if firm is None else firm[feature_keep]
                     column_sq = column_sq[feature_keep]
                     column_counts = column_counts[feature_keep]
                 else:
@@ -387,7 +392,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 x, b, newton_t = _support_newton(wire, active, x, b, z, loss_code, lam, n,
                                                  pen.weights, fit_intercept,
                                                  correlation if server else None,
-                                                 float(total[1]) if server else 0.0)
+                                                 float(total[1]) if server else 0.0,
+                                                 firm, float(total[0]) if server else 0.0)
             if status in (RECERTIFY, NEWTON):
                 snapshot = None
                 continue
@@ -418,8 +424,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                                                 memory, active.n_features)
                 average_all = wire.allreduce(local_sum) / n
             if server:
-                snapshot = (x.copy(), b, primal, gap, None if watch is None else
-                            firm_support(x, correlation, n, lam, pen.weights))
+                snapshot = (x.copy(), b, primal, gap, firm)
                 live.update(x=x, b=b, blocks=blocks)
                 per_batch = _lipschitz(loss_code) * batch
                 x, b, steps, staleness, msgs, mbytes = _serve_inner(
@@ -472,11 +477,13 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
 
 
 def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, correlation,
-                    rho_sum):
+                    rho_sum, firm, loss_sum):
     """The support Newton step (``support_newton.py``) over the shards; every rank calls
     it with its x and b (equal on every rank: each inner loop ends with the workers
-    holding the server's) and its margins z at them. S = the non-zeros of x; each worker
-    forms its share of the Hessian on S (``SupportRows``). Then, by the bytes each way
+    holding the server's) and its margins z at them. S = the non-zeros of x and the zeros
+    that most violate the optimality condition (``entering_coordinates``: the server
+    broadcasts their count, then their coded indices and signs); each worker forms its
+    share of the Hessian on S (``SupportRows``). Then, by the bytes each way
     costs (``uses_hessian_free``), either
       - the workers reduce their shares' upper triangles ((|S| + 1)(|S| + 2) / 2 numbers)
         and the server broadcasts the move (``dense_move``: the end point of the orthant
@@ -486,11 +493,53 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
         loop with the direction d ([-1, ...]: none, no step);
     every rank forms the same candidates from it, the workers reduce their losses at
     them and the server broadcasts the one taken (-1: none). Returns (x, b, t), the same
-    on every rank. ``correlation`` (A^T rho) and ``rho_sum`` are the server's."""
+    on every rank. ``correlation`` (A^T rho), ``rho_sum``, ``firm`` (x's firm support)
+    and ``loss_sum`` (sum f at x) are the server's.
+
+    When x has more than MAX_SUPPORT non-zeros, those outside its firm support are first
+    set to zero (``pruned_coordinates``: the server broadcasts them); the workers' margins
+    and their sums [f, rho, A_S^T rho] at the pruned x replace the certificate's, and a
+    candidate is taken only below P of the unpruned x (else x is put back)."""
     server = correlation is not None
-    support, point = support_point(x, b, intercept)
+    count = np.zeros(1)
+    if server:
+        pruned = pruned_coordinates(x, firm).astype(np.float64)
+        count[0] = pruned.shape[0]
+    count = int(wire.bcast(count)[0])
+    pruned = wire.bcast(pruned if server else np.empty(count)).astype(np.int64) \
+        if count else np.zeros(0, dtype=np.int64)
+    saved = x[pruned].copy()
+    x[pruned] = 0.0
+    if count and not server:
+        z = active.margins(x, b)
+    count = np.zeros(1)
+    if server:
+        entering = entering_coordinates(x, correlation, n, lam, weights,
+                                        entering_limit(int(np.count_nonzero(x))))
+        count[0] = entering.shape[0]
+    count = int(wire.bcast(count)[0])
+    if count:
+        entering = wire.bcast(entering if server else np.empty(count))
+    else:
+        entering = None
+    support, point, signs = support_point(x, b, intercept, entering)
     k, dim = support.shape[0], point.shape[0]
     rows = None if server else SupportRows(active, code, z, support, intercept)
+    offset = 0.0         # P(x) - P(the pruned x)
+    if pruned.shape[0]:
+        local = np.zeros(2 + k)
+        if not server:
+            rho = generalized_residual(code, z, active.y, np.empty_like(z))
+            local[0] = mean_loss(code, z, active.y) * z.shape[0]
+            local[1] = np.sum(rho)
+            local[2:] = csr_rmatvec(active.indptr, active.indices, active.data, rho,
+                                    active.n_features)[support]
+        local = wire.reduce(local)
+        if server:
+            offset = (loss_sum - local[0]) / n + lam * float(weights[pruned] @ np.abs(saved))
+            rho_sum, correlation_S = float(local[1]), local[2:]
+    elif server:
+        correlation_S = correlation[support]
     if uses_hessian_free(k):
         if server:
             diagonal = wire.reduce(np.zeros(dim))
@@ -499,9 +548,9 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
                 wire.bcast(np.concatenate(([1.0], v)))
                 return wire.reduce(np.zeros(dim))
 
-            direction, _ = support_direction(hessian_times, diagonal, correlation[support],
+            direction, _ = support_direction(hessian_times, diagonal, correlation_S,
                                              rho_sum, point, weights[support], lam, n,
-                                             intercept)
+                                             intercept, signs)
             found = direction is not None
             wire.bcast(np.concatenate(([0.0 if found else -1.0],
                                        direction if found else np.zeros(dim))))
@@ -514,8 +563,9 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
                     break
                 wire.reduce(rows.hessian_times(message[1:]))
         if direction is None:
+            x[pruned] = saved
             return x, b, 0.0
-        candidates = move_candidates(PROJECTED, direction, point, k)
+        candidates = move_candidates(PROJECTED, direction, point, k, signs)
     else:
         upper = np.triu_indices(dim)
         move = np.full(1 + dim, -1.0)      # [kind (-1: none), vector]
@@ -523,24 +573,26 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
             hessian = np.zeros((dim, dim))
             hessian[upper] = wire.reduce(np.zeros(upper[0].shape[0]))
             hessian += np.triu(hessian, 1).T
-            kind, vector, _ = dense_move(hessian, correlation[support], rho_sum, point,
-                                         weights[support], lam, n, intercept)
+            kind, vector, _ = dense_move(hessian, correlation_S, rho_sum, point,
+                                         weights[support], lam, n, intercept, signs)
             if kind is not None:
                 move[0], move[1:] = kind, vector
         else:
             wire.reduce(rows.hessian_sums()[upper])
         move = wire.bcast(move)
         if move[0] < 0:
+            x[pruned] = saved
             return x, b, 0.0
-        candidates = move_candidates(int(move[0]), move[1:], point, k)
+        candidates = move_candidates(int(move[0]), move[1:], point, k, signs)
     sums = wire.reduce(np.zeros(candidates.shape[0] + 1) if server else
                        rows.trial_sums(point, candidates))
     chosen = np.full(1, -1.0)
     if server:
         chosen[0] = best_candidate(sums, n, lam, weights[support], point[:k],
-                                   candidates[:, :k])[0]
+                                   candidates[:, :k], offset)[0]
     index = int(wire.bcast(chosen)[0])
     if index < 0:
+        x[pruned] = saved
         return x, b, 0.0
     return x, take_candidate(x, b, support, candidates[index], intercept), \
         float(STEP_GRID[index])
