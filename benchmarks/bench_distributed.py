@@ -4,6 +4,7 @@
 
     cd /work/main && PYTHONPATH=. .venv/bin/python benchmarks/bench_distributed.py [--quick]
         [--workers 2] [--time-cap S] [--repeat N] [--only NAME ...] [--target 1e-6]
+        [--reference-from RESULTS.json]
 
 Every (problem, method) is one ``mpirun -n K+1 python benchmarks/_mpi_run.py ...`` (rank 0
 the server, K workers on contiguous row shards; the data built identically on every rank);
@@ -15,7 +16,8 @@ Columns: seconds to rel gap 1e-4 and to the target (history's clock, from the st
 solve_mpi; warm-up and data loading excluded), epochs, the server's bytes sent + received
 at the end of the run, bytes per epoch, and the bytes ratio against Dis-ProxASVRG: per run,
 and at the smallest gap both runs reached. Target: Dis-DDSS bytes per run <= 0.3 x
-Dis-ProxASVRG's.
+Dis-ProxASVRG's. --reference-from takes Dis-ProxASVRG's rounds from an earlier results file
+(minutes a round) so that Dis-DDSS alone can be rerun against them.
 """
 import argparse
 import os
@@ -162,6 +164,10 @@ def main(argv=None):
                         help="rounds of every method, interleaved; best of N (default 1)")
     parser.add_argument("--only", nargs="+", default=[], metavar="NAME",
                         help="keep problems and/or methods whose name contains NAME")
+    parser.add_argument("--reference-from", metavar="JSON", default=None,
+                        help=f"take the {REFERENCE} rounds from an earlier results file "
+                             "(same problems, workers and wire) instead of running them "
+                             "again: they take minutes per round, Dis-DDSS seconds")
     parser.add_argument("--no-epoch-probe", action="store_true",
                         help="run Dis-ProxASVRG even when one dense epoch is estimated at "
                              "over 2 x the cap (by default it is then not run: capped)")
@@ -180,6 +186,11 @@ def main(argv=None):
     keep = select([s["name"] for s in specs], args.only)
     specs = [s for s in specs if s["name"] in keep]
     methods = select(METHODS, args.only)
+    reference_runs = {}
+    if args.reference_from:
+        reference_runs, reference_info = load_reference(args.reference_from, args.workers)
+        if REFERENCE not in methods:
+            methods = methods + [REFERENCE]
     stem = "bench_distributed_quick" if args.quick else "bench_distributed"
     json_path = args.output or os.path.join(RESULTS_DIR, stem + ".json")
     png_path = os.path.splitext(json_path)[0] + ".png"
@@ -191,6 +202,9 @@ def main(argv=None):
     cores = info["cpu_count"] or 1
     n_ranks = args.workers + 1
     info["oversubscribed"] = n_ranks > cores
+    if args.reference_from:
+        info["reference_from"] = {"path": os.path.abspath(args.reference_from),
+                                  **reference_info}
     log(f"bench_distributed: {cores} cores, {info['cpu_model']}, mpirun {info['mpirun']}, "
         + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
     log(f"{args.workers} workers (mpirun -n {n_ranks}"
@@ -205,7 +219,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="bench_distributed_") as workdir:
         for spec in specs:
             runs, meta = run_problem(spec, methods, args.workers, target, cap, args,
-                                     workdir, cores)
+                                     workdir, cores, reference_runs.get(spec["name"]))
             state["results"][spec["name"]] = runs
             state["problems"].append({**meta,
                                       "runs": {k: v.as_dict() for k, v in runs.items()}})
@@ -216,11 +230,31 @@ def main(argv=None):
     return 0
 
 
-def run_problem(spec, methods, workers, target, cap, args, workdir, cores):
+def load_reference(json_path, workers):
+    """({problem: the REFERENCE run, its rounds in extra.bytes_rounds}, where they came
+    from) of an earlier bench_distributed results file with the same worker count."""
+    payload, _ = load_results(json_path)
+    if payload.get("workers") != workers:
+        raise SystemExit(f"--reference-from {json_path}: {payload.get('workers')} workers, "
+                         f"not {workers}")
+    runs = {p["name"]: run_from_dict(p["runs"][REFERENCE]) for p in payload["problems"]
+            if REFERENCE in p.get("runs", {})}
+    machine = payload.get("machine", {})
+    return runs, {"date": machine.get("date"), "time_cap_s": payload.get("time_cap_s"),
+                  "repeat": payload.get("repeat"),
+                  "asyncopt_source": machine.get("asyncopt_source")}
+
+
+def run_problem(spec, methods, workers, target, cap, args, workdir, cores, reference=None):
     """Every method on one problem, ``args.repeat`` interleaved rounds: ({method: best
-    run}, the problem's description for the JSON)."""
+    run}, the problem's description for the JSON). ``reference``: the REFERENCE run
+    loaded from an earlier file (``--reference-from``), not run again."""
     log(f"\n== {spec['name']}: {DATA_DESCRIPTION[spec['data']]}, {spec['loss']}, "
         f"lam = {spec['lam_ratio']:g} lam_max, fit_intercept={spec['fit_intercept']}")
+    if reference is not None:
+        methods = [m for m in methods if m != REFERENCE]
+        log(f"  {REFERENCE}: {len(reference.extra.get('bytes_rounds', []))} rounds from "
+            f"{args.reference_from}")
     estimate = None
     if REFERENCE in methods and not args.no_epoch_probe:
         t0 = time.perf_counter()
@@ -259,6 +293,9 @@ def run_problem(spec, methods, workers, target, cap, args, workdir, cores):
             _log_run(rep, method, run, levels_of(target), cap, time.perf_counter() - t0)
     for method, kept in best.items():
         kept.extra["bytes_rounds"] = rounds.get(method, [])
+    if reference is not None:
+        best[REFERENCE] = reference
+        methods = methods + [REFERENCE]
     meta = {**spec, "data_description": DATA_DESCRIPTION[spec["data"]], **meta,
             "workers": workers, "n_ranks": workers + 1}
     return {m: best[m] for m in methods if m in best}, meta
