@@ -100,3 +100,45 @@ def test_a_bitmap_that_disagrees_with_its_values_is_an_error():
     words[0] = 0b1011
     with pytest.raises(ValueError, match="3 coordinates for 5 values"):
         decode_index(words.view(np.int32), 5, 100, np.empty(100, dtype=np.int32))
+
+
+def test_take_delta_leaves_base_and_local_at_the_servers_sum():
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal(200) * 1e3
+    local = rng.standard_normal(200) * 1e-3
+    want = base + (local - base)                            # what the server forms
+    assert np.any(want != local)                            # the sums that round
+    index = np.empty(200, dtype=np.int32)
+    values = np.empty(HEADER + 200)
+    take_delta(local, base, index, values, HEADER)
+    np.testing.assert_array_equal(base, want)
+    np.testing.assert_array_equal(local, want)
+
+
+def test_replies_leave_out_what_only_the_worker_itself_changed_exactly():
+    """Random deltas of workers 1-3, some weighted (omega < 1 or damped): each reply holds
+    exactly the coordinates that changed since the worker's last reply by anything other
+    than its own deltas added with weight 1 (brute force over the log of changes)."""
+    rng = np.random.default_rng(6)
+    p, workers = 60, 3
+    x = np.zeros(p)
+    omega = np.where(rng.random(p) < 0.2, 0.5, 1.0)
+    changed_at = np.zeros(p, dtype=np.int64)
+    run_source = np.zeros(p, dtype=np.int32)
+    before_run = np.zeros(p, dtype=np.int64)
+    seen = np.zeros(workers + 1, dtype=np.int64)
+    log = []                                  # (version, worker, coordinate, exact)
+    for version in range(1, 80):
+        worker = int(rng.integers(1, workers + 1))
+        damping = 1.0 if rng.random() < 0.8 else 0.5
+        index = np.sort(rng.choice(p, 12, replace=False)).astype(np.int32)
+        values = np.concatenate((np.zeros(HEADER), rng.standard_normal(12)))
+        add_weighted_delta(x, changed_at, index, values, HEADER, damping, omega, version,
+                           worker, run_source, before_run)
+        log += [(version, worker, j, damping * omega[j] == 1.0) for j in index]
+        fresh = changed_since(changed_at, seen[worker], worker, run_source, before_run)
+        want = sorted({j for v, w, j, exact in log if v > seen[worker]} -
+                      {j for j in range(p) if all(w == worker and exact for v, w, k, exact
+                                                  in log if k == j and v > seen[worker])})
+        np.testing.assert_array_equal(fresh, want)
+        seen[worker] = version

@@ -18,16 +18,20 @@ from numba import njit
 
 @njit(cache=True, nogil=True)
 def take_delta(local, base, index, values, offset):
-    """The sparse delta local - base: its support into index[:k] and its values into
-    values[offset:offset + k]; base takes the sent values (base[j] = local[j] there), so
-    base stays "the server's x plus what this worker has sent". Returns k."""
+    """The sparse delta d = local - base: its support into index[:k] and its values into
+    values[offset:offset + k]; base and local both become base + d there, the sum the
+    server forms when it adds d with weight 1 (base + (local - base) may differ from
+    local in the last bit), so base stays "the server's x plus what this worker has sent"
+    bit for bit and the server need not echo this worker's own coordinates
+    (``add_weighted_delta``). Returns k."""
     k = 0
     for j in range(local.shape[0]):
         d = local[j] - base[j]
         if d != 0.0:
             index[k] = j
             values[offset + k] = d
-            base[j] = local[j]
+            base[j] += d
+            local[j] = base[j]
             k += 1
     return k
 
@@ -46,26 +50,44 @@ def apply_reply(local, base, index, values, offset, full):
 
 
 @njit(cache=True, nogil=True)
-def add_weighted_delta(x, changed_at, index, values, offset, weight, omega, version):
+def add_weighted_delta(x, changed_at, index, values, offset, weight, omega, version,
+                       source=0, run_source=None, before_run=None):
     """x[j] += weight omega[j] delta_j on a delta's coordinates (values[offset:]), each
-    stamped changed_at[j] = version."""
+    stamped changed_at[j] = version.
+
+    With ``run_source`` / ``before_run`` (per coordinate, int32 / int64) the server also
+    tracks, for every coordinate, the run of changes that ``source`` made with weight
+    exactly 1 (added exactly as the worker added them to its own copy, ``take_delta``):
+    run_source[j] is that worker (0: the last change was another's or weighted) and
+    before_run[j] the version of the last change before the run. ``changed_since`` then
+    leaves out of a worker's reply the coordinates only it changed, exactly."""
     for t in range(index.shape[0]):
         j = index[t]
-        x[j] += weight * omega[j] * values[offset + t]
+        scale = weight * omega[j]
+        x[j] += scale * values[offset + t]
+        if run_source is not None:
+            exact = scale == 1.0
+            if not (exact and run_source[j] == source):
+                before_run[j] = changed_at[j]
+                run_source[j] = source if exact else 0
         changed_at[j] = version
 
 
 @njit(cache=True, nogil=True)
-def changed_since(changed_at, seen):
-    """The coordinates (int32, ascending) stamped after version ``seen``."""
+def changed_since(changed_at, seen, worker=0, run_source=None, before_run=None):
+    """The coordinates (int32, ascending) stamped after version ``seen``, except, with
+    ``run_source`` / ``before_run`` (``add_weighted_delta``), those that only ``worker``
+    changed since then, each with weight exactly 1: its copy holds them already."""
     count = 0
     for j in range(changed_at.shape[0]):
-        if changed_at[j] > seen:
+        if changed_at[j] > seen and not (run_source is not None and
+                                         run_source[j] == worker and before_run[j] <= seen):
             count += 1
     out = np.empty(count, dtype=np.int32)
     k = 0
     for j in range(changed_at.shape[0]):
-        if changed_at[j] > seen:
+        if changed_at[j] > seen and not (run_source is not None and
+                                         run_source[j] == worker and before_run[j] <= seen):
             out[k] = j
             k += 1
     return out

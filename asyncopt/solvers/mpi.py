@@ -90,7 +90,7 @@ from ..support_newton import (PROJECTED, STEP_GRID, StallWatch, SupportRows,
                               support_direction, support_point, take_candidate,
                               uses_hessian_free)
 from .checkpoint import load_checkpoint, save_checkpoint
-from .ddss import SolverResult, epoch_rows, worth_compacting
+from .ddss import SolverResult, epoch_rows, freeze_optimal_zeros, worth_compacting
 from .channels import open_channel
 from .wire import Wire, _mpi
 
@@ -411,6 +411,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             step = wire.bcast(step)
             mu_intercept, weighted_mu = float(step[0]), step[1:]
             thresholds = eta * lam * (1.0 if dense else d) * pen.weights
+            if variance_reduced and not (saga or dense) and penalty.is_l1 and \
+                    loss_code == SQUARED:
+                thresholds = freeze_optimal_zeros(x, eta, weighted_mu, thresholds)
             eta_intercept = eta * intercept_sq
             if saga:
                 # the SAGA gradient memory stays on the workers (one value per own row);
@@ -690,6 +693,8 @@ def _serve_inner(channel, x, b, n_workers, omega, omega_intercept, damping_power
     tau_sum, tau_max = 0, 0
     running = n_workers
     changed_at = np.zeros(x.shape[0], dtype=np.int64)
+    run_source = np.zeros(x.shape[0], dtype=np.int32)     # see add_weighted_delta
+    before_run = np.zeros(x.shape[0], dtype=np.int64)
     seen = np.zeros(n_workers + 1, dtype=np.int64)
     decoded = np.empty(x.shape[0], dtype=np.int32)
     bitmap = np.empty(bitmap_words(x.shape[0]), dtype=np.uint32)
@@ -700,7 +705,8 @@ def _serve_inner(channel, x, b, n_workers, omega, omega_intercept, damping_power
         tau = version - int(values[0])
         damping = staleness_damping(tau, n_workers, damping_power)
         version += 1
-        add_weighted_delta(x, changed_at, index, values, HEADER, damping, omega, version)
+        add_weighted_delta(x, changed_at, index, values, HEADER, damping, omega, version,
+                           source, run_source, before_run)
         b += damping * omega_intercept * values[2]
         tau_sum += tau * int(values[1])
         tau_max = max(tau_max, tau)
@@ -709,19 +715,24 @@ def _serve_inner(channel, x, b, n_workers, omega, omega_intercept, damping_power
         if values[3] != 0:
             running -= 1
         else:
-            _reply(channel, source, INNER, x, b, version, changed_at, seen, bitmap)
+            _reply(channel, source, INNER, x, b, version, changed_at, seen, bitmap,
+                   run_source, before_run)
     for source in range(1, n_workers + 1):
-        _reply(channel, source, STOP, x, b, version, changed_at, seen, bitmap)
+        _reply(channel, source, STOP, x, b, version, changed_at, seen, bitmap, run_source,
+               before_run)
     channel.flush()
     return x, b, steps, (tau_sum / max(steps, 1), tau_max), messages, message_bytes
 
 
-def _reply(channel, worker, control, x, b, version, changed_at, seen, bitmap):
+def _reply(channel, worker, control, x, b, version, changed_at, seen, bitmap, run_source,
+           before_run):
     """Send ``worker`` the coordinates of x changed since its previous reply behind the
     header [control, version, b, full], in the shortest of three forms: their int32
     indices and values (12 B each), their bitmap (``bitmap``: uint32 scratch of
-    ``bitmap_words(|x|)``) and values (n / 8 B + 8 B each), or the whole x (full, 8 n B)."""
-    fresh = changed_since(changed_at, seen[worker])
+    ``bitmap_words(|x|)``) and values (n / 8 B + 8 B each), or the whole x (full, 8 n B).
+    The coordinates that only this worker changed since, with weight 1, are left out
+    (``changed_since``): its copy holds them bit for bit."""
+    fresh = changed_since(changed_at, seen[worker], worker, run_source, before_run)
     seen[worker] = version
     k, words = fresh.shape[0], bitmap.shape[0]
     full = 8 * x.shape[0] <= 8 * k + 4 * min(k, words)
