@@ -622,3 +622,27 @@ def test_objective_matches_independent_formula(ref, make_data):
             x, b = rng.standard_normal(12), float(rng.normal())
             assert prob.objective(x, b) == pytest.approx(
                 ref.primal(X, y, loss, pen, 0.37, x, b), rel=1e-13)
+
+
+def test_optimal_zeros_are_frozen_for_the_epoch():
+    """freeze_optimal_zeros: +inf exactly at the zeros of x whose eta |d_j mu_j| is within
+    the threshold, and the prox-SVRG kernel then keeps them at zero although the noise
+    of the steps alone would move them."""
+    import scipy.sparse as sp
+    from asyncopt.kernels.svrg import svrg_epoch_l1
+    from asyncopt.solvers.ddss import freeze_optimal_zeros
+    x = np.array([0.0, 0.0, 0.5, 0.0])
+    weighted_mu = np.array([0.1, 3.0, 0.1, -1.0])
+    thresholds = np.array([0.2, 0.2, 0.2, 0.2])
+    frozen = freeze_optimal_zeros(x, 0.1, weighted_mu, thresholds)
+    np.testing.assert_array_equal(frozen, [np.inf, 0.2, 0.2, np.inf])
+    np.testing.assert_array_equal(thresholds, [0.2] * 4)
+    X = sp.csr_matrix(np.array([[1.0, 1.0, 1.0, 1.0], [2.0, 0.0, 1.0, 3.0]]))
+    y = np.array([5.0, -4.0])
+    z_snap = np.zeros(2)                  # an anchor far from x: large gradient noise
+    for limits, moved in ((thresholds, True), (frozen, False)):
+        w, b = x.copy(), np.zeros(1)
+        svrg_epoch_l1(X.indptr, X.indices, X.data, y, 0, w, b, 0.0, z_snap,
+                      np.zeros(4), 0.0, limits * 1e-3, 0.1, np.array([0, 1, 0, 1]), True,
+                      np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64))
+        assert (w[0] != 0.0 or w[3] != 0.0) == moved
