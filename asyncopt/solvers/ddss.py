@@ -13,7 +13,8 @@ Outer iteration s:
      not repay it), and once more after the last iteration;
   4. one inner epoch (about n steps) of sparse prox-SVRG from the snapshot (x, z, mu)
      with step eta = 1 / (3 L_max) (DDSS), or plain sparse stochastic prox steps with
-     the decaying step eta / (1 + s) (DDSS-Naive).
+     the decaying step eta / (1 + s) (DDSS-Naive); for the Lasso the zeros of x that are
+     optimal at the snapshot stay frozen for the epoch (``freeze_optimal_zeros``).
 """
 import os
 import time

@@ -27,12 +27,15 @@ zeros to the sums; root-centred and without spinning on an oversubscribed node, 
      non-zeros of x, or its products with the vectors of the server's CG, and their
      losses at the candidate steps), then a new certificate.
 Inner loop (asynchronous): a worker runs ``batch`` sparse prox-SVRG steps on its copy of x
-(kernels/svrg.py), sends the sparse delta (int32 indices, or their bitmap once it is
-shorter, and float64 values with a header [version, steps, intercept delta, last]) and
-waits for the reply: the coordinates of x that changed since its previous reply (indices
-or bitmap + float64 values with [control, version, b, full]; the whole x instead when that
-is smaller), so replies shrink with the active set and the sparsity of the deltas; the server applies deltas in arrival order (each side's
-vector work per message is one pass of kernels/messages.py). Each worker makes exactly one
+(kernels/svrg.py; for the Lasso the zeros of x that are optimal at the epoch's anchor stay
+frozen, ``ddss.freeze_optimal_zeros``), sends the sparse delta (int32 indices, or their
+bitmap once it is shorter, and float64 values with a header [version, steps, intercept
+delta, last]) and waits for the reply: the coordinates of x that changed since its
+previous reply, less those only this worker changed, with weight 1 (indices or bitmap +
+float64 values with [control, version, b, full]; the whole x instead when that is
+smaller), so replies shrink with the active set and the sparsity of the deltas; the
+server applies deltas in arrival order (each side's vector work per message is one pass
+of kernels/messages.py). Each worker makes exactly one
 pass over its shard per epoch (its rows in a fresh chunked random order) and flags its
 last delta, which the server answers with "stop" once every worker has sent its own: every
 row is visited once per epoch, as in the serial solver. (Ending the
@@ -305,7 +308,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                           "dual": best.dual, "dual_at_x": dual, "gap": certified,
                           "rel_gap": certified / reference if reference > 0 else 0.0,
                           "n_active": x.shape[0], "n_features": p,
-                          "active_nnz": None, "coef_nnz": int(np.count_nonzero(x)), "inner_steps": steps_total,
+                          "active_nnz": None, "coef_nnz": int(np.count_nonzero(x)),
+                          "inner_steps": steps_total,
                           "bytes_sent": wire.sent, "bytes_recv": wire.received,
                           "staleness_mean": staleness[0], "staleness_max": staleness[1],
                           "messages": messages, "message_bytes": message_bytes,
