@@ -80,17 +80,25 @@ def changed_since(changed_at, seen, worker=0, run_source=None, before_run=None):
     changed since then, each with weight exactly 1: its copy holds them already."""
     count = 0
     for j in range(changed_at.shape[0]):
-        if changed_at[j] > seen and not (run_source is not None and
-                                         run_source[j] == worker and before_run[j] <= seen):
+        if _owed(changed_at, seen, worker, run_source, before_run, j):
             count += 1
     out = np.empty(count, dtype=np.int32)
     k = 0
     for j in range(changed_at.shape[0]):
-        if changed_at[j] > seen and not (run_source is not None and
-                                         run_source[j] == worker and before_run[j] <= seen):
+        if _owed(changed_at, seen, worker, run_source, before_run, j):
             out[k] = j
             k += 1
     return out
+
+
+@njit(cache=True, inline="always")
+def _owed(changed_at, seen, worker, run_source, before_run, j):
+    """Whether coordinate j goes into ``worker``'s reply (``changed_since``)."""
+    if changed_at[j] <= seen:
+        return False
+    if run_source is None:
+        return True
+    return not (run_source[j] == worker and before_run[j] <= seen)
 
 
 def bitmap_words(n):
@@ -126,17 +134,32 @@ def unpack_bitmap(words, n, index):
     return k
 
 
+def index_length(count, scratch):
+    """int32 that ``count`` coordinates take on the wire: their indices, or the words of
+    their bitmap (``scratch``: uint32, ``bitmap_words(n)`` long for the message's n
+    coordinates) when those are fewer."""
+    return min(count, scratch.shape[0])
+
+
+def write_index(index, out, scratch):
+    """The wire form of ``index`` (int32, ascending) into ``out`` (``index_length`` long):
+    the indices themselves, or their bitmap (packed in ``scratch`` first, so ``out`` may
+    overlap ``index``)."""
+    if out.shape[0] < index.shape[0]:
+        pack_bitmap(index, scratch)
+        out[:] = scratch.view(np.int32)
+    else:
+        out[:] = index
+
+
 def encode_index(buffer, count, scratch):
-    """A message's coordinates for the wire: the ``count`` int32 indices (ascending) at the
-    start of ``buffer`` stay as they are, or, when their bitmap is shorter (``scratch``:
-    uint32, ``bitmap_words(n)`` long for the message's n coordinates), that bitmap is
-    written over them. Returns how many int32 of ``buffer`` to send."""
-    words = scratch.shape[0]
-    if count <= words:
-        return count
-    pack_bitmap(buffer[:count], scratch)
-    buffer[:words] = scratch.view(np.int32)
-    return words
+    """A message's coordinates for the wire, in place: the ``count`` int32 indices at the
+    start of ``buffer`` stay as they are, or their bitmap is written over them
+    (``write_index``). Returns how many int32 of ``buffer`` to send."""
+    length = index_length(count, scratch)
+    if length < count:
+        write_index(buffer[:count], buffer[:length], scratch)
+    return length
 
 
 def decode_index(received, count, n, out):

@@ -69,6 +69,13 @@ def freeze_optimal_zeros(x, eta, weighted_mu, thresholds):
     return np.where(frozen, np.inf, thresholds)
 
 
+def freezes_optimal_zeros(loss_code, penalty, variance_reduced, saga, dense):
+    """Whether an epoch's thresholds go through ``freeze_optimal_zeros``: DDSS's
+    prox-SVRG (not the baselines) on the Lasso (squared loss, L1 penalty)."""
+    return variance_reduced and not (saga or dense) and penalty.is_l1 and \
+        loss_code == SQUARED
+
+
 def epoch_rows(rng, n_samples, n_steps, sampling="chunked", chunk=32):
     """Row indices visited by one inner epoch.
 
@@ -191,6 +198,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             gap = best.gap(cert.primal)
             firm = None if watch is None else firm_support(x, cert.correlation, n, lam,
                                                            active.weights)
+            firm_cert = cert       # the certificate firm was read from
             churn = None if firm_before is None else int(np.count_nonzero(firm_before != firm))
             if watch is not None and gap > tol * reference and \
                     watch.should_try(epoch, gap, int(np.count_nonzero(firm)), churn,
@@ -239,12 +247,13 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 weighted_mu = np.zeros(active.n_features)
                 mu_intercept = 0.0
             thresholds = eta * lam * block_reweight * active.weights
-            if variance_reduced and not (saga or dense) and problem.penalty.is_l1 and \
-                    problem.loss.code == SQUARED:
+            if freezes_optimal_zeros(problem.loss.code, problem.penalty, variance_reduced, saga,
+                                     dense):
                 thresholds = freeze_optimal_zeros(x, eta, weighted_mu, thresholds)
             samples = epoch_rows(rng, n, n_steps, sampling)
-            if watch is not None:
-                firm_before = firm_support(x, cert.correlation, n, lam, active.weights)
+            if watch is not None:    # again only if a step or a compaction moved x
+                firm_before = firm if cert is firm_cert else firm_support(
+                    x, cert.correlation, n, lam, active.weights)
             eta_intercept = eta * active.intercept_scale_sq
             if dense:
                 staleness_mean, staleness_max = inner_loop.run_dense(

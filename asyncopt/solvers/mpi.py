@@ -78,7 +78,8 @@ import numpy as np
 
 from ..kernels.linalg import csr_rmatvec
 from ..kernels.messages import (add_weighted_delta, apply_reply, bitmap_words, changed_since,
-                                decode_index, encode_index, pack_bitmap, take_delta)
+                                decode_index, encode_index, index_length, take_delta,
+                                write_index)
 from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_group, saga_epoch_l1,
                             svrg_epoch_group, svrg_epoch_l1)
 from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, mean_loss,
@@ -93,7 +94,8 @@ from ..support_newton import (PROJECTED, STEP_GRID, StallWatch, SupportRows,
                               support_direction, support_point, take_candidate,
                               uses_hessian_free)
 from .checkpoint import load_checkpoint, save_checkpoint
-from .ddss import SolverResult, epoch_rows, freeze_optimal_zeros, worth_compacting
+from .ddss import (SolverResult, epoch_rows, freeze_optimal_zeros, freezes_optimal_zeros,
+                   worth_compacting)
 from .channels import open_channel
 from .wire import Wire, _mpi
 
@@ -415,8 +417,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             step = wire.bcast(step)
             mu_intercept, weighted_mu = float(step[0]), step[1:]
             thresholds = eta * lam * (1.0 if dense else d) * pen.weights
-            if variance_reduced and not (saga or dense) and penalty.is_l1 and \
-                    loss_code == SQUARED:
+            if freezes_optimal_zeros(loss_code, penalty, variance_reduced, saga, dense):
                 thresholds = freeze_optimal_zeros(x, eta, weighted_mu, thresholds)
             eta_intercept = eta * intercept_sq
             if saga:
@@ -508,27 +509,15 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
     and their sums [f, rho, A_S^T rho] at the pruned x replace the certificate's, and a
     candidate is taken only below P of the unpruned x (else x is put back)."""
     server = correlation is not None
-    count = np.zeros(1)
-    if server:
-        pruned = pruned_coordinates(x, firm).astype(np.float64)
-        count[0] = pruned.shape[0]
-    count = int(wire.bcast(count)[0])
-    pruned = wire.bcast(pruned if server else np.empty(count)).astype(np.int64) \
-        if count else np.zeros(0, dtype=np.int64)
+    pruned = _server_vector(wire, pruned_coordinates(x, firm).astype(np.float64)
+                            if server else None).astype(np.int64)
     saved = x[pruned].copy()
     x[pruned] = 0.0
-    if count and not server:
+    if pruned.shape[0] and not server:
         z = active.margins(x, b)
-    count = np.zeros(1)
-    if server:
-        entering = entering_coordinates(x, correlation, n, lam, weights,
-                                        entering_limit(int(np.count_nonzero(x))))
-        count[0] = entering.shape[0]
-    count = int(wire.bcast(count)[0])
-    if count:
-        entering = wire.bcast(entering if server else np.empty(count))
-    else:
-        entering = None
+    entering = _server_vector(wire, entering_coordinates(
+        x, correlation, n, lam, weights, entering_limit(int(np.count_nonzero(x))))
+        if server else None)
     support, point, signs = support_point(x, b, intercept, entering)
     k, dim = support.shape[0], point.shape[0]
     rows = None if server else SupportRows(active, code, z, support, intercept)
@@ -603,6 +592,16 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
         return x, b, 0.0
     return x, take_candidate(x, b, support, candidates[index], intercept), \
         float(STEP_GRID[index])
+
+
+def _server_vector(wire, vector):
+    """The server's float64 ``vector`` (None on the workers) on every rank: its length is
+    broadcast, then its values when there are any."""
+    count = np.array([0.0 if vector is None else float(vector.shape[0])])
+    count = int(wire.bcast(count)[0])
+    if not count:
+        return np.zeros(0)
+    return wire.bcast(vector if vector is not None else np.empty(count))
 
 
 def _lipschitz(code):
@@ -738,10 +737,11 @@ def _reply(channel, worker, control, x, b, version, changed_at, seen, bitmap, ru
     (``changed_since``): its copy holds them bit for bit."""
     fresh = changed_since(changed_at, seen[worker], worker, run_source, before_run)
     seen[worker] = version
-    k, words = fresh.shape[0], bitmap.shape[0]
-    full = 8 * x.shape[0] <= 8 * k + 4 * min(k, words)
-    n_index = 0 if full else min(k, words)
-    index, reply = channel.reply_buffers(worker, n_index, x.shape[0] if full else k)
+    k = fresh.shape[0]
+    n_index = index_length(k, bitmap)
+    full = 8 * x.shape[0] <= 8 * k + 4 * n_index
+    index, reply = channel.reply_buffers(worker, 0 if full else n_index,
+                                         x.shape[0] if full else k)
     reply[0] = control
     reply[1] = version
     reply[2] = b
@@ -749,11 +749,7 @@ def _reply(channel, worker, control, x, b, version, changed_at, seen, bitmap, ru
     if full:
         reply[REPLY_HEADER:] = x
     else:
-        if n_index < k:
-            pack_bitmap(fresh, bitmap)
-            index[:] = bitmap.view(np.int32)
-        else:
-            index[:] = fresh
+        write_index(fresh, index, bitmap)
         np.take(x, fresh, out=reply[REPLY_HEADER:])
     channel.post_reply(worker, index, reply)
 
