@@ -13,7 +13,8 @@ from asyncopt.solvers.ddss import solve_ddss
 import asyncopt.support_newton as support_newton
 from asyncopt.support_newton import (DROP_MARGIN, LINE, MAX_SUPPORT, PROJECTED,
                                      STALL_RATIO, STEP_GRID, SUPPORT_CHURN, TRY_EPOCHS,
-                                     StallWatch, SupportRows, best_candidate, dense_move,
+                                     CHAIN_STEPS, HessianCache, StallWatch, SupportRows,
+                                     best_candidate, dense_move,
                                      firm_support, hessian_free_direction,
                                      move_candidates,
                                      linear_candidates, orthant_newton_target,
@@ -52,9 +53,47 @@ def test_support_hessian_sums_is_the_weighted_gram_of_the_support(loss, intercep
 class _Shard:
     """The ActiveSet fields SupportRows reads."""
 
-    def __init__(self, X, y):
+    def __init__(self, X, y, features=None):
         self.indptr, self.indices, self.data = X.indptr, X.indices, X.data
         self.n_features, self.y = X.shape[1], y
+        self.features = np.arange(X.shape[1]) if features is None else features
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+def test_hessian_cache_extends_the_last_support_to_the_direct_sum(intercept):
+    """Squared loss: a step on S' after one on S forms only S' \\ S's rows and columns and
+    lands on support_hessian_sums of S', also after the columns were renumbered (a
+    compaction: the cache goes by original feature id); the logistic loss never uses it."""
+    rng = np.random.default_rng(5)
+    X = sp.random(80, 30, density=0.3, random_state=5, format="csr")
+    y = rng.standard_normal(80)
+    cache = HessianCache()
+    first = SupportRows(_Shard(X, y), 0, rng.standard_normal(80),
+                        np.array([1, 4, 6, 9, 13, 22, 27]), intercept, cache)
+    first.hessian_sums()
+    kept = np.setdiff1d(np.arange(30), [2, 6, 17])          # columns 2, 6, 17 screened
+    compact = sp.csr_matrix(X[:, kept])
+    support = np.searchsorted(kept, [1, 4, 9, 11, 13, 22, 27])   # 6 left, 11 entered
+    rows = SupportRows(_Shard(compact, y, kept), 0, rng.standard_normal(80), support,
+                       intercept, cache)
+    calls = []
+    original = support_newton.support_hessian_sums
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(support_newton, "support_hessian_sums",
+                      lambda *a: calls.append(1) or original(*a))
+        got = rows.hessian_sums()
+    assert not calls                      # extended, not formed anew
+    position = np.full(compact.shape[1], -1, dtype=np.int64)
+    position[support] = np.arange(support.shape[0])
+    want = original(compact.indptr, compact.indices, compact.data, position, 0,
+                    np.zeros(80), y, support.shape[0], intercept)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+    np.testing.assert_array_equal(cache.ids, kept[support])
+    assert SupportRows(_Shard(X, np.sign(y)), 1, np.zeros(80), support, intercept,
+                       cache).cache is None
+    # mostly new coordinates: formed anew
+    fresh = np.arange(8, 8 + 2 * support.shape[0] + 2)
+    assert cache.extended(fresh, intercept, None) is None
 
 
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
@@ -190,6 +229,16 @@ def test_stall_watch_with_a_goal_tries_a_fast_epoch_that_is_still_far_from_it():
     watch = StallWatch()
     watch.should_try(0, 4e-2, 1000, None, 1e-6)
     assert not watch.should_try(1, 1e-2, 1000, 1 + int(SUPPORT_CHURN * 1000), 1e-6)
+
+
+def test_stall_watch_chains_a_full_step_that_left_violating_zeros():
+    watch = StallWatch()
+    for _ in range(CHAIN_STEPS):
+        assert watch.should_chain(1.0, 2)
+    assert not watch.should_chain(1.0, 2)        # CHAIN_STEPS in a row at most
+    assert watch.should_chain(1.0, 1)            # the count starts again
+    assert not watch.should_chain(0.5, 1)        # a damped step: the epochs go on
+    assert not watch.should_chain(1.0, 0)        # nothing missing: nothing to add
 
 
 def test_firm_support_is_the_non_zeros_that_are_not_settled_zeros():
@@ -428,15 +477,22 @@ def _lasso_solution(ref, make_data, seed=4):
     return problem, exact, p0
 
 
-def test_a_missing_coordinate_enters_the_step_with_its_sign(ref, make_data, monkeypatch):
-    """x is the Lasso solution with its largest coefficient set to zero and the others
-    moved 5%: a step on the non-zeros of x alone cannot certify, the step with the
-    violating zero entering lands on the solution."""
+def _solution_without_its_largest(ref, make_data):
+    """(problem, its solution, P(0), the solution with its largest coefficient set to zero
+    and the others moved 5%, that coefficient's index)."""
     problem, exact, p0 = _lasso_solution(ref, make_data)
     rng = np.random.default_rng(0)
     start = exact.coef * (1.0 + 0.05 * rng.standard_normal(40))
     missing = int(np.argmax(np.abs(exact.coef)))
     start[missing] = 0.0
+    return problem, exact, p0, start, missing
+
+
+def test_a_missing_coordinate_enters_the_step_with_its_sign(ref, make_data, monkeypatch):
+    """x is the Lasso solution with its largest coefficient set to zero and the others
+    moved 5%: a step on the non-zeros of x alone cannot certify, the step with the
+    violating zero entering lands on the solution."""
+    problem, exact, p0, start, missing = _solution_without_its_largest(ref, make_data)
     active = problem.full_active_set()
 
     def step(x):
@@ -455,6 +511,36 @@ def test_a_missing_coordinate_enters_the_step_with_its_sign(ref, make_data, monk
     assert cert.gap <= 1e-8 * p0      # the ridge and CG's tolerance: 2e-10 here
     assert np.sign(x[missing]) == np.sign(exact.coef[missing])
     np.testing.assert_allclose(x, exact.coef, rtol=0, atol=1e-6 * np.abs(exact.coef).max())
+
+
+def test_a_full_step_that_missed_a_coordinate_is_chained_to_one_that_certifies(
+        ref, make_data, monkeypatch):
+    """The case StallWatch.should_chain is for: a step without the missing coordinate
+    takes t = 1, lands on the optimum over its support, and leaves that coordinate
+    violating; the chained steps, with the run's HessianCache, let it in and certify."""
+    problem, exact, p0, x, missing = _solution_without_its_largest(ref, make_data)
+    active = problem.full_active_set()
+    n, lam = problem.n_samples, problem.lam
+    cache, watch = HessianCache(), StallWatch()
+    with monkeypatch.context() as patch:
+        patch.setattr(support_newton, "ENTERING_MIN", 0)
+        patch.setattr(support_newton, "ENTERING_SHARE", 0.0)
+        b, t = support_newton.support_newton_step(
+            active, active.certificate(x, exact.intercept), x, cache)
+    cert = active.certificate(x, b)
+    violating, _ = support_newton.violating_zeros(x, cert.correlation, n, lam,
+                                                  active.weights)
+    assert t == 1.0 and cert.gap > 1e-3 * p0 and missing in violating
+    steps = 1
+    while watch.should_chain(t, violating.shape[0]):
+        b, t = support_newton.support_newton_step(active, cert, x, cache)
+        cert = active.certificate(x, b)
+        violating, _ = support_newton.violating_zeros(x, cert.correlation, n, lam,
+                                                      active.weights)
+        steps += 1
+    # the second step lets the missing one in and leaves one more violating: a third
+    assert steps == 3 and cert.gap <= 1e-8 * p0
+    assert missing in cache.ids
 
 
 def test_small_non_zeros_beyond_max_support_are_pruned_before_the_step(ref, make_data,

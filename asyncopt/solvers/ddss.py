@@ -25,7 +25,8 @@ import numpy as np
 from ..kernels.linalg import csr_rmatvec
 from ..losses import SQUARED
 from ..screening import BestDual, screen_active_set
-from ..support_newton import StallWatch, firm_support, support_newton_step
+from ..support_newton import (HessianCache, StallWatch, firm_support, support_newton_step,
+                              violating_zeros)
 from .checkpoint import load_checkpoint, save_checkpoint
 from .serial import SerialInnerLoop
 
@@ -189,6 +190,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     if saga:
         memory = -cert.rho
     watch = StallWatch() if support_newton and problem.penalty.is_l1 and not saga else None
+    hessian_cache = HessianCache()
     firm_before = None     # x's firm support (``firm_support``) before the last epoch
     with ProgressLine(verbose, label=label) as progress:
         while True:
@@ -203,13 +205,19 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             if watch is not None and gap > tol * reference and \
                     watch.should_try(epoch, gap, int(np.count_nonzero(firm)), churn,
                                      tol * reference):
-                moved = support_newton_step(active, cert, x)
-                if moved is not None:
-                    cert = active.certificate(x, moved[0], n_threads=n_threads)
-                    intercept[0] = cert.intercept
-                    best.offer_certificate(cert)
-                    newton_t = moved[1]
-                watch.tried(epoch, gap, best.gap(cert.primal))
+                while True:
+                    gap_before = best.gap(cert.primal)
+                    moved = support_newton_step(active, cert, x, hessian_cache)
+                    if moved is not None:
+                        cert = active.certificate(x, moved[0], n_threads=n_threads)
+                        intercept[0] = cert.intercept
+                        best.offer_certificate(cert)
+                        newton_t = moved[1]
+                    watch.tried(epoch, gap_before, best.gap(cert.primal))
+                    if moved is None or best.gap(cert.primal) <= tol * reference or \
+                            not watch.should_chain(moved[1], violating_zeros(
+                                x, cert.correlation, n, lam, active.weights)[0].shape[0]):
+                        break
             now = time.perf_counter()
             record = history_record(first_epoch + epoch, time_offset + now - start, cert,
                                     reference, active, x, total_steps, staleness_mean,

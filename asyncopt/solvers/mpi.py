@@ -25,7 +25,8 @@ zeros to the sums; root-centred and without spinning on an oversubscribed node, 
   5. after an epoch that cut the certified gap by less than half, the support Newton
      step instead of an epoch (``_support_newton``: the workers reduce the Hessian on the
      non-zeros of x, or its products with the vectors of the server's CG, and their
-     losses at the candidate steps), then a new certificate.
+     losses at the candidate steps), then a new certificate; a full step that left
+     violating zeros is followed at once by another (``StallWatch.should_chain``).
 Inner loop (asynchronous): a worker runs ``batch`` sparse prox-SVRG steps on its copy of x
 (kernels/svrg.py; for the Lasso the zeros of x that are optimal at the epoch's anchor stay
 frozen, ``ddss.freeze_optimal_zeros``), sends the sparse delta (int32 indices, or their
@@ -87,12 +88,11 @@ from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, 
 from ..penalties import block_norms
 from ..problem import dropped_share
 from ..screening import BestDual, gap_safe_keep, gap_safe_radius
-from ..support_newton import (PROJECTED, STEP_GRID, StallWatch, SupportRows,
+from ..support_newton import (PROJECTED, STEP_GRID, HessianCache, StallWatch, SupportRows,
                               best_candidate, dense_move, entering_coordinates,
                               entering_limit, firm_support, move_candidates,
-                              pruned_coordinates,
-                              support_direction, support_point, take_candidate,
-                              uses_hessian_free)
+                              pruned_coordinates, support_direction, support_point,
+                              take_candidate, uses_hessian_free, violating_zeros)
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import (SolverResult, epoch_rows, freeze_optimal_zeros, freezes_optimal_zeros,
                    worth_compacting)
@@ -240,6 +240,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
         else None
     newton_from, newton_t = None, 0.0     # the gap a Newton step started from, its t
     firm = None       # the server's firm support of x (``firm_support``), for the watch
+    hessian_cache = None if server else HessianCache()   # the worker's last step's H
     snapshot, step_factor, move_cap = None, 1.0, MOVE_CAP
     damping_power, calm = 1.0, 0
     memory = None
@@ -351,6 +352,10 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                         if newton_from is not None:
                             watch.tried(epoch, newton_from, certified)
                             newton_from = None
+                            if status == INNER and watch.should_chain(
+                                    newton_t, violating_zeros(x, correlation, n, lam,
+                                                              pen.weights)[0].shape[0]):
+                                status, newton_from = NEWTON, certified
                         elif status == INNER and watch.should_try(
                                 epoch, certified, int(np.count_nonzero(firm)), churn,
                                 tol * reference):
@@ -399,7 +404,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                                                  pen.weights, fit_intercept,
                                                  correlation if server else None,
                                                  float(total[1]) if server else 0.0,
-                                                 firm, float(total[0]) if server else 0.0)
+                                                 firm, float(total[0]) if server else 0.0,
+                                                 hessian_cache)
             if status in (RECERTIFY, NEWTON):
                 snapshot = None
                 continue
@@ -485,7 +491,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
 
 
 def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, correlation,
-                    rho_sum, firm, loss_sum):
+                    rho_sum, firm, loss_sum, cache):
     """The support Newton step (``support_newton.py``) over the shards; every rank calls
     it with its x and b (equal on every rank: each inner loop ends with the workers
     holding the server's) and its margins z at them. S = the non-zeros of x and the zeros
@@ -520,7 +526,7 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
         if server else None)
     support, point, signs = support_point(x, b, intercept, entering)
     k, dim = support.shape[0], point.shape[0]
-    rows = None if server else SupportRows(active, code, z, support, intercept)
+    rows = None if server else SupportRows(active, code, z, support, intercept, cache)
     offset = 0.0         # P(x) - P(the pruned x)
     if pruned.shape[0]:
         local = np.zeros(2 + k)
