@@ -87,6 +87,53 @@ def test_damping_power_rises_with_the_gap_and_falls_after_calm_epochs():
         + [3, 3, 3, 2] + [2]
 
 
+class _ReplayWire:
+    """A one-process stand-in for Wire.bcast: as the server it keeps what it broadcasts
+    and counts the bytes; as a worker it receives those buffers in the same order."""
+
+    def __init__(self, sent=None):
+        self.sent = [] if sent is None else sent
+        self.received = 0
+        self.replay = sent is not None
+
+    def bcast(self, buf):
+        if self.replay:
+            buf[...] = self.sent.pop(0)
+        else:
+            self.sent.append(buf.copy())
+        self.received += buf.nbytes
+        return buf
+
+
+@pytest.mark.parametrize("free_share", [0.01, 0.3])     # indices, bitmap
+def test_anchor_leaves_out_the_frozen_zeros_and_every_rank_gets_the_same(free_share):
+    from asyncopt.solvers.ddss import freeze_optimal_zeros
+    from asyncopt.solvers.mpi import _anchor_without_optimal_zeros
+    rng = np.random.default_rng(7)
+    p, eta = 5000, 0.1
+    x = np.where(rng.random(p) < free_share / 2, rng.standard_normal(p), 0.0)
+    thresholds = np.full(p, 0.5)
+    step = np.concatenate(([0.3], rng.standard_normal(p) * 2.0))
+    # about free_share of the zeros violate eta |mu_j| <= threshold
+    step[1:][(x == 0) & (rng.random(p) >= free_share / 2)] *= 0.1
+    server = _ReplayWire()
+    mu_b, mu, frozen = _anchor_without_optimal_zeros(server, step, x, eta, thresholds)
+    worker = _ReplayWire(list(server.sent))
+    got = _anchor_without_optimal_zeros(worker, None, x.copy(), eta, thresholds)
+    assert mu_b == got[0] == 0.3 and worker.received == server.received
+    np.testing.assert_array_equal(got[1], mu)
+    np.testing.assert_array_equal(got[2], frozen)
+    # the thresholds the serial solver uses, and the anchor wherever it matters
+    want = freeze_optimal_zeros(x, eta, step[1:], thresholds)
+    np.testing.assert_array_equal(frozen, want)
+    free = np.isfinite(want)
+    np.testing.assert_array_equal(mu[free], step[1:][free])
+    assert np.all(mu[~free] == 0.0)
+    k = int(np.count_nonzero(free))
+    assert server.received == 16 + 8 * k + 4 * min(k, (p + 31) // 32) + \
+        4 * (min(k, (p + 31) // 32) % 2) < 8 * (p + 1)
+
+
 def test_messages_shrink_as_screening_removes_features(tmp_path):
     # prox-SVRG epochs only: with the support Newton step this problem is solved before
     # the screening has removed most features

@@ -66,8 +66,13 @@ def freeze_optimal_zeros(x, eta, weighted_mu, thresholds):
         16-21 (seeds 0-8; the same when frozen only while the gap was above 1e-3 P(0)):
         its support Newton steps then end in short steps (t = 1/2, 1/32) and back off.
         Not understood."""
-    frozen = (x == 0.0) & (eta * np.abs(weighted_mu) <= thresholds)
-    return np.where(frozen, np.inf, thresholds)
+    return np.where(optimal_zeros(x, eta, weighted_mu, thresholds), np.inf, thresholds)
+
+
+def optimal_zeros(x, eta, weighted_mu, thresholds):
+    """The coordinates ``freeze_optimal_zeros`` freezes: x_j = 0 and eta |d_j mu_j| <=
+    the threshold."""
+    return (x == 0.0) & (eta * np.abs(weighted_mu) <= thresholds)
 
 
 def freezes_optimal_zeros(loss_code, penalty, variance_reduced, saga, dense):

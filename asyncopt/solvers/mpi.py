@@ -18,7 +18,8 @@ zeros to the sums; root-centred and without spinning on an oversubscribed node, 
      the best dual point so far (``screening.BestDual``: G = P - the largest D);
   4. the server decides (stop, screen, step), broadcasts [status, number of blocks
      removed] and, when there are any, their positions among the active blocks, then the
-     step data (eta, the reweighted full gradient, thresholds); every
+     epoch's anchor, the reweighted full gradient (for the Lasso only where x is not a
+     zero the epoch freezes, ``_anchor_without_optimal_zeros``); every
      worker compacts its shard. As in the serial solver (``ddss.worth_compacting``), the
      blocks the test removes are dropped only once they hold 5% of the stored non-zeros
      or half the features: a compaction is a pass over every shard;
@@ -94,7 +95,7 @@ from ..support_newton import (PROJECTED, STEP_GRID, HessianCache, StallWatch, Su
                               pruned_coordinates, support_direction, support_point,
                               take_candidate, uses_hessian_free, violating_zeros)
 from .checkpoint import load_checkpoint, save_checkpoint
-from .ddss import (SolverResult, epoch_rows, freeze_optimal_zeros, freezes_optimal_zeros,
+from .ddss import (SolverResult, epoch_rows, freezes_optimal_zeros, optimal_zeros,
                    worth_compacting)
 from .channels import open_channel
 from .wire import Wire, _mpi
@@ -420,11 +421,13 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 step[1:] = -correlation / n
                 if not dense:
                     step[1:] *= np.repeat(d, np.diff(pen.indptr))
-            step = wire.bcast(step)
-            mu_intercept, weighted_mu = float(step[0]), step[1:]
             thresholds = eta * lam * (1.0 if dense else d) * pen.weights
             if freezes_optimal_zeros(loss_code, penalty, variance_reduced, saga, dense):
-                thresholds = freeze_optimal_zeros(x, eta, weighted_mu, thresholds)
+                mu_intercept, weighted_mu, thresholds = _anchor_without_optimal_zeros(
+                    wire, step if server else None, x, eta, thresholds)
+            else:
+                step = wire.bcast(step)
+                mu_intercept, weighted_mu = float(step[0]), step[1:]
             eta_intercept = eta * intercept_sq
             if saga:
                 # the SAGA gradient memory stays on the workers (one value per own row);
@@ -598,6 +601,42 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
         return x, b, 0.0
     return x, take_candidate(x, b, support, candidates[index], intercept), \
         float(STEP_GRID[index])
+
+
+def _anchor_without_optimal_zeros(wire, step, x, eta, thresholds):
+    """The epoch's anchor [mu_b, d mu] (``step``, the server's; None on the workers) on
+    every rank, less the coordinates that ``freeze_optimal_zeros`` freezes: those stay at
+    zero for the epoch whatever their mu_j, so the server broadcasts [mu_b, k] for the k
+    others, then their k values followed by their coordinates (``write_index``: int32
+    indices or their bitmap, whichever is shorter). Returns (mu_b,
+    d mu with zeros where frozen, the thresholds with +inf there), the same on every rank.
+    CTR 200,000 x 100,000 at 1e-4 lam_max, 2 workers: 40% of the 100,000 coordinates
+    are free at the first epoch, 11% at the fifth, 2-3% from the seventh, so the 0.8 MB
+    per worker per epoch of the dense anchor falls to 0.03-0.3 MB."""
+    p = x.shape[0]
+    scratch = np.empty(bitmap_words(p), dtype=np.uint32)
+    header = np.zeros(2)
+    if step is not None:
+        free = np.flatnonzero(~optimal_zeros(x, eta, step[1:], thresholds)).astype(np.int32)
+        header[:] = step[0], free.shape[0]
+    header = wire.bcast(header)
+    count = int(header[1])
+    n_index = index_length(count, scratch)
+    payload = np.empty(count + (n_index + 1) // 2)
+    words = payload[count:].view(np.int32)[:n_index]
+    if step is not None:
+        payload[:count] = step[1:][free]
+        write_index(free, words, scratch)
+    if payload.shape[0]:
+        payload = wire.bcast(payload)
+        words = payload[count:].view(np.int32)[:n_index]
+    if step is None:
+        free = decode_index(words, count, p, np.empty(p, dtype=np.int32))
+    weighted_mu = np.zeros(p)
+    weighted_mu[free] = payload[:count]
+    frozen = np.full(p, np.inf)
+    frozen[free] = thresholds[free]
+    return float(header[0]), weighted_mu, frozen
 
 
 def _server_vector(wire, vector):
