@@ -76,6 +76,33 @@ def test_server_adds_weighted_deltas_and_lists_what_changed_since_a_version():
         np.testing.assert_array_equal(fresh, np.flatnonzero(changed_at > seen))
 
 
+def test_a_delta_across_zero_stops_at_zero_where_the_orthant_is_kept():
+    """With ``orthant``, a marked coordinate that the weighted delta takes to the other
+    side of zero lands on zero, and is no longer counted as the worker's exact sum (its
+    reply must carry it); unmarked ones, and moves that stay on their side or start at
+    zero, add as before."""
+    x = np.array([1.0, 1.0, -2.0, 0.0, 1.0, 3.0])
+    orthant = np.array([True, True, True, True, False, True])
+    delta = np.array([-3.0, -0.5, 5.0, -1.0, -3.0, -3.0])
+    index = np.arange(6, dtype=np.int32)
+    values = np.concatenate((np.zeros(HEADER), delta))
+    changed_at = np.zeros(6, dtype=np.int64)
+    run_source = np.zeros(6, dtype=np.int32)
+    before_run = np.zeros(6, dtype=np.int64)
+    add_weighted_delta(x, changed_at, index, values, HEADER, 1.0, np.ones(6), 1, 2,
+                       run_source, before_run, orthant)
+    np.testing.assert_array_equal(x, [0.0, 0.5, 0.0, -1.0, -2.0, 0.0])
+    # the last lands exactly on zero: no crossing, the worker's own sum
+    np.testing.assert_array_equal(run_source, [0, 2, 0, 2, 2, 2])
+    np.testing.assert_array_equal(changed_at, np.ones(6))
+    # without orthant everything adds
+    y = np.array([1.0, 1.0])
+    add_weighted_delta(y, np.zeros(2, dtype=np.int64), np.arange(2, dtype=np.int32),
+                       np.concatenate((np.zeros(HEADER), [-1.0, -3.0])), HEADER, 1.0,
+                       np.ones(2), 1)
+    np.testing.assert_array_equal(y, [0.0, -2.0])
+
+
 @pytest.mark.parametrize("p", [1, 31, 32, 33, 500, 1024])
 @pytest.mark.parametrize("density", [0.0, 0.01, 0.2, 0.9, 1.0])
 def test_index_travels_as_indices_or_bitmap_whichever_is_shorter(p, density):

@@ -51,9 +51,11 @@ def apply_reply(local, base, index, values, offset, full):
 
 @njit(cache=True, nogil=True)
 def add_weighted_delta(x, changed_at, index, values, offset, weight, omega, version,
-                       source=0, run_source=None, before_run=None):
+                       source=0, run_source=None, before_run=None, orthant=None):
     """x[j] += weight omega[j] delta_j on a delta's coordinates (values[offset:]), each
-    stamped changed_at[j] = version.
+    stamped changed_at[j] = version. With ``orthant`` (bool per coordinate), a marked
+    coordinate that this takes across zero lands on zero instead: the sum is projected
+    onto x's orthant (solvers/mpi.py, ``_serve_inner``).
 
     With ``run_source`` / ``before_run`` (per coordinate, int32 / int64) the server also
     tracks, for every coordinate, the run of changes that ``source`` made with weight
@@ -64,9 +66,15 @@ def add_weighted_delta(x, changed_at, index, values, offset, weight, omega, vers
     for t in range(index.shape[0]):
         j = index[t]
         scale = weight * omega[j]
+        before = x[j]
         x[j] += scale * values[offset + t]
+        projected = False
+        if orthant is not None:
+            if orthant[j] and before * x[j] < 0.0:
+                x[j] = 0.0
+                projected = True
         if run_source is not None:
-            exact = scale == 1.0
+            exact = scale == 1.0 and not projected
             if not (exact and run_source[j] == source):
                 before_run[j] = changed_at[j]
                 run_source[j] = source if exact else 0

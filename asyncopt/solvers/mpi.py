@@ -37,7 +37,8 @@ previous reply, less those only this worker changed, with weight 1 (indices or b
 float64 values with [control, version, b, full]; the whole x instead when that is
 smaller), so replies shrink with the active set and the sparsity of the deltas; the
 server applies deltas in arrival order (each side's vector work per message is one pass
-of kernels/messages.py). Each worker makes exactly one
+of kernels/messages.py; under DDSS with an L1 penalty a sum that takes a coordinate across
+zero leaves it at zero, ``_serve_inner``). Each worker makes exactly one
 pass over its shard per epoch (its rows in a fresh chunked random order) and flags its
 last delta, which the server answers with "stop" once every worker has sent its own: every
 row is visited once per epoch, as in the serial solver. (Ending the
@@ -448,7 +449,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                     channel, x, b, size - 1,
                     overshoot_weights(eta * per_batch * column_sq / n, size - 1, move_cap),
                     float(overshoot_weights(eta_intercept * per_batch, size - 1, move_cap)),
-                    damping_power)
+                    damping_power,
+                    pen.weights > 0 if projects_onto_orthant(penalty, variance_reduced, saga,
+                                                             dense) else None)
                 steps_total += steps
                 messages, message_bytes = msgs, mbytes
             else:
@@ -653,6 +656,12 @@ def _lipschitz(code):
     return 0.25 if code == LOGISTIC else 1.0
 
 
+def projects_onto_orthant(penalty, variance_reduced, saga, dense):
+    """Whether the server projects summed deltas onto x's orthant (``_serve_inner``):
+    DDSS's prox-SVRG (not the baselines) with an L1 penalty."""
+    return variance_reduced and not (saga or dense) and penalty.is_l1
+
+
 def overshoot_weights(contraction, n_workers, move_cap):
     """omega = min(1, 1 / (l (1 - e^{-C}))) per coordinate, C its contraction per batch:
     C_j = eta L_f B ||A_:j||^2 / n for a feature (B steps, each pulling x_j towards its
@@ -730,9 +739,18 @@ def adapt_damping_power(power, calm, gap_rose):
     return power, calm
 
 
-def _serve_inner(channel, x, b, n_workers, omega, omega_intercept, damping_power):
+def _serve_inner(channel, x, b, n_workers, omega, omega_intercept, damping_power,
+                 orthant=None):
     """Apply deltas in arrival order until every worker has sent its last one; returns
     (x, b, steps, (mean tau, max tau), messages, bytes of the messages).
+
+    ``orthant`` (``projects_onto_orthant``: the L1-penalized coordinates): a delta that
+    takes such a coordinate across zero leaves it at zero. The L1 prox never crosses zero
+    in one step, it stops there; deltas that l workers computed from about the same x,
+    each taking x_j to zero, sum to a move l omega_j times as long, past zero, and the
+    next batches pull it back: CTR 200,000 x 100,000 at 1e-3 lam_max, 8 workers, x kept
+    1,710 non-zeros from the third epoch to the eighth (the solution has 1,010) and the
+    Newton step came at |S| = 1,710.
 
     A worker's last delta is answered only once every worker has sent its own: that reply
     ("stop", the coordinates changed since its previous reply) leaves every worker with
@@ -754,7 +772,7 @@ def _serve_inner(channel, x, b, n_workers, omega, omega_intercept, damping_power
         damping = staleness_damping(tau, n_workers, damping_power)
         version += 1
         add_weighted_delta(x, changed_at, index, values, HEADER, damping, omega, version,
-                           source, run_source, before_run)
+                           source, run_source, before_run, orthant)
         b += damping * omega_intercept * values[2]
         tau_sum += tau * int(values[1])
         tau_max = max(tau_max, tau)
