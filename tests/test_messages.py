@@ -4,9 +4,9 @@ import numpy as np
 
 import pytest
 
-from asyncopt.kernels.messages import (add_weighted_delta, apply_reply, bitmap_words,
-                                       changed_since, decode_index, encode_index,
-                                       take_delta)
+from asyncopt.kernels.messages import (ChangeLog, add_weighted_delta, apply_reply,
+                                       bitmap_words, changed_since, decode_index,
+                                       encode_index, take_delta)
 
 HEADER = 4
 
@@ -145,7 +145,8 @@ def test_take_delta_leaves_base_and_local_at_the_servers_sum():
 def test_replies_leave_out_what_only_the_worker_itself_changed_exactly():
     """Random deltas of workers 1-3, some weighted (omega < 1 or damped): each reply holds
     exactly the coordinates that changed since the worker's last reply by anything other
-    than its own deltas added with weight 1 (brute force over the log of changes)."""
+    than its own deltas added with weight 1 (brute force over the log of changes), by a
+    scan of x (changed_since) and from the server's ChangeLog alike."""
     rng = np.random.default_rng(6)
     p, workers = 60, 3
     x = np.zeros(p)
@@ -155,6 +156,8 @@ def test_replies_leave_out_what_only_the_worker_itself_changed_exactly():
     before_run = np.zeros(p, dtype=np.int64)
     seen = np.zeros(workers + 1, dtype=np.int64)
     log = []                                  # (version, worker, coordinate, exact)
+    changes = ChangeLog(p, workers)          # the server's, from a small log: it compacts,
+    changes.entries = np.empty(30, dtype=np.int32)    # grows, and scans after long gaps
     for version in range(1, 80):
         worker = int(rng.integers(1, workers + 1))
         damping = 1.0 if rng.random() < 0.8 else 0.5
@@ -163,9 +166,13 @@ def test_replies_leave_out_what_only_the_worker_itself_changed_exactly():
         add_weighted_delta(x, changed_at, index, values, HEADER, damping, omega, version,
                            worker, run_source, before_run)
         log += [(version, worker, j, damping * omega[j] == 1.0) for j in index]
+        changes.add(index)
         fresh = changed_since(changed_at, seen[worker], worker, run_source, before_run)
         want = sorted({j for v, w, j, exact in log if v > seen[worker]} -
                       {j for j in range(p) if all(w == worker and exact for v, w, k, exact
                                                   in log if k == j and v > seen[worker])})
         np.testing.assert_array_equal(fresh, want)
+        logged = changes.owed(worker, changed_at, seen[worker], run_source, before_run)
+        assert logged.dtype == np.int32
+        np.testing.assert_array_equal(logged, want)
         seen[worker] = version

@@ -99,6 +99,73 @@ def changed_since(changed_at, seen, worker=0, run_source=None, before_run=None):
     return out
 
 
+@njit(cache=True, nogil=True)
+def changed_in_log(log, start, stop, changed_at, seen, worker, run_source, before_run,
+                   mark, stamp):
+    """``changed_since`` from the log of the deltas added since version ``seen``: log[start:
+    stop] holds their coordinates in arrival order, repeats included. Each coordinate is
+    judged once (``mark[j] = stamp``, a stamp no earlier call used); returns the owed ones
+    (int32, ascending). Work in proportion to stop - start instead of the whole x."""
+    out = np.empty(stop - start, dtype=np.int32)
+    k = 0
+    for t in range(start, stop):
+        j = log[t]
+        if mark[j] == stamp:
+            continue
+        mark[j] = stamp
+        if _owed(changed_at, seen, worker, run_source, before_run, j):
+            out[k] = j
+            k += 1
+    owed = out[:k].copy()
+    owed.sort()
+    return owed
+
+
+class ChangeLog:
+    """The coordinates of the deltas the server added in one inner loop, in arrival order,
+    so that a reply lists what changed since the worker's previous one
+    (``changed_in_log``) from the deltas added since, not by a scan of all p coordinates
+    (``changed_since``), which it still uses when those deltas hold more than p entries.
+    CTR 200,000 x 100,000 at 1e-3 lam_max, mpirun -n 9: 1,600 replies scanned 100,000
+    coordinates each, 1.37 s of the server's 2.83 s solve, on the cores the 8 workers
+    share; the deltas between two replies of a worker hold a few thousand.
+
+    Entries older than every worker's previous reply are dropped when the log is full."""
+
+    def __init__(self, n, n_workers):
+        self.n = n
+        self.entries = np.empty(max(1024, 2 * n), dtype=np.int32)
+        self.size = 0
+        self.since = np.zeros(n_workers + 1, dtype=np.int64)   # each worker's log start
+        self.mark = np.full(n, -1, dtype=np.int64)
+        self.stamp = 0
+
+    def add(self, index):
+        """Log a delta's coordinates."""
+        k = index.shape[0]
+        if self.size + k > self.entries.shape[0]:
+            start = int(np.min(self.since[1:]))
+            self.entries[:self.size - start] = self.entries[start:self.size]
+            self.size -= start
+            self.since[1:] -= start
+            if self.size + k > self.entries.shape[0]:
+                grown = np.empty(2 * (self.size + k), dtype=np.int32)
+                grown[:self.size] = self.entries[:self.size]
+                self.entries = grown
+        self.entries[self.size:self.size + k] = index
+        self.size += k
+
+    def owed(self, worker, changed_at, seen, run_source, before_run):
+        """The coordinates of ``worker``'s reply (``changed_since``'s), from here on
+        counted from this reply."""
+        start, self.since[worker] = int(self.since[worker]), self.size
+        if self.size - start > self.n:
+            return changed_since(changed_at, seen, worker, run_source, before_run)
+        self.stamp += 1
+        return changed_in_log(self.entries, start, self.size, changed_at, seen, worker,
+                              run_source, before_run, self.mark, self.stamp)
+
+
 @njit(cache=True, inline="always")
 def _owed(changed_at, seen, worker, run_source, before_run, j):
     """Whether coordinate j goes into ``worker``'s reply (``changed_since``)."""

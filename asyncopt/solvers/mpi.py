@@ -80,7 +80,7 @@ import time
 import numpy as np
 
 from ..kernels.linalg import csr_rmatvec
-from ..kernels.messages import (add_weighted_delta, apply_reply, bitmap_words, changed_since,
+from ..kernels.messages import (ChangeLog, add_weighted_delta, apply_reply, bitmap_words,
                                 decode_index, encode_index, index_length, take_delta,
                                 write_index)
 from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_group, saga_epoch_l1,
@@ -762,12 +762,14 @@ def _serve_inner(channel, x, b, n_workers, omega, omega_intercept, damping_power
     run_source = np.zeros(x.shape[0], dtype=np.int32)     # see add_weighted_delta
     before_run = np.zeros(x.shape[0], dtype=np.int64)
     seen = np.zeros(n_workers + 1, dtype=np.int64)
+    log = ChangeLog(x.shape[0], n_workers)
     decoded = np.empty(x.shape[0], dtype=np.int32)
     bitmap = np.empty(bitmap_words(x.shape[0]), dtype=np.uint32)
     while running:
         source, index, values = channel.wait_delta()
         message_bytes += index.nbytes + values.nbytes
         index = decode_index(index, values.shape[0] - HEADER, x.shape[0], decoded)
+        log.add(index)
         tau = version - int(values[0])
         damping = staleness_damping(tau, n_workers, damping_power)
         version += 1
@@ -782,23 +784,23 @@ def _serve_inner(channel, x, b, n_workers, omega, omega_intercept, damping_power
             running -= 1
         else:
             _reply(channel, source, INNER, x, b, version, changed_at, seen, bitmap,
-                   run_source, before_run)
+                   run_source, before_run, log)
     for source in range(1, n_workers + 1):
         _reply(channel, source, STOP, x, b, version, changed_at, seen, bitmap, run_source,
-               before_run)
+               before_run, log)
     channel.flush()
     return x, b, steps, (tau_sum / max(steps, 1), tau_max), messages, message_bytes
 
 
 def _reply(channel, worker, control, x, b, version, changed_at, seen, bitmap, run_source,
-           before_run):
+           before_run, log):
     """Send ``worker`` the coordinates of x changed since its previous reply behind the
     header [control, version, b, full], in the shortest of three forms: their int32
     indices and values (12 B each), their bitmap (``bitmap``: uint32 scratch of
     ``bitmap_words(|x|)``) and values (n / 8 B + 8 B each), or the whole x (full, 8 n B).
     The coordinates that only this worker changed since, with weight 1, are left out
-    (``changed_since``): its copy holds them bit for bit."""
-    fresh = changed_since(changed_at, seen[worker], worker, run_source, before_run)
+    (``changed_since``, from the ChangeLog ``log``): its copy holds them bit for bit."""
+    fresh = log.owed(worker, changed_at, seen[worker], run_source, before_run)
     seen[worker] = version
     k = fresh.shape[0]
     n_index = index_length(k, bitmap)
