@@ -61,6 +61,7 @@ leaves, so the step changes how fast DDSS converges, never what it certifies.
 """
 import numpy as np
 from numba import njit
+from scipy.linalg.blas import dsymv
 
 from .losses import SQUARED, loss_derivative, loss_second_derivative, loss_value
 
@@ -320,6 +321,14 @@ def candidate_loss_sums(indptr, indices, data, position, code, z, y, moves, size
     return out
 
 
+def symmetric_times(matrix, v):
+    """matrix @ v for a symmetric float64 matrix, read from its upper triangle (BLAS dsymv
+    on the lower triangle of the transposed view, which is Fortran-ordered: no copy): half
+    the memory a general product reads. |S| = 1,250: 0.15 ms against 0.25 ms; eight processes at once on 2 cores (the
+    workers of mpirun -n 9 answering one CG product) 0.4-0.85 ms against 1.6-2.4 ms."""
+    return dsymv(1.0, np.asfortranarray(matrix.T), np.asarray(v, np.float64), lower=1)
+
+
 class HessianCache:
     """The Hessian sum of one shard's last step, by original feature id, for the squared
     loss, where it depends on the rows alone (f'' = 1): H_S = sum_i [a_iS, 1] [a_iS, 1]^T.
@@ -398,7 +407,7 @@ class SupportRows:
         server's CG products with a dense product: CTR 200,000 x 100,000, |S| = 1,700, a
         worker's 100,000 rows, 0.15 s to form and ~1.8 ms a product, against 9-10 ms a
         product from the rows (a pass over them)."""
-        return self.hessian_sums() @ np.asarray(v, np.float64)
+        return symmetric_times(self.hessian_sums(), v)
 
     def hessian_diagonal(self):
         """The diagonal of the Hessian sum (CG's preconditioner)."""
@@ -654,7 +663,8 @@ def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, in
     target, predicted, _ = orthant_newton_target(hessian, gradient, point, k, kept_zero)
     if predicted < 0.0:
         best = (LINE, target, predicted)
-    direction, _ = hessian_free_direction(lambda v: hessian @ v, np.diag(hessian).copy(),
+    direction, _ = hessian_free_direction(lambda v: symmetric_times(hessian, v),
+                                          np.diag(hessian).copy(),
                                           gradient, point, k, None, signs)
     if direction is not None:
         projected = model(projected_candidates(point, direction, k, signs)[0])

@@ -123,6 +123,18 @@ def test_support_rows_products_diagonal_and_losses_are_the_dense_ones(loss, inte
     assert got[-1] == pytest.approx(np.sum(ref.loss_values(loss, z, y)), rel=1e-13)
 
 
+def test_symmetric_times_is_the_product_with_the_symmetric_matrix():
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((40, 40))
+    matrix, v = a + a.T, rng.standard_normal(40)
+    np.testing.assert_allclose(support_newton.symmetric_times(matrix, v), matrix @ v,
+                               rtol=1e-13, atol=1e-13)
+    # a product reads the upper triangle: the lower one may hold anything
+    upper_only = np.triu(matrix) + np.tril(np.full((40, 40), np.nan), -1)
+    np.testing.assert_allclose(support_newton.symmetric_times(upper_only, v), matrix @ v,
+                               rtol=1e-13, atol=1e-13)
+
+
 def test_candidates_along_the_line_and_projected_onto_the_orthant():
     point = np.array([1.0, -2.0, 0.5])          # the last entry free (an intercept)
     target = np.array([0.0, -1.0, 3.0])
