@@ -13,8 +13,8 @@ Outer iteration s:
      not repay it), and once more after the last iteration;
   4. one inner epoch (about n steps) of sparse prox-SVRG from the snapshot (x, z, mu)
      with step eta = 1 / (3 L_max) (DDSS), or plain sparse stochastic prox steps with
-     the decaying step eta / (1 + s) (DDSS-Naive); for the Lasso the zeros of x that are
-     optimal at the snapshot stay frozen for the epoch (``freeze_optimal_zeros``).
+     the decaying step eta / (1 + s) (DDSS-Naive); with an L1 penalty the zeros of x
+     that are optimal at the snapshot stay frozen for the epoch (``freeze_optimal_zeros``).
 """
 import os
 import time
@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kernels.linalg import csr_rmatvec
-from ..losses import SQUARED
 from ..screening import BestDual, screen_active_set
 from ..support_newton import (HessianCache, StallWatch, firm_support, support_newton_step,
                               violating_zeros)
@@ -55,17 +54,18 @@ def freeze_optimal_zeros(x, eta, weighted_mu, thresholds):
     change (the working sets of celer and of the strong rule with a KKT check; here for
     one epoch at a time). Returns new thresholds (the input is kept).
 
-    The solvers apply it to the squared loss only (Lasso; L1 penalty, prox-SVRG):
+    The solvers apply it with an L1 penalty (prox-SVRG, both losses):
       - CTR 200,000 x 100,000, Dis-DDSS on 2 workers (-n 3), seeds 3-7, same machine:
         at 1e-4 lam_max x has 38,000 non-zeros after the first epoch instead of 80,000,
         and a run moves 59-76 MB (median 71) instead of 82-92 (87); at 1e-3, 27-43 MB
         (33) instead of 40-51 (43);
-      - a9a degree 2 (3,000 rows), serial, 1e-2 lam_max to 1e-9: 11-13 epochs instead of
-        18-21;
-      - but the L1 logistic regression on the same a9a rows took 20-81 epochs instead of
-        16-21 (seeds 0-8; the same when frozen only while the gap was above 1e-3 P(0)):
-        its support Newton steps then end in short steps (t = 1/2, 1/32) and back off.
-        Not understood."""
+      - a9a degree 2 (3,000 rows), serial, 1e-2 lam_max to 1e-9: Lasso 11-13 epochs
+        instead of 18-21; L1 logistic regression 9-16 instead of 15-22 (seeds 0-8), and
+        on the whole a9a degree 3 to 1e-6, 10-12 instead of 20-22 (seeds 6-8).
+    The logistic loss ran without it until the support Newton steps were chained
+    (``StallWatch.should_chain``): a step after which a frozen coordinate turned out
+    missing was then followed by 2, 4, 8... epochs of backoff, and the same 3,000 rows
+    took 11-85 epochs."""
     return np.where(optimal_zeros(x, eta, weighted_mu, thresholds), np.inf, thresholds)
 
 
@@ -75,11 +75,10 @@ def optimal_zeros(x, eta, weighted_mu, thresholds):
     return (x == 0.0) & (eta * np.abs(weighted_mu) <= thresholds)
 
 
-def freezes_optimal_zeros(loss_code, penalty, variance_reduced, saga, dense):
+def freezes_optimal_zeros(penalty, variance_reduced, saga, dense):
     """Whether an epoch's thresholds go through ``freeze_optimal_zeros``: DDSS's
-    prox-SVRG (not the baselines) on the Lasso (squared loss, L1 penalty)."""
-    return variance_reduced and not (saga or dense) and penalty.is_l1 and \
-        loss_code == SQUARED
+    prox-SVRG (not the baselines) with an L1 penalty."""
+    return variance_reduced and not (saga or dense) and penalty.is_l1
 
 
 def epoch_rows(rng, n_samples, n_steps, sampling="chunked", chunk=32):
@@ -260,8 +259,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 weighted_mu = np.zeros(active.n_features)
                 mu_intercept = 0.0
             thresholds = eta * lam * block_reweight * active.weights
-            if freezes_optimal_zeros(problem.loss.code, problem.penalty, variance_reduced, saga,
-                                     dense):
+            if freezes_optimal_zeros(problem.penalty, variance_reduced, saga, dense):
                 thresholds = freeze_optimal_zeros(x, eta, weighted_mu, thresholds)
             samples = epoch_rows(rng, n, n_steps, sampling)
             if watch is not None:    # again only if a step or a compaction moved x

@@ -18,8 +18,8 @@ zeros to the sums; root-centred and without spinning on an oversubscribed node, 
      the best dual point so far (``screening.BestDual``: G = P - the largest D);
   4. the server decides (stop, screen, step), broadcasts [status, number of blocks
      removed] and, when there are any, their positions among the active blocks, then the
-     epoch's anchor, the reweighted full gradient (for the Lasso only where x is not a
-     zero the epoch freezes, ``_anchor_without_optimal_zeros``); every
+     epoch's anchor, the reweighted full gradient (with an L1 penalty only where x is not
+     a zero the epoch freezes, ``_anchor_without_optimal_zeros``); every
      worker compacts its shard. As in the serial solver (``ddss.worth_compacting``), the
      blocks the test removes are dropped only once they hold 5% of the stored non-zeros
      or half the features: a compaction is a pass over every shard;
@@ -29,8 +29,8 @@ zeros to the sums; root-centred and without spinning on an oversubscribed node, 
      losses at the candidate steps), then a new certificate; a full step that left
      violating zeros is followed at once by another (``StallWatch.should_chain``).
 Inner loop (asynchronous): a worker runs ``batch`` sparse prox-SVRG steps on its copy of x
-(kernels/svrg.py; for the Lasso the zeros of x that are optimal at the epoch's anchor stay
-frozen, ``ddss.freeze_optimal_zeros``), sends the sparse delta (int32 indices, or their
+(kernels/svrg.py; with an L1 penalty the zeros of x that are optimal at the epoch's anchor
+stay frozen, ``ddss.freeze_optimal_zeros``), sends the sparse delta (int32 indices, or their
 bitmap once it is shorter, and float64 values with a header [version, steps, intercept
 delta, last]) and waits for the reply: the coordinates of x that changed since its
 previous reply, less those only this worker changed, with weight 1 (indices or bitmap +
@@ -423,7 +423,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 if not dense:
                     step[1:] *= np.repeat(d, np.diff(pen.indptr))
             thresholds = eta * lam * (1.0 if dense else d) * pen.weights
-            if freezes_optimal_zeros(loss_code, penalty, variance_reduced, saga, dense):
+            if freezes_optimal_zeros(penalty, variance_reduced, saga, dense):
                 mu_intercept, weighted_mu, thresholds = _anchor_without_optimal_zeros(
                     wire, step if server else None, x, eta, thresholds)
             else:
