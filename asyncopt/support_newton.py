@@ -63,7 +63,7 @@ import numpy as np
 from numba import njit
 from scipy.linalg.blas import dsymv
 
-from .losses import SQUARED, loss_derivative, loss_second_derivative, loss_value
+from .losses import SQUARED, loss_second_derivative, loss_value, mean_loss
 
 MAX_SUPPORT = 2000       # |S| above which the step is not tried
 MIN_PRODUCTS = 100       # Hessian-vector products a step may take at least
@@ -288,22 +288,6 @@ def support_hessian_columns(indptr, indices, data, position, code, z, y, size, i
 
 
 @njit(cache=True)
-def support_derivative_sums(indptr, indices, data, position, code, z, y, size, intercept):
-    """sum_i f'(z_i) [a_iS, 1] (``position`` as in ``support_hessian_sums``): one pass over
-    the rows."""
-    out = np.zeros(size + 1 if intercept else size)
-    for i in range(indptr.shape[0] - 1):
-        slope = loss_derivative(code, z[i], y[i])
-        for k in range(indptr[i], indptr[i + 1]):
-            q = position[indices[k]]
-            if q >= 0:
-                out[q] += slope * data[k]
-        if intercept:
-            out[size] += slope
-    return out
-
-
-@njit(cache=True)
 def candidate_loss_sums(indptr, indices, data, position, code, z, y, moves, size,
                         intercept):
     """sum_i f(z_i + [a_iS, 1]^T m) for every row m of ``moves`` (the candidates' moves
@@ -321,11 +305,19 @@ def candidate_loss_sums(indptr, indices, data, position, code, z, y, moves, size
     return out
 
 
+def shard_slope(correlation_S, rho_sum, intercept):
+    """sum_i f'(z_i) [a_iS, 1] over a shard's rows from its certificate's sums: -[A_S^T
+    rho, sum rho] (rho = -f'(z)); the intercept's entry only when it is fitted."""
+    slope = -np.asarray(correlation_S, np.float64)
+    return np.append(slope, -rho_sum) if intercept else slope
+
+
 def symmetric_times(matrix, v):
     """matrix @ v for a symmetric float64 matrix, read from its upper triangle (BLAS dsymv
     on the lower triangle of the transposed view, which is Fortran-ordered: no copy): half
-    the memory a general product reads. |S| = 1,250: 0.15 ms against 0.25 ms; eight processes at once on 2 cores (the
-    workers of mpirun -n 9 answering one CG product) 0.4-0.85 ms against 1.6-2.4 ms."""
+    the memory a general product reads. |S| = 1,250: 0.15 ms against 0.25 ms; eight
+    processes at once on 2 cores (the workers of mpirun -n 9 answering one CG product)
+    0.4-0.85 ms against 1.6-2.4 ms."""
     return dsymv(1.0, np.asfortranarray(matrix.T), np.asarray(v, np.float64), lower=1)
 
 
@@ -375,10 +367,11 @@ class SupportRows:
     worker's under MPI) at the margins z, for S = ``support``: the sum of its Hessian on S
     (formed once: at most MAX_SUPPORT + 1 rows), products with it, and the losses at
     candidate points. Vectors over S carry the intercept last when it is fitted.
-    ``cache``: a HessianCache of this shard's previous step (squared loss)."""
+    ``slope``: sum_i f'(z_i) [a_iS, 1] over these rows (``shard_slope``); ``cache``: a
+    HessianCache of this shard's previous step (squared loss)."""
 
-    def __init__(self, active, code, z, support, intercept, cache=None):
-        self.active, self.code, self.z = active, code, z
+    def __init__(self, active, code, z, support, intercept, slope, cache=None):
+        self.active, self.code, self.z, self.slope = active, code, z, slope
         self.position = np.full(active.n_features, -1, dtype=np.int64)
         self.position[support] = np.arange(support.shape[0])
         self.size, self.intercept = support.shape[0], bool(intercept)
@@ -417,22 +410,19 @@ class SupportRows:
         """The loss sums at every candidate, then at ``point`` itself (the last entry).
 
         Squared loss: sum_i f(z_i + [a_iS, 1]^T m) = sum_i f(z_i) + g^T m + m^T H m / 2
-        exactly, g = sum_i f'(z_i) [a_iS, 1] (``support_derivative_sums``) and H the
-        Hessian sum the step has formed, so one pass for g replaces a pass per
-        candidate: CTR 200,000 x 100,000, |S| ~1,100, 2 workers, 0.10 s a step with
-        ``candidate_loss_sums``. Logistic loss: ``candidate_loss_sums``."""
+        exactly, g the ``slope`` the certificate gave and H the Hessian sum the step has
+        formed, so no pass over the rows at all: CTR 200,000 x 100,000, |S| ~1,100, 2
+        workers, 0.10 s a step with ``candidate_loss_sums``. Logistic loss:
+        ``candidate_loss_sums``."""
         active = self.active
         moves = np.vstack([candidates - point, np.zeros((1, point.shape[0]))])
         if self.code != SQUARED:
             return candidate_loss_sums(active.indptr, active.indices, active.data,
                                        self.position, self.code, self.z, active.y, moves,
                                        self.size, self.intercept)
-        slope = support_derivative_sums(active.indptr, active.indices, active.data,
-                                        self.position, self.code, self.z, active.y,
-                                        self.size, self.intercept)
-        at_point = 0.5 * float(np.sum((self.z - active.y) ** 2))
+        at_point = mean_loss(self.code, self.z, active.y) * self.z.shape[0]
         curvature = np.einsum("ij,ij->i", moves @ self.hessian_sums(), moves)
-        return at_point + moves @ slope + 0.5 * curvature
+        return at_point + moves @ self.slope + 0.5 * curvature
 
 
 def uses_hessian_free(support_size):
@@ -797,7 +787,9 @@ def support_newton_step(active, cert, x, cache=None):
     support, point, signs = support_point(x, cert.intercept, intercept, entering)
     k = support.shape[0]
     weights = active.weights[support]
-    rows = SupportRows(active, code, cert.z, support, intercept, cache)
+    rows = SupportRows(active, code, cert.z, support, intercept,
+                       shard_slope(cert.correlation[support], float(np.sum(cert.rho)),
+                                   intercept), cache)
     kind, vector, _ = dense_move(rows.hessian_sums(), cert.correlation[support],
                                  float(np.sum(cert.rho)), point, weights, lam, n, intercept,
                                  signs)

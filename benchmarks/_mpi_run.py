@@ -151,10 +151,10 @@ def _warm_up(comm, method_flags, loss, fit_intercept):
     if method_flags.get("support_newton"):
         # three epochs seldom take the step: load its kernels here, not in the timed solve
         from asyncopt.support_newton import STEP_GRID, SupportRows
+        point = np.zeros(p + int(fit_intercept))
         rows = SupportRows(Problem(X, y, loss, penalty, 1.0, fit_intercept)
                            .full_active_set(), code, np.zeros(n), np.arange(p),
-                           fit_intercept)
-        point = np.zeros(p + int(fit_intercept))
+                           fit_intercept, point)
         rows.hessian_sums()
         rows.hessian_diagonal()
         rows.hessian_times(point)

@@ -69,13 +69,13 @@ def test_hessian_cache_extends_the_last_support_to_the_direct_sum(intercept):
     y = rng.standard_normal(80)
     cache = HessianCache()
     first = SupportRows(_Shard(X, y), 0, rng.standard_normal(80),
-                        np.array([1, 4, 6, 9, 13, 22, 27]), intercept, cache)
+                        np.array([1, 4, 6, 9, 13, 22, 27]), intercept, None, cache)
     first.hessian_sums()
     kept = np.setdiff1d(np.arange(30), [2, 6, 17])          # columns 2, 6, 17 screened
     compact = sp.csr_matrix(X[:, kept])
     support = np.searchsorted(kept, [1, 4, 9, 11, 13, 22, 27])   # 6 left, 11 entered
     rows = SupportRows(_Shard(compact, y, kept), 0, rng.standard_normal(80), support,
-                       intercept, cache)
+                       intercept, None, cache)
     calls = []
     original = support_newton.support_hessian_sums
     with pytest.MonkeyPatch.context() as patch:
@@ -89,7 +89,7 @@ def test_hessian_cache_extends_the_last_support_to_the_direct_sum(intercept):
                     np.zeros(80), y, support.shape[0], intercept)
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
     np.testing.assert_array_equal(cache.ids, kept[support])
-    assert SupportRows(_Shard(X, np.sign(y)), 1, np.zeros(80), support, intercept,
+    assert SupportRows(_Shard(X, np.sign(y)), 1, np.zeros(80), support, intercept, None,
                        cache).cache is None
     # mostly new coordinates: formed anew
     fresh = np.arange(8, 8 + 2 * support.shape[0] + 2)
@@ -106,7 +106,10 @@ def test_support_rows_products_diagonal_and_losses_are_the_dense_ones(loss, inte
     z = rng.standard_normal(70)
     support = np.array([0, 3, 4, 9, 17, 29])
     code = 0 if loss == "squared" else 1
-    rows = SupportRows(_Shard(X, y), code, z, support, intercept)
+    rho = -ref.loss_derivatives(loss, z, y)        # the certificate's sums at z
+    rows = SupportRows(_Shard(X, y), code, z, support, intercept,
+                       support_newton.shard_slope(X[:, support].T @ rho, np.sum(rho),
+                                                  intercept))
     B = X[:, support].toarray()
     if intercept:
         B = np.column_stack([B, np.ones(70)])

@@ -75,9 +75,10 @@ def optimal_zeros(x, eta, weighted_mu, thresholds):
     return (x == 0.0) & (eta * np.abs(weighted_mu) <= thresholds)
 
 
-def freezes_optimal_zeros(penalty, variance_reduced, saga, dense):
-    """Whether an epoch's thresholds go through ``freeze_optimal_zeros``: DDSS's
-    prox-SVRG (not the baselines) with an L1 penalty."""
+def l1_prox_svrg(penalty, variance_reduced, saga, dense):
+    """Whether the epochs are DDSS's prox-SVRG (not the baselines) with an L1 penalty:
+    their thresholds then go through ``freeze_optimal_zeros``, and under MPI the server
+    projects summed deltas onto x's orthant (``mpi._serve_inner``)."""
     return variance_reduced and not (saga or dense) and penalty.is_l1
 
 
@@ -259,7 +260,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                 weighted_mu = np.zeros(active.n_features)
                 mu_intercept = 0.0
             thresholds = eta * lam * block_reweight * active.weights
-            if freezes_optimal_zeros(problem.penalty, variance_reduced, saga, dense):
+            if l1_prox_svrg(problem.penalty, variance_reduced, saga, dense):
                 thresholds = freeze_optimal_zeros(x, eta, weighted_mu, thresholds)
             samples = epoch_rows(rng, n, n_steps, sampling)
             if watch is not None:    # again only if a step or a compaction moved x

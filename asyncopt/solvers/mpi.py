@@ -94,9 +94,10 @@ from ..support_newton import (PROJECTED, STEP_GRID, HessianCache, StallWatch, Su
                               best_candidate, dense_move, entering_coordinates,
                               entering_limit, firm_support, move_candidates,
                               pruned_coordinates, support_direction, support_point,
-                              take_candidate, uses_hessian_free, violating_zeros)
+                              shard_slope, take_candidate, uses_hessian_free,
+                              violating_zeros)
 from .checkpoint import load_checkpoint, save_checkpoint
-from .ddss import (SolverResult, epoch_rows, freezes_optimal_zeros, optimal_zeros,
+from .ddss import (SolverResult, epoch_rows, l1_prox_svrg, optimal_zeros,
                    worth_compacting)
 from .channels import open_channel
 from .wire import Wire, _mpi
@@ -243,6 +244,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     newton_from, newton_t = None, 0.0     # the gap a Newton step started from, its t
     firm = None       # the server's firm support of x (``firm_support``), for the watch
     hessian_cache = None if server else HessianCache()   # the worker's last step's H
+    l1_epochs = l1_prox_svrg(penalty, variance_reduced, saga, dense)
     snapshot, step_factor, move_cap = None, 1.0, MOVE_CAP
     damping_power, calm = 1.0, 0
     memory = None
@@ -278,9 +280,10 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 local[2:] = csr_rmatvec(active.indptr, active.indices, active.data, rho,
                                         active.n_features)
             total = wire.reduce(local)
+            # A^T rho over the server's all rows, a worker's own (a Newton step's trials)
+            correlation = (total if server else local)[2:]
             scale = np.zeros(1)
             if server:
-                correlation = total[2:]
                 block_corr = block_norms(correlation, pen.indptr, pen.ids)
                 dual_norm = float(np.max(block_corr / pen.weights, initial=0.0))
                 scale[0] = max(1.0, dual_norm / (n * lam))
@@ -391,8 +394,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             if control[1]:
                 # a pass over the shard's nnz: skipped when the test screened nothing
                 feature_keep = np.repeat(keep, np.diff(pen.indptr))
+                correlation = correlation[feature_keep]
                 if server:
-                    correlation = correlation[feature_keep]
                     firm = None if firm is None else firm[feature_keep]
                     column_sq = column_sq[feature_keep]
                     column_counts = column_counts[feature_keep]
@@ -403,9 +406,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 x = x[feature_keep]
             if status == NEWTON:
                 x, b, newton_t = _support_newton(wire, active, x, b, z, loss_code, lam, n,
-                                                 pen.weights, fit_intercept,
-                                                 correlation if server else None,
-                                                 float(total[1]) if server else 0.0,
+                                                 pen.weights, fit_intercept, correlation,
+                                                 float((total if server else local)[1]),
                                                  firm, float(total[0]) if server else 0.0,
                                                  hessian_cache)
             if status in (RECERTIFY, NEWTON):
@@ -423,7 +425,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 if not dense:
                     step[1:] *= np.repeat(d, np.diff(pen.indptr))
             thresholds = eta * lam * (1.0 if dense else d) * pen.weights
-            if freezes_optimal_zeros(penalty, variance_reduced, saga, dense):
+            if l1_epochs:
                 mu_intercept, weighted_mu, thresholds = _anchor_without_optimal_zeros(
                     wire, step if server else None, x, eta, thresholds)
             else:
@@ -450,8 +452,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                     overshoot_weights(eta * per_batch * column_sq / n, size - 1, move_cap),
                     float(overshoot_weights(eta_intercept * per_batch, size - 1, move_cap)),
                     damping_power,
-                    pen.weights > 0 if projects_onto_orthant(penalty, variance_reduced, saga,
-                                                             dense) else None)
+                    pen.weights > 0 if l1_epochs else None)
                 steps_total += steps
                 messages, message_bytes = msgs, mbytes
             else:
@@ -513,14 +514,16 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
         loop with the direction d ([-1, ...]: none, no step);
     every rank forms the same candidates from it, the workers reduce their losses at
     them and the server broadcasts the one taken (-1: none). Returns (x, b, t), the same
-    on every rank. ``correlation`` (A^T rho), ``rho_sum``, ``firm`` (x's firm support)
-    and ``loss_sum`` (sum f at x) are the server's.
+    on every rank. ``correlation`` (A^T rho) and ``rho_sum`` (sum rho) are this rank's:
+    the server's over all rows, a worker's over its own (the slope of its trial losses,
+    ``shard_slope``); ``firm`` (x's firm support) and ``loss_sum`` (sum f at x) the
+    server's.
 
     When x has more than MAX_SUPPORT non-zeros, those outside its firm support are first
     set to zero (``pruned_coordinates``: the server broadcasts them); the workers' margins
     and their sums [f, rho, A_S^T rho] at the pruned x replace the certificate's, and a
     candidate is taken only below P of the unpruned x (else x is put back)."""
-    server = correlation is not None
+    server = wire.rank == 0
     pruned = _server_vector(wire, pruned_coordinates(x, firm).astype(np.float64)
                             if server else None).astype(np.int64)
     saved = x[pruned].copy()
@@ -532,7 +535,6 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
         if server else None)
     support, point, signs = support_point(x, b, intercept, entering)
     k, dim = support.shape[0], point.shape[0]
-    rows = None if server else SupportRows(active, code, z, support, intercept, cache)
     offset = 0.0         # P(x) - P(the pruned x)
     if pruned.shape[0]:
         local = np.zeros(2 + k)
@@ -542,12 +544,16 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
             local[1] = np.sum(rho)
             local[2:] = csr_rmatvec(active.indptr, active.indices, active.data, rho,
                                     active.n_features)[support]
-        local = wire.reduce(local)
+        total = wire.reduce(local)
         if server:
-            offset = (loss_sum - local[0]) / n + lam * float(weights[pruned] @ np.abs(saved))
-            rho_sum, correlation_S = float(local[1]), local[2:]
-    elif server:
+            offset = (loss_sum - total[0]) / n + lam * float(weights[pruned] @ np.abs(saved))
+            local = total
+        rho_sum, correlation_S = float(local[1]), local[2:]
+    else:
         correlation_S = correlation[support]
+    rows = None if server else SupportRows(active, code, z, support, intercept,
+                                           shard_slope(correlation_S, rho_sum, intercept),
+                                           cache)
     if uses_hessian_free(k):
         if server:
             diagonal = wire.reduce(np.zeros(dim))
@@ -656,12 +662,6 @@ def _lipschitz(code):
     return 0.25 if code == LOGISTIC else 1.0
 
 
-def projects_onto_orthant(penalty, variance_reduced, saga, dense):
-    """Whether the server projects summed deltas onto x's orthant (``_serve_inner``):
-    DDSS's prox-SVRG (not the baselines) with an L1 penalty."""
-    return variance_reduced and not (saga or dense) and penalty.is_l1
-
-
 def overshoot_weights(contraction, n_workers, move_cap):
     """omega = min(1, 1 / (l (1 - e^{-C}))) per coordinate, C its contraction per batch:
     C_j = eta L_f B ||A_:j||^2 / n for a feature (B steps, each pulling x_j towards its
@@ -744,7 +744,7 @@ def _serve_inner(channel, x, b, n_workers, omega, omega_intercept, damping_power
     """Apply deltas in arrival order until every worker has sent its last one; returns
     (x, b, steps, (mean tau, max tau), messages, bytes of the messages).
 
-    ``orthant`` (``projects_onto_orthant``: the L1-penalized coordinates): a delta that
+    ``orthant`` (``ddss.l1_prox_svrg``: the L1-penalized coordinates): a delta that
     takes such a coordinate across zero leaves it at zero. The L1 prox never crosses zero
     in one step, it stops there; deltas that l workers computed from about the same x,
     each taking x_j to zero, sum to a move l omega_j times as long, past zero, and the
