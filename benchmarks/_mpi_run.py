@@ -150,15 +150,19 @@ def _warm_up(comm, method_flags, loss, fit_intercept):
               fit_intercept, tol=1e-5, max_epochs=3, random_state=0, **method_flags)
     if method_flags.get("support_newton"):
         # three epochs seldom take the step: load its kernels here, not in the timed solve
-        from asyncopt.support_newton import STEP_GRID, SupportRows
-        point = np.zeros(p + int(fit_intercept))
-        rows = SupportRows(Problem(X, y, loss, penalty, 1.0, fit_intercept)
-                           .full_active_set(), code, np.zeros(n), np.arange(p),
-                           fit_intercept, point)
-        rows.hessian_sums()
-        rows.hessian_diagonal()
-        rows.hessian_times(point)
-        rows.trial_sums(point, np.zeros((STEP_GRID.shape[0], point.shape[0])))
+        # (a second step on a wider support extends the first one's Hessian: the
+        # squared loss's HessianCache and its kernel)
+        from asyncopt.support_newton import STEP_GRID, HessianCache, SupportRows
+        active = Problem(X, y, loss, penalty, 1.0, fit_intercept).full_active_set()
+        cache = HessianCache()
+        for size in (p - 10, p):
+            point = np.zeros(size + int(fit_intercept))
+            rows = SupportRows(active, code, np.zeros(n), np.arange(size), fit_intercept,
+                               point, cache)
+            rows.hessian_sums()
+            rows.hessian_diagonal()
+            rows.hessian_times(point)
+            rows.trial_sums(point, np.zeros((STEP_GRID.shape[0], point.shape[0])))
 
 
 def _load_rows(args, rank, size):
