@@ -226,6 +226,34 @@ def test_cli_workers_read_their_byte_range_and_match_the_serial_run(tmp_path):
     np.testing.assert_allclose(a["coef"], b["coef"], rtol=1e-4, atol=1e-6)
 
 
+def test_a_hostfile_puts_the_server_and_the_workers_on_two_nodes(tmp_path):
+    """mpirun -f HOSTFILE as on a cluster (hostfile.example): hydra counts "localhost"
+    and "127.0.0.1" as two nodes and starts both here without ssh, rank 0 alone on the
+    first. The ranks then share no node, so the inner loop runs on MPI messages (no
+    shared-memory window), and the job reaches celer's solution."""
+    import celer
+    from sklearn.datasets import load_svmlight_file
+    data = _write_libsvm(tmp_path / "d.svm")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:1\n127.0.0.1:2\n")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([MPIRUN, "-f", str(hosts), "-n", "3", sys.executable, "-m",
+                           "asyncopt.cli.lasso", str(data), "--quiet", "--tol", "1e-10",
+                           "--output", str(tmp_path / "out.npz"), "--history",
+                           str(tmp_path / "h.jsonl")], env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "mpi (1 server + 2 workers)" in proc.stdout
+    history = [json.loads(line) for line in (tmp_path / "h.jsonl").read_text().splitlines()]
+    assert {h["transport"] for h in history} == {"messages"}
+    out = np.load(tmp_path / "out.npz")
+    X, y = load_svmlight_file(str(data))
+    X = X.toarray()
+    ref = celer.Lasso(alpha=float(out["alpha"]), tol=1e-14, max_iter=200).fit(X, y)
+    np.testing.assert_allclose(out["coef"], ref.coef_, rtol=1e-5, atol=1e-7)
+    assert float(out["intercept"]) == pytest.approx(ref.intercept_, rel=1e-6, abs=1e-8)
+
+
 def test_cli_bad_line_in_one_workers_range_is_one_message(tmp_path):
     data = _write_libsvm(tmp_path / "d.svm", bad_line=250)
     proc = _cli(4, str(data))
