@@ -92,10 +92,11 @@ from ..problem import dropped_share
 from ..screening import BestDual, gap_safe_keep, gap_safe_radius
 from ..support_newton import (PROJECTED, STEP_GRID, HessianCache, StallWatch, SupportRows,
                               best_candidate, dense_move, entering_coordinates,
-                              entering_limit, firm_support, move_candidates,
+                              entering_limit, firm_support, from_upper_triangle,
+                              move_candidates, preconditioner_coordinates,
                               pruned_coordinates, support_direction, support_point,
-                              shard_slope, take_candidate, uses_hessian_free,
-                              violating_zeros)
+                              shard_slope, take_candidate, upper_triangle,
+                              uses_hessian_free, violating_zeros)
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import (SolverResult, epoch_rows, l1_prox_svrg, optimal_zeros,
                    worth_compacting)
@@ -409,7 +410,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                                                  pen.weights, fit_intercept, correlation,
                                                  float((total if server else local)[1]),
                                                  firm, float(total[0]) if server else 0.0,
-                                                 hessian_cache)
+                                                 hessian_cache, column_sq)
             if status in (RECERTIFY, NEWTON):
                 snapshot = None
                 continue
@@ -498,7 +499,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
 
 
 def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, correlation,
-                    rho_sum, firm, loss_sum, cache):
+                    rho_sum, firm, loss_sum, cache, column_sq):
     """The support Newton step (``support_newton.py``) over the shards; every rank calls
     it with its x and b (equal on every rank: each inner loop ends with the workers
     holding the server's) and its margins z at them. S = the non-zeros of x and the zeros
@@ -509,15 +510,18 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
       - the workers reduce their shares' upper triangles ((|S| + 1)(|S| + 2) / 2 numbers)
         and the server broadcasts the move (``dense_move``: the end point of the orthant
         Newton path or the projected direction, [kind, vector]);
-      - or they reduce their shares' diagonals, then, for every product the server's CG
-        needs, it broadcasts [1, v] and they reduce their shares of H v; [0, d] ends the
-        loop with the direction d ([-1, ...]: none, no step);
+      - or the server broadcasts the coordinates of CG's preconditioner block
+        (``preconditioner_coordinates``, ranked by its column norms ``column_sq``), they
+        reduce their shares' diagonals and upper triangles on that block, then, for
+        every product the server's CG needs, it broadcasts [1, v] and they reduce their
+        shares of H v; [0, d] ends the loop with the direction d ([-1, ...]: none, no
+        step);
     every rank forms the same candidates from it, the workers reduce their losses at
     them and the server broadcasts the one taken (-1: none). Returns (x, b, t), the same
     on every rank. ``correlation`` (A^T rho) and ``rho_sum`` (sum rho) are this rank's:
     the server's over all rows, a worker's over its own (the slope of its trial losses,
-    ``shard_slope``); ``firm`` (x's firm support) and ``loss_sum`` (sum f at x) the
-    server's.
+    ``shard_slope``); ``firm`` (x's firm support), ``loss_sum`` (sum f at x) and
+    ``column_sq`` (||A_:j||^2 over the active features) the server's.
 
     When x has more than MAX_SUPPORT non-zeros, those outside its firm support are first
     set to zero (``pruned_coordinates``: the server broadcasts them); the workers' margins
@@ -555,8 +559,14 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
                                            shard_slope(correlation_S, rho_sum, intercept),
                                            cache)
     if uses_hessian_free(k):
+        positions = _server_vector(wire, preconditioner_coordinates(
+            column_sq[support], intercept).astype(np.float64) if server else None
+        ).astype(np.int64)
+        block_size = positions.shape[0] * (positions.shape[0] + 1) // 2
         if server:
-            diagonal = wire.reduce(np.zeros(dim))
+            sums = wire.reduce(np.zeros(dim + block_size))
+            diagonal = sums[:dim]
+            block = (positions, from_upper_triangle(sums[dim:], positions.shape[0]))
 
             def hessian_times(v):
                 wire.bcast(np.concatenate(([1.0], v)))
@@ -564,12 +574,13 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
 
             direction, _ = support_direction(hessian_times, diagonal, correlation_S,
                                              rho_sum, point, weights[support], lam, n,
-                                             intercept, signs)
+                                             intercept, signs, block)
             found = direction is not None
             wire.bcast(np.concatenate(([0.0 if found else -1.0],
                                        direction if found else np.zeros(dim))))
         else:
-            wire.reduce(rows.hessian_diagonal())
+            wire.reduce(np.concatenate((rows.hessian_diagonal(),
+                                        rows.hessian_block(positions))))
             while True:
                 message = wire.bcast(np.empty(1 + dim))
                 if message[0] != 1.0:
@@ -581,18 +592,15 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
             return x, b, 0.0
         candidates = move_candidates(PROJECTED, direction, point, k, signs)
     else:
-        upper = np.triu_indices(dim)
         move = np.full(1 + dim, -1.0)      # [kind (-1: none), vector]
         if server:
-            hessian = np.zeros((dim, dim))
-            hessian[upper] = wire.reduce(np.zeros(upper[0].shape[0]))
-            hessian += np.triu(hessian, 1).T
+            hessian = from_upper_triangle(wire.reduce(np.zeros(dim * (dim + 1) // 2)), dim)
             kind, vector, _ = dense_move(hessian, correlation_S, rho_sum, point,
                                          weights[support], lam, n, intercept, signs)
             if kind is not None:
                 move[0], move[1:] = kind, vector
         else:
-            wire.reduce(rows.hessian_sums()[upper])
+            wire.reduce(upper_triangle(rows.hessian_sums()))
         move = wire.bcast(move)
         if move[0] < 0:
             x[pruned] = saved
