@@ -126,11 +126,17 @@ def support_hessian_sums(indptr, indices, data, position, code, z, y, size, inte
     return out
 
 
+def orthant(values, signs=None):
+    """The orthant sigma of the penalized coordinates of S: ``signs`` where given (a
+    coordinate entering S at zero has the sign it enters with, ``support_point``), else
+    the signs of their ``values``."""
+    return np.sign(values) if signs is None else np.asarray(signs, np.float64)
+
+
 def support_gradient(correlation_S, rho_sum, x_S, weights_S, lam, n, intercept, signs=None):
     """g = [-(A_S^T rho) / n + lam w sigma, -sum(rho) / n] (the intercept's entry only when
-    it is fitted); sigma = ``signs`` (the orthant, ``support_point``), by default
-    sign(x_S)."""
-    sigma = np.sign(x_S) if signs is None else signs
+    it is fitted); sigma = ``orthant(x_S, signs)``."""
+    sigma = orthant(x_S, signs)
     grad = -np.asarray(correlation_S, np.float64) / n + lam * weights_S * sigma
     return np.append(grad, -rho_sum / n) if intercept else grad
 
@@ -561,12 +567,11 @@ def hessian_free_direction(hessian_times, diagonal, gradient, point, n_penalized
     RIDGE times the mean of the diagonal). Returns (d, Hessian products), d None when
     it is no descent direction. The candidates are the projections of point + t d onto
     the orthant (``projected_candidates``). ``signs``: the orthant of the first
-    n_penalized coordinates (default sign(point); a coordinate entering S at zero has
-    the sign it enters with, ``support_point``): one that the step takes to the other
-    side crosses."""
+    n_penalized coordinates (``orthant``): one that the step takes to the other side
+    crosses."""
     dim = point.shape[0]
     sigma = np.zeros(dim)
-    sigma[:n_penalized] = np.sign(point[:n_penalized]) if signs is None else signs
+    sigma[:n_penalized] = orthant(point[:n_penalized], signs)
     ridge = RIDGE * max(float(np.mean(diagonal)), 1e-300) if dim else 0.0
     penalized = np.arange(dim) < n_penalized
     fixed = np.zeros(dim, dtype=bool) if drop is None else np.asarray(drop, bool).copy()
@@ -621,11 +626,11 @@ def linear_candidates(point, target):
 def projected_candidates(point, direction, n_penalized, signs=None):
     """P(point + t d) for every t of STEP_GRID: the first ``n_penalized`` coordinates
     (non-zeros of x, and zeros entering with a sign) that would leave their orthant
-    (``signs``, default sign(point)) stay at zero; further ones (the intercept) are free.
+    (``orthant(point, signs)``) stay at zero; further ones (the intercept) are free.
     A coordinate with d_j = -x_j lands on zero exactly at t = 1."""
     candidates = point + STEP_GRID[:, None] * direction
     head = candidates[:, :n_penalized]
-    sigma = np.sign(point[:n_penalized]) if signs is None else signs
+    sigma = orthant(point[:n_penalized], signs)
     head[head * sigma < 0.0] = 0.0
     return candidates
 
