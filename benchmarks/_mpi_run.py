@@ -124,13 +124,18 @@ def launch(n_ranks, out, *, data, loss, lam_ratio, fit_intercept, method, tol, m
 
 # --------------------------------------------------------------------------- SPMD side
 
-def _warm_up(comm, method_flags, loss, fit_intercept):
+def make_penalty(n_features, group_size):
+    """L1 for group_size 1, else the group Lasso on consecutive groups of that size."""
+    from asyncopt.penalties import L1, GroupL1
+    return L1(n_features) if group_size == 1 else GroupL1(n_features, group_size)
+
+
+def _warm_up(comm, method_flags, loss, fit_intercept, group_size=1):
     """The same method on a tiny CTR problem (every rank): kernels compiled or loaded from
     numba's cache, MPI connections set up, before anything is timed."""
     import numpy as np
     from asyncopt.data import make_ctr
     from asyncopt.losses import get_loss
-    from asyncopt.penalties import L1
     from asyncopt.problem import Problem
     from asyncopt.solvers.mpi import distributed_lam_max, solve_mpi
 
@@ -139,7 +144,7 @@ def _warm_up(comm, method_flags, loss, fit_intercept):
     X, y, _ = make_ctr(n, p, nnz_per_row=5, random_state=1)
     if loss == "logistic":
         y = np.where(y > np.median(y), 1.0, -1.0)
-    penalty = L1(p)
+    penalty = make_penalty(p, group_size)
     shard = None
     if rank > 0:
         lo, hi = worker_rows(n, size - 1, rank - 1)
@@ -148,7 +153,7 @@ def _warm_up(comm, method_flags, loss, fit_intercept):
     lam = 0.1 * distributed_lam_max(comm, shard, penalty, n, code, fit_intercept)
     solve_mpi(comm, shard if shard is None else shard.with_lam(lam), penalty, p, code, lam,
               fit_intercept, tol=1e-5, max_epochs=3, random_state=0, **method_flags)
-    if method_flags.get("support_newton"):
+    if method_flags.get("support_newton") and penalty.is_l1:
         # three epochs seldom take the step: load its kernels here, not in the timed solve
         # (a second step on a wider support extends the first one's Hessian: the
         # squared loss's HessianCache and its kernel)
@@ -211,6 +216,9 @@ def main(argv=None):
     parser.add_argument("--no-support-newton", action="store_true",
                         help="Dis-DDSS without the support Newton step (an ablation)")
     parser.add_argument("--no-warm-up", action="store_true")
+    parser.add_argument("--group-size", type=int, default=1,
+                        help="1: L1 (default); G > 1: the group Lasso on consecutive "
+                             "groups of G features")
     parser.add_argument("--shards", default=None,
                         help="a prepare_shards folder: each worker loads only its shard")
     args = parser.parse_args(argv)
@@ -222,7 +230,6 @@ def main(argv=None):
     import numpy as np
     from asyncopt.solvers.methods import solver_flags
     from asyncopt.losses import get_loss
-    from asyncopt.penalties import L1
     from asyncopt.problem import Problem
     from asyncopt.solvers.mpi import distributed_lam_max, solve_mpi
 
@@ -235,7 +242,7 @@ def main(argv=None):
         flags["support_newton"] = False
     t0 = time.perf_counter()
     X, y, n, p, nnz = _load_rows(args, rank, size)
-    penalty = L1(p)
+    penalty = make_penalty(p, args.group_size)
     shard, rows = None, 0
     if rank > 0:
         shard = Problem(X, y, args.loss, penalty, 1.0, args.fit_intercept)
@@ -250,7 +257,7 @@ def main(argv=None):
 
     t0 = time.perf_counter()
     if not args.no_warm_up:
-        _warm_up(comm, flags, args.loss, args.fit_intercept)
+        _warm_up(comm, flags, args.loss, args.fit_intercept, args.group_size)
     comm.Barrier()
     t_warm = time.perf_counter() - t0
 
@@ -269,6 +276,7 @@ def main(argv=None):
             "method": args.method, "flags": flags, "n_ranks": size, "workers": size - 1,
             "data": args.data, "loss": args.loss, "fit_intercept": args.fit_intercept,
             "lam_ratio": args.lam_ratio, "lam_max": lam_max, "lam": lam,
+            "group_size": args.group_size,
             "n_samples": n, "n_features": p, "nnz": nnz, "tol": args.tol,
             "max_time": args.max_time, "seed": args.seed, "batch": args.batch,
             "converged": bool(result.converged), "epochs": int(result.n_iter),

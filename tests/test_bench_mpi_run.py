@@ -21,11 +21,19 @@ pytestmark = pytest.mark.skipif(find_mpirun() is None,
                                 reason="no mpirun (pip install mpich)")
 
 
-def celer_objective(X, y, loss, lam, fit_intercept):
-    """P* = (1/n) sum_i f(a_i^T x + b) + lam ||x||_1 at celer's solution (tol 1e-14):
-    Lasso(alpha = lam) minimises exactly this; LogisticRegression(C) minimises
-    sum_i log(1 + exp(-y_i a_i^T x)) + ||x||_1 / C, n P with C = 1 / (n lam)."""
+def celer_objective(X, y, loss, lam, fit_intercept, group_size=1):
+    """P* = (1/n) sum_i f(a_i^T x + b) + lam Omega(x) at celer's solution (tol 1e-14):
+    Lasso(alpha = lam) minimises exactly this with Omega = ||.||_1, GroupLasso with the
+    group norms weighted by sqrt(|g|) (``GroupL1``'s default); LogisticRegression(C)
+    minimises sum_i log(1 + exp(-y_i a_i^T x)) + ||x||_1 / C, n P with C = 1 / (n lam)."""
     n = X.shape[0]
+    if group_size > 1:
+        from asyncopt.penalties import GroupL1
+        penalty = GroupL1(X.shape[1], group_size)
+        model = celer.GroupLasso(groups=group_size, alpha=lam, fit_intercept=fit_intercept,
+                                 weights=penalty.weights, tol=1e-14, max_iter=200).fit(X, y)
+        z = X @ model.coef_ + model.intercept_
+        return 0.5 * np.mean((z - y) ** 2) + lam * penalty.value(model.coef_)
     if loss == "squared":
         model = celer.Lasso(alpha=lam, fit_intercept=fit_intercept, tol=1e-14,
                             max_iter=200).fit(X, y)
@@ -39,17 +47,19 @@ def celer_objective(X, y, loss, lam, fit_intercept):
     return smooth + lam * np.abs(model.coef_).sum()
 
 
-@pytest.mark.parametrize("data,loss,lam_ratio,fit_intercept", [
-    ("ctr_small", "squared", 0.05, True),
-    ("a9a_d2_small", "logistic", 0.05, False)])
+@pytest.mark.parametrize("data,loss,lam_ratio,fit_intercept,group_size", [
+    ("ctr_small", "squared", 0.05, True, 1),
+    ("a9a_d2_small", "logistic", 0.05, False, 1),
+    ("ctr_small", "squared", 0.05, True, 5)])
 def test_the_benchmark_script_reaches_celers_objective_on_prepared_shards(
-        tmp_path, data, loss, lam_ratio, fit_intercept):
+        tmp_path, data, loss, lam_ratio, fit_intercept, group_size):
     payload, wall, error = launch(
         3, str(tmp_path / "run.json"), data=data, loss=loss, lam_ratio=lam_ratio,
         fit_intercept=fit_intercept, method="ddss", tol=1e-9, max_time=60, timeout=240,
-        shard_root=str(tmp_path / "shards"))
+        shard_root=str(tmp_path / "shards"), extra_args=["--group-size", str(group_size)])
     assert error is None, error
     assert payload["converged"] and payload["flags"]["support_newton"]
+    assert payload["group_size"] == group_size
     X, y = load_data(data)
     assert (payload["n_samples"], payload["n_features"], payload["nnz"]) == \
         (X.shape[0], X.shape[1], X.nnz)
@@ -57,7 +67,7 @@ def test_the_benchmark_script_reaches_celers_objective_on_prepared_shards(
     ranks = sorted(payload["ranks"], key=lambda r: r["rank"])
     assert [r["rows"] for r in ranks] == [0, X.shape[0] // 2, X.shape[0] - X.shape[0] // 2]
     assert all(r["warm_up_s"] > 0 and r["solve_s"] > 0 for r in ranks)
-    reference = celer_objective(X, y, loss, payload["lam"], fit_intercept)
+    reference = celer_objective(X, y, loss, payload["lam"], fit_intercept, group_size)
     assert abs(payload["primal"] - reference) <= 1e-7 * reference
     history = payload["history"]
     assert history[-1]["rel_gap"] <= 1e-9

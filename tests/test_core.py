@@ -624,6 +624,39 @@ def test_objective_matches_independent_formula(ref, make_data):
                 ref.primal(X, y, loss, pen, 0.37, x, b), rel=1e-13)
 
 
+def test_optimal_zero_blocks_are_frozen_for_the_epoch():
+    """freeze_optimal_zeros with blocks (group Lasso): +inf exactly at the blocks where x_g
+    is zero and eta ||d_g mu_g||_2 is within the block's threshold (a block with one
+    non-zero, or whose norm exceeds it though every entry alone would not, moves), and
+    the group kernel keeps them at zero."""
+    import scipy.sparse as sp
+    from asyncopt.kernels.svrg import svrg_epoch_group
+    from asyncopt.solvers.ddss import freeze_optimal_zeros
+    block_indptr = np.array([0, 2, 3, 6, 8])
+    x = np.array([0.0, 0.0, 0.0, 0.0, 0.4, 0.0, 0.0, 0.0])
+    weighted_mu = np.array([0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 1.5, 1.5])
+    thresholds = np.full(4, 0.2)
+    # eta ||mu_g||: 0.014, 0.01, (x_g != 0), 0.21 > 0.2 though each entry gives 0.15
+    frozen = freeze_optimal_zeros(x, 0.1, weighted_mu, thresholds, block_indptr)
+    np.testing.assert_array_equal(frozen, [np.inf, np.inf, 0.2, 0.2])
+    # singleton blocks are the L1 rule
+    singles = np.arange(9)
+    np.testing.assert_array_equal(
+        freeze_optimal_zeros(x, 0.1, weighted_mu, np.full(8, 0.2), singles),
+        freeze_optimal_zeros(x, 0.1, weighted_mu, np.full(8, 0.2)))
+    X = sp.csr_matrix(np.array([[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+                                [2.0, 0.0, 3.0, 1.0, 1.0, 0.0, 2.0, 1.0]]))
+    y = np.array([5.0, -4.0])
+    feature_block = np.repeat(np.arange(4), np.diff(block_indptr))
+    for limits, moved in ((thresholds, True), (frozen, False)):
+        w, b = x.copy(), np.zeros(1)
+        svrg_epoch_group(X.indptr, X.indices, X.data, y, 0, w, b, 0.0, np.zeros(2),
+                         np.zeros(8), 0.0, limits * 1e-3, 0.1, np.array([0, 1, 0, 1]), True,
+                         np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64),
+                         block_indptr, feature_block)
+        assert bool(np.any(w[:3] != 0.0)) == moved
+
+
 def test_optimal_zeros_are_frozen_for_the_epoch():
     """freeze_optimal_zeros: +inf exactly at the zeros of x whose eta |d_j mu_j| is within
     the threshold, and the prox-SVRG kernel then keeps them at zero although the noise

@@ -106,27 +106,42 @@ class _ReplayWire:
 
 
 @pytest.mark.parametrize("free_share", [0.01, 0.3])     # indices, bitmap
-def test_anchor_leaves_out_the_frozen_zeros_and_every_rank_gets_the_same(free_share):
+@pytest.mark.parametrize("blocks", [False, True])        # L1, groups of 1-4
+def test_anchor_leaves_out_the_frozen_zeros_and_every_rank_gets_the_same(free_share,
+                                                                          blocks):
     from asyncopt.solvers.ddss import freeze_optimal_zeros
     from asyncopt.solvers.mpi import _anchor_without_optimal_zeros
     rng = np.random.default_rng(7)
     p, eta = 5000, 0.1
-    x = np.where(rng.random(p) < free_share / 2, rng.standard_normal(p), 0.0)
-    thresholds = np.full(p, 0.5)
-    step = np.concatenate(([0.3], rng.standard_normal(p) * 2.0))
-    # about free_share of the zeros violate eta |mu_j| <= threshold
-    step[1:][(x == 0) & (rng.random(p) >= free_share / 2)] *= 0.1
+    block_indptr = None
+    sizes = np.ones(p, dtype=int)
+    if blocks:
+        block_indptr = np.append(0, np.cumsum(rng.integers(1, 5, p)))
+        block_indptr = np.append(block_indptr[block_indptr < p], p)
+        sizes = np.diff(block_indptr)
+    per_feature = np.repeat(sizes, sizes)
+    # about free_share / 2 of the blocks non-zero, about as many zero ones violating
+    # eta ||mu_g|| <= threshold
+    x = np.repeat(rng.random(sizes.shape[0]) < free_share / 2, sizes) * \
+        rng.standard_normal(p)
+    thresholds = np.full(sizes.shape[0], 0.5)
+    step = np.concatenate(([0.3], rng.standard_normal(p) * 2.0 / np.sqrt(per_feature)))
+    step[1:][(x == 0) & np.repeat(rng.random(sizes.shape[0]) >= free_share / 2,
+                                  sizes)] *= 0.1
     server = _ReplayWire()
-    mu_b, mu, frozen = _anchor_without_optimal_zeros(server, step, x, eta, thresholds)
+    mu_b, mu, frozen = _anchor_without_optimal_zeros(server, step, x, eta, thresholds,
+                                                     block_indptr)
     worker = _ReplayWire(list(server.sent))
-    got = _anchor_without_optimal_zeros(worker, None, x.copy(), eta, thresholds)
+    got = _anchor_without_optimal_zeros(worker, None, x.copy(), eta, thresholds,
+                                        block_indptr)
     assert mu_b == got[0] == 0.3 and worker.received == server.received
     np.testing.assert_array_equal(got[1], mu)
     np.testing.assert_array_equal(got[2], frozen)
     # the thresholds the serial solver uses, and the anchor wherever it matters
-    want = freeze_optimal_zeros(x, eta, step[1:], thresholds)
+    want = freeze_optimal_zeros(x, eta, step[1:], thresholds, block_indptr)
     np.testing.assert_array_equal(frozen, want)
-    free = np.isfinite(want)
+    assert 0 < np.count_nonzero(np.isinf(want)) < want.shape[0]
+    free = np.repeat(np.isfinite(want), sizes)
     np.testing.assert_array_equal(mu[free], step[1:][free])
     assert np.all(mu[~free] == 0.0)
     k = int(np.count_nonzero(free))
