@@ -69,6 +69,91 @@ def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, lo
             assert powers[k] == powers[k - 1] - 1 >= 2
 
 
+class _QueueChannel:
+    """The inner loop's channel in one process (threads and queues), with the
+    MessageChannel's calls: ``worker(w)`` is worker w's end, the object itself the
+    server's."""
+
+    def __init__(self, n_workers, capacity, header, reply_header):
+        import queue
+        self.inbox = queue.Queue()
+        self.replies = [queue.Queue() for _ in range(n_workers + 1)]
+        self.capacity, self.header, self.reply_header = capacity, header, reply_header
+
+    def wait_delta(self):
+        return self.inbox.get(timeout=30)
+
+    def reply_buffers(self, worker, n_index, n_values):
+        return np.empty(n_index, dtype=np.int32), np.empty(self.reply_header + n_values)
+
+    def post_reply(self, worker, index, values):
+        self.replies[worker].put((index, values))
+
+    def flush(self):
+        pass
+
+    def worker(self, rank):
+        channel = self
+
+        class End:
+            index = np.empty(channel.capacity, dtype=np.int32)
+            values = np.empty(channel.header + channel.capacity)
+
+            def delta_buffers(self):
+                return self.index, self.values
+
+            def post_delta(self, n_index, n_values):
+                channel.inbox.put((rank, self.index[:n_index].copy(),
+                                   self.values[:channel.header + n_values].copy()))
+
+            def wait_reply(self):
+                return channel.replies[rank].get(timeout=30)
+        return End()
+
+
+def test_inner_loop_one_pass_per_worker_and_every_worker_ends_on_the_servers_x():
+    """_serve_inner / _work_inner over an in-process channel, one worker slower (5 ms a
+    batch) than the other: each makes exactly one pass over its shard in batches of
+    ``batch`` steps, the server counts every step and message, and both workers end
+    holding exactly the server's x and b (the final replies assign every coordinate that
+    differs), so the next epoch needs no broadcast."""
+    import threading
+    from asyncopt.solvers.mpi import (HEADER, REPLY_HEADER, _serve_inner, _work_inner,
+                                      default_batch)
+    n, p, n_workers = 2000, 50, 2
+    batch = default_batch(n, n_workers)
+    rows = [n // 2 + 7, n - n // 2 - 7]
+    channel = _QueueChannel(n_workers, p, HEADER, REPLY_HEADER)
+    taken, batches, results = [0, 0, 0], [0, 0, 0], [None, None, None]
+
+    def worker(rank, pause):
+        import time
+
+        def run_batch(local, intercept, samples):
+            time.sleep(pause)
+            np.add.at(local, samples % p, 1e-3 * rank)
+            intercept[0] += 1e-4
+            taken[rank] += samples.shape[0]
+            batches[rank] += 1
+        results[rank] = _work_inner(channel.worker(rank), rows[rank - 1], np.zeros(p), 0.0,
+                                    run_batch, np.random.default_rng(rank), batch)
+
+    threads = [threading.Thread(target=worker, args=(1, 0.0)),
+               threading.Thread(target=worker, args=(2, 0.005))]
+    for t in threads:
+        t.start()
+    x, b, steps, _, messages, _ = _serve_inner(channel, np.zeros(p), 0.0, n_workers,
+                                              np.ones(p), 1.0, 1.0)
+    for t in threads:
+        t.join()
+    assert taken[1:] == rows and steps == n
+    assert batches[1:] == [-(-r // batch) for r in rows] and messages == sum(batches)
+    assert np.all(x > 0) and b > 0
+    for rank in (1, 2):
+        np.testing.assert_array_equal(results[rank][0], x)
+        assert results[rank][1] == b
+
+
 def test_staleness_damping_is_one_up_to_l_then_l_over_tau_to_the_power():
     from asyncopt.solvers.mpi import staleness_damping
     for power in (1.0, 2.0):
