@@ -32,6 +32,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 # the repository root, after PYTHONPATH (so PYTHONPATH can point at another asyncopt tree)
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -295,6 +297,18 @@ def wall_ratio(best, a, b):
     return None if not wa or not wb else wa / wb
 
 
+def paired_ratios(a, b):
+    """t_a / t_b round by round (rounds interleaved, so each pair ran side by side on the
+    same machine state), over the rounds both reached; [] when either run is missing."""
+    if a is None or b is None:
+        return []
+    times_a = {r["round"]: r["solve_s"] for r in a.extra.get("rounds", [])
+               if r["reached"] and r["solve_s"]}
+    times_b = {r["round"]: r["solve_s"] for r in b.extra.get("rounds", [])
+               if r["reached"] and r["solve_s"]}
+    return [times_a[r] / times_b[r] for r in sorted(times_a) if r in times_b]
+
+
 def targets_report(best, cap, cores, free_speedup=None):
     lines, out = [], {}
     free_speedup = free_speedup or {}
@@ -310,8 +324,12 @@ def targets_report(best, cap, cores, free_speedup=None):
         v, shown, kind = ratio(d1, d2, cap)
         free = (f"; with no communication at all the machine gives 2 processes "
                 f"{free_speedup[2]:.2f}x" if 1 in free_speedup and 2 in free_speedup else "")
+        pairs = paired_ratios(d1, d2)
+        paired = (f"; round by round {', '.join(f'{r:.2f}' for r in pairs)} (median "
+                  f"{float(np.median(pairs)):.2f})" if len(pairs) > 1 else "")
         add("dis@1/dis@2 >= 1.6", "Dis-DDSS 2 workers >= 1.6x faster than 1 (t1/t2, solve "
-            "to 1e-6)", v, shown, kind, ">=", 1.6, free)
+            "to 1e-6, best of rounds)", v, shown, kind, ">=", 1.6, paired + free)
+        out["dis@1/dis@2 >= 1.6"]["paired_ratios"] = pairs
         if free:
             out["dis@1/dis@2 >= 1.6"]["no_communication_ratio"] = free_speedup[2]
     if d2 and d8:
