@@ -70,7 +70,7 @@ MAX_SUPPORT = 2000       # |S| above which the step is not tried
 MIN_PRODUCTS = 100       # Hessian-vector products a step may take at least
 CG_TOLERANCE = 1e-10     # CG stops at this relative residual
 CG_PIECES = 20           # CG solves at most (after each, crossing ones fixed, others freed)
-PRECONDITIONER_BLOCK = 50   # coordinates of S whose Hessian block CG's preconditioner inverts
+PRECONDITIONER_BLOCK = 50   # coordinates of S whose Hessian block CG's M^-1 inverts
 STEP_GRID = 2.0 ** -np.arange(7)   # 1, 1/2, ..., 1/64
 STALL_RATIO = 0.5        # try the step after an epoch that cut the gap by less than 2x
 RIDGE = 1e-10            # relative ridge on the Hessian (exactly equal columns)
@@ -534,8 +534,9 @@ def block_preconditioner(diagonal, ridge, free, block):
         kept = free[positions]
         at = (np.cumsum(free) - 1)[positions[kept]]      # their places among the free
         if at.shape[0]:
+            ridged = matrix[np.ix_(kept, kept)] + ridge * np.eye(at.shape[0])
             try:
-                factor = cho_factor(matrix[np.ix_(kept, kept)] + ridge * np.eye(at.shape[0]))
+                factor = cho_factor(ridged)
             except LinAlgError:
                 factor = None
 
@@ -551,24 +552,22 @@ def hessian_free_direction(hessian_times, diagonal, gradient, point, n_penalized
                            signs=None, block=None):
     """The projected Newton direction from Hessian-vector products (truncated Newton with
     the projection of Bertsekas' two-metric method and OWL-QN's orthant): ``drop``'s
-    coordinates move to zero (d_j = -x_j), the others solve (H_FF + ridge I) d_F =
-    -(g + H d_fixed)_F by preconditioned CG (``block_preconditioner``: the diagonal and
-    ``block`` = (positions, H on them), ``preconditioner_coordinates``); the penalized
-    ones that the full step takes across zero are then fixed at zero too, and the rest solved again; once none
-    crosses, the fixed ones whose model gradient points back into x's orthant are freed
-    and solved again (at most CG_PIECES solves, each warm-started, and product_budget
-    products in all). Fixing every crossing
-    coordinate at once, without the freeing, left CTR 200,000 x 100,000 (1e-4 lam_max,
-    2 workers) at a gap of 1.1e-4 after the step, where the Hessian's path, which fixes
-    them one at a time, reached 1e-12; with it the step reaches 1e-12 too. On a9a degree
-    2 (logistic) 6 solves ended 7% short of the path's model decrease, 20 at the path's
-    end point. ``hessian_times(v)`` = H v, ``diagonal`` =
-    diag(H) (H the scaled Hessian of ``orthant_newton_target``; the ridge is the same,
-    RIDGE times the mean of the diagonal). Returns (d, Hessian products), d None when
-    it is no descent direction. The candidates are the projections of point + t d onto
-    the orthant (``projected_candidates``). ``signs``: the orthant of the first
-    n_penalized coordinates (``orthant``): one that the step takes to the other side
-    crosses."""
+    coordinates move to zero (d_j = -x_j), the others solve (H_FF + ridge I) d_F = -(g + H
+    d_fixed)_F by preconditioned CG (``block_preconditioner``: the diagonal and ``block`` =
+    (positions, H on them), ``preconditioner_coordinates``); the penalized ones that the
+    full step takes across zero are then fixed at zero too, and the rest solved again; once
+    none crosses, the fixed ones whose model gradient points back into x's orthant are
+    freed and solved again (at most CG_PIECES solves, each warm-started, and product_budget
+    products in all). Fixing every crossing coordinate at once, without the freeing, left
+    CTR 200,000 x 100,000 (1e-4 lam_max, 2 workers) at a gap of 1.1e-4 after the step,
+    where the Hessian's path, which fixes them one at a time, reached 1e-12; with it the
+    step reaches 1e-12 too. On a9a degree 2 (logistic) 6 solves ended 7% short of the
+    path's model decrease, 20 at the path's end point. ``hessian_times(v)`` = H v,
+    ``diagonal`` = diag(H) (H the scaled Hessian of ``orthant_newton_target``; the ridge is
+    the same, RIDGE times the mean of the diagonal). Returns (d, Hessian products), d None
+    when it is no descent direction. The candidates are the projections of point + t d onto
+    the orthant (``projected_candidates``). ``signs``: the orthant of the first n_penalized
+    coordinates (``orthant``): one that the step takes to the other side crosses."""
     dim = point.shape[0]
     sigma = np.zeros(dim)
     sigma[:n_penalized] = orthant(point[:n_penalized], signs)
@@ -732,9 +731,9 @@ def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, in
         best = (LINE, target, predicted)
     diagonal = np.diag(hessian).copy()
     positions = preconditioner_coordinates(diagonal[:k], intercept)
+    block = (positions, hessian[np.ix_(positions, positions)])
     direction, _ = hessian_free_direction(lambda v: symmetric_times(hessian, v), diagonal,
-                                          gradient, point, k, None, signs,
-                                          (positions, hessian[np.ix_(positions, positions)]))
+                                          gradient, point, k, None, signs, block)
     if direction is not None:
         projected = model(projected_candidates(point, direction, k, signs)[0])
         if projected < best[2]:

@@ -387,7 +387,8 @@ def test_preconditioner_coordinates_are_the_largest_ranked_and_the_intercept():
     assert ranking[top].min() >= np.delete(ranking, top).max()
     with_b = preconditioner_coordinates(ranking, intercept=True)
     np.testing.assert_array_equal(with_b, np.append(top, 200))
-    np.testing.assert_array_equal(preconditioner_coordinates(np.ones(3), True), [0, 1, 2, 3])
+    np.testing.assert_array_equal(preconditioner_coordinates(np.ones(3), True),
+                                  [0, 1, 2, 3])
 
 
 def test_block_preconditioner_inverts_the_block_and_the_diagonal_of_the_free_part():
@@ -399,8 +400,8 @@ def test_block_preconditioner_inverts_the_block_and_the_diagonal_of_the_free_par
     positions = np.array([1, 4, 5, 9, 11])
     free = np.ones(dim, dtype=bool)
     free[[0, 5, 7]] = False
-    apply = block_preconditioner(np.diag(H), ridge, free, (positions, H[np.ix_(positions,
-                                                                                positions)]))
+    block = (positions, H[np.ix_(positions, positions)])
+    apply = block_preconditioner(np.diag(H), ridge, free, block)
     # M restricted to the free coordinates: H + ridge I on the free members of the block,
     # its diagonal elsewhere
     F = np.flatnonzero(free)
@@ -412,7 +413,8 @@ def test_block_preconditioner_inverts_the_block_and_the_diagonal_of_the_free_par
     np.testing.assert_allclose(apply(r), np.linalg.solve(model, r), rtol=1e-10)
     # no block, or one that is not positive definite: Jacobi
     jacobi = r / (np.diag(H)[F] + ridge)
-    np.testing.assert_allclose(block_preconditioner(np.diag(H), ridge, free, None)(r), jacobi)
+    np.testing.assert_allclose(block_preconditioner(np.diag(H), ridge, free, None)(r),
+                               jacobi)
     indefinite = -np.eye(positions.shape[0])
     np.testing.assert_allclose(block_preconditioner(np.diag(H), ridge, free,
                                                     (positions, indefinite))(r), jacobi)

@@ -44,16 +44,16 @@ def worth_compacting(nnz_share, feature_share):
 
 def freeze_optimal_zeros(x, eta, weighted_mu, thresholds, block_indptr=None):
     """An epoch's thresholds with the zeros of x that satisfy their optimality condition at
-    the epoch's anchor frozen (prox-SVRG): where x_j = 0 and eta |d_j mu_j| <= eta lam
-    d_j w_j (|A_j^T rho| <= n lam w_j, so x_j = 0 is optimal given the other coordinates),
-    the threshold becomes +inf and x_j stays zero for the epoch; for blocks
-    (``block_indptr``, group Lasso), where x_g = 0 and ||A_g^T rho||_2 <= n lam w_g. Without the noise of the
-    steps, (f'(a_i^T x + b) - f'(z~_i)) a_ij, such a coordinate would not move; with it,
-    it leaves zero and costs later epochs, and bytes under MPI, to come back. A coordinate
-    the solution needs violates the condition at some anchor and is free from that epoch
-    on; the certificate is computed on every coordinate, so what DDSS certifies does not
-    change (the working sets of celer and of the strong rule with a KKT check; here for
-    one epoch at a time). Returns new thresholds (the input is kept).
+    the epoch's anchor frozen (prox-SVRG): where x_j = 0 and eta |d_j mu_j| <= eta lam d_j
+    w_j (|A_j^T rho| <= n lam w_j, so x_j = 0 is optimal given the other coordinates), the
+    threshold becomes +inf and x_j stays zero for the epoch; for blocks (``block_indptr``,
+    group Lasso), where x_g = 0 and ||A_g^T rho||_2 <= n lam w_g. Without the noise of the
+    steps, (f'(a_i^T x + b) - f'(z~_i)) a_ij, such a coordinate would not move; with it, it
+    leaves zero and costs later epochs, and bytes under MPI, to come back. A coordinate the
+    solution needs violates the condition at some anchor and is free from that epoch on;
+    the certificate is computed on every coordinate, so what DDSS certifies does not change
+    (the working sets of celer and of the strong rule with a KKT check; here for one epoch
+    at a time). Returns new thresholds (the input is kept).
 
     The solvers apply it in every prox-SVRG epoch. With an L1 penalty:
       - CTR 200,000 x 100,000, Dis-DDSS on 2 workers (-n 3), seeds 3-7, same machine:

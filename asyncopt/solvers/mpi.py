@@ -16,13 +16,13 @@ zeros to the sums; root-centred and without spinning on an oversubscribed node, 
   3. reduce [sum f, A^T rho] to the server, which forms the dual scaling s and broadcasts
      it; reduce sum f*(-rho / s): the server has P, D and the gap, and stops on the gap at
      the best dual point so far (``screening.BestDual``: G = P - the largest D);
-  4. the server decides (stop, screen, step), broadcasts [status, number of blocks
-     removed] and, when there are any, their positions among the active blocks, then the
-     epoch's anchor, the reweighted full gradient (under DDSS only where x is not a
-     zero, or a zero block, that the epoch freezes, ``_anchor_without_optimal_zeros``);
-     every worker compacts its shard. As in the serial solver (``ddss.worth_compacting``), the
-     blocks the test removes are dropped only once they hold 5% of the stored non-zeros
-     or half the features: a compaction is a pass over every shard;
+  4. the server decides (stop, screen, step), broadcasts [status, number of blocks removed]
+     and, when there are any, their positions among the active blocks, then the epoch's
+     anchor, the reweighted full gradient (under DDSS only where x is not a zero, or a zero
+     block, that the epoch freezes, ``_anchor_without_optimal_zeros``); every worker
+     compacts its shard. As in the serial solver (``ddss.worth_compacting``), the blocks
+     the test removes are dropped only once they hold 5% of the stored non-zeros or half
+     the features: a compaction is a pass over every shard;
   5. after an epoch that cut the certified gap by less than half, the support Newton
      step instead of an epoch (``_support_newton``: the workers reduce the Hessian on the
      non-zeros of x, or its products with the vectors of the server's CG, and their
@@ -30,21 +30,24 @@ zeros to the sums; root-centred and without spinning on an oversubscribed node, 
      violating zeros is followed at once by another (``StallWatch.should_chain``).
 Inner loop (asynchronous): a worker runs ``batch`` sparse prox-SVRG steps on its copy of x
 (kernels/svrg.py; under DDSS the zeros of x, or zero blocks, that are optimal at the
-epoch's anchor stay frozen, ``ddss.freeze_optimal_zeros``), sends the sparse delta (int32 indices, or their
-bitmap once it is shorter, and float64 values with a header [version, steps, intercept
-delta, last]) and waits for the reply: the coordinates of x that changed since its
-previous reply, less those only this worker changed, with weight 1 (indices or bitmap +
-float64 values with [control, version, b, full]; the whole x instead when that is
-smaller), so replies shrink with the active set and the sparsity of the deltas; the
-server applies deltas in arrival order (each side's vector work per message is one pass
-of kernels/messages.py; under DDSS with an L1 penalty a sum that takes a coordinate across
-zero leaves it at zero, ``_serve_inner``). Each worker makes exactly one
-pass over its shard per epoch (its rows in a fresh chunked random order) and flags its
-last delta, which the server answers with "stop" once every worker has sent its own: every
-row is visited once per epoch, as in the serial solver. (Ending the
-epoch after n steps in total instead let fast workers revisit their rows while slow ones
-skipped theirs; on oversubscribed cores that biased the reweighted estimate and 3-4
-workers stalled at a gap of 1e-3.)
+epoch's anchor stay frozen, ``ddss.freeze_optimal_zeros``), sends the sparse delta (int32
+indices, or their bitmap once it is shorter, and float64 values with a header [version,
+steps, intercept delta, last]) and waits for the reply: the coordinates of x that changed
+since its previous reply, less those only this worker changed, with weight 1 (indices or
+bitmap + float64 values with [control, version, b, full]; the whole x instead when that is
+smaller), so replies shrink with the active set and the sparsity of the deltas; the server
+applies deltas in arrival order (each side's vector work per message is one pass of
+kernels/messages.py; under DDSS with an L1 penalty a sum that takes a coordinate across
+zero leaves it at zero, ``_serve_inner``). Each worker makes exactly one pass over its
+shard per epoch (its rows in a fresh chunked random order) and flags its last delta, which
+the server answers with "stop" once every worker has sent its own: every row is visited
+once per epoch, as in the serial solver. (Ending the epoch after n steps in total instead
+let fast workers revisit their rows while slow ones skipped theirs; on oversubscribed cores
+that biased the reweighted estimate and 3-4 workers stalled at a gap of 1e-3. Tried again
+at 2 workers on 2 cores, where a worker through its shard waits 25-175 ms a run for the
+other (CTR 200,000 x 100,000 at -n 3): no faster over 20 paired runs (epochs 1.00x, time to
+1e-6 1.09x; the epochs came out ~5% longer), and at -n 9 7-8 epochs to the Newton step
+against 5.)
 Staleness tau = server version at apply - version the worker computed on.
 
 Workers send while they compute: a worker posts its delta, then runs its next batch while
@@ -841,15 +844,6 @@ def _work_inner(channel, rows, x, b, run_batch, rng, batch):
     samples)`` runs the method's kernel on the local copies); the last delta is flagged
     and answered with stop once every worker is done. Returns (x, b): the server's, exactly
     (the final reply assigns every coordinate that differs).
-
-    One pass each, although a worker through its shard then waits for the slower ones
-    (25-175 ms a run at -n 3 on CTR 200,000 x 100,000): epochs of n steps in all, whoever
-    takes them (the server telling every worker to send its current batch as its last
-    once the steps received and in flight reach n, a worker through its shard starting
-    another pass), ran no faster in 20 paired runs at -n 3 (median ratio of the epochs'
-    time 1.00, of the time to 1e-6 1.09; the epochs came out ~5% longer), and at -n 9,
-    where the workers that got the cores took two passes over their rows while others
-    took part of one, took 7-8 epochs to the Newton step against 5.
 
     Pipelined: while a delta and its reply are in flight the worker already computes the
     next batch on its local x, so one message round trip hides behind one batch of work.
