@@ -648,6 +648,7 @@ def test_optimal_zero_blocks_are_frozen_for_the_epoch():
                                 [2.0, 0.0, 3.0, 1.0, 1.0, 0.0, 2.0, 1.0]]))
     y = np.array([5.0, -4.0])
     feature_block = np.repeat(np.arange(4), np.diff(block_indptr))
+    runs = {}
     for limits, moved in ((thresholds, True), (frozen, False)):
         w, b = x.copy(), np.zeros(1)
         svrg_epoch_group(X.indptr, X.indices, X.data, y, 0, w, b, 0.0, np.zeros(2),
@@ -655,6 +656,17 @@ def test_optimal_zero_blocks_are_frozen_for_the_epoch():
                          np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64),
                          block_indptr, feature_block)
         assert bool(np.any(w[:3] != 0.0)) == moved
+        runs[moved] = w
+    # the steps skip a frozen block; the others move as with a finite threshold there
+    # that keeps it at zero (its prox is zero at every step)
+    keeping = thresholds * 1e-3
+    keeping[:2] = 1e6
+    w, b = x.copy(), np.zeros(1)
+    svrg_epoch_group(X.indptr, X.indices, X.data, y, 0, w, b, 0.0, np.zeros(2),
+                     np.zeros(8), 0.0, keeping, 0.1, np.array([0, 1, 0, 1]), True,
+                     np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64),
+                     block_indptr, feature_block)
+    np.testing.assert_array_equal(runs[False], w)
 
 
 def test_optimal_zeros_are_frozen_for_the_epoch():
