@@ -92,10 +92,14 @@ class _DDSSModel(BaseEstimator):
         self._check_params()
         problem = Problem(X, y, self._loss, self._penalty(X.shape[1]), self.alpha,
                           self.fit_intercept)
+        warm = self.warm_start and hasattr(self, "coef_") and \
+            np.ravel(self.coef_).shape[0] == X.shape[1]
+        coef_init = np.ravel(self.coef_) if warm else None
+        intercept_init = float(np.ravel(self.intercept_)[0]) if warm else 0.0
         if self.backend == "mpi":
-            result = self._solve_mpi(X, problem)
+            result = self._solve_mpi(X, problem, coef_init, intercept_init)
         else:
-            result = self._solve_here(X, problem)
+            result = self._solve_here(problem, coef_init, intercept_init)
         if not result.converged and self.max_epochs > 0 and result.history:
             warnings.warn(
                 f"{type(self).__name__} did not reach tol={self.tol:g} in {self.max_epochs} "
@@ -108,24 +112,21 @@ class _DDSSModel(BaseEstimator):
         self.history_ = result.history
         return result
 
-    def _solve_here(self, X, problem):
-        warm = self.warm_start and hasattr(self, "coef_") and \
-            np.ravel(self.coef_).shape[0] == X.shape[1]
+    def _solve_here(self, problem, coef_init, intercept_init):
         return solve_method(
             problem, self.method, tol=self.tol, max_epochs=int(self.max_epochs),
-            screening=self.screening,
-            coef_init=np.ravel(self.coef_) if warm else None,
-            intercept_init=float(np.ravel(self.intercept_)[0]) if warm else 0.0,
+            screening=self.screening, coef_init=coef_init, intercept_init=intercept_init,
             step_scale=self.step_scale, random_state=self.random_state,
             verbose=self.verbose, checkpoint=self.checkpoint,
             inner_loop=ThreadsInnerLoop(self.n_jobs, self.kernel)
             if self.backend == "threads" else None)
 
-    def _solve_mpi(self, X, problem):
+    def _solve_mpi(self, X, problem, coef_init, intercept_init):
         """Dis-DDSS in an SPMD script started by mpirun: every rank calls fit with the
         same data; rank 0 serves, rank k >= 1 keeps its contiguous k-th shard of the rows
         and drops the rest. Every rank ends with the same coef_ / intercept_; history_ is
-        kept by rank 0 (empty elsewhere)."""
+        kept by rank 0 (empty elsewhere). A warm start and the checkpoint are the
+        server's (``solve_mpi``; the checkpoint is written every outer iteration)."""
         from mpi4py import MPI
 
         from .solvers.mpi import solve_mpi
@@ -133,8 +134,6 @@ class _DDSSModel(BaseEstimator):
         if self.method not in MPI_METHODS:
             raise ValueError(f"method {self.method!r} is not available on the mpi backend "
                              f"(yet): use one of {MPI_METHODS}")
-        if self.checkpoint is not None:
-            raise ValueError("checkpoints on the mpi backend are not implemented yet")
         comm = MPI.COMM_WORLD
         if comm.Get_size() < 2:
             raise ValueError("backend='mpi' needs at least 2 MPI ranks (1 server + workers): "
@@ -151,7 +150,9 @@ class _DDSSModel(BaseEstimator):
                          max_epochs=int(self.max_epochs), **solver_flags(self.method,
                                                                       self.screening),
                          step_scale=self.step_scale, random_state=self.random_state,
-                         verbose=self.verbose, label=self.method)
+                         verbose=self.verbose, label=self.method,
+                         checkpoint=self.checkpoint, coef_init=coef_init,
+                         intercept_init=intercept_init)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -182,7 +183,8 @@ _COMMON_DOC = """
     random_state : seed of the row sampling.
     verbose : 0 silent, 1 live progress line, 2 one line per outer iteration.
     checkpoint : optional .npz path: the solution so far and the history are written there
-        every minute and at the end; a fit that finds it resumes from it.
+        every minute (every outer iteration on the "mpi" backend, by rank 0) and at the
+        end; a fit that finds it resumes from it (a warm start takes precedence).
 """
 
 

@@ -264,6 +264,91 @@ def test_support_newton_step_over_the_shards(tmp_path, loss, hessian_free):
         1e-13 * abs(result["objective"])
 
 
+def test_estimators_with_the_mpi_backend_in_an_spmd_script(tmp_path):
+    """Lasso, GroupLasso and SparseLogisticRegression with backend="mpi" in a script every
+    rank of mpirun -n 3 runs (tests/mpi/estimators_spmd.py, as examples/mpi_lasso.py):
+    celer's and scikit-learn's objectives to 1e-8, the same coef_ and intercept_ on every
+    rank, string labels; a warm start (a smaller alpha after the first fit) takes fewer
+    epochs than a cold fit, reaches the same point and keeps P(0) as the scale of its
+    gap; with a checkpoint the server writes it and a second fit resumes from it and
+    takes no epoch."""
+    import celer
+    import sklearn.linear_model as sklm
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    script = os.path.join(os.path.dirname(__file__), "mpi", "estimators_spmd.py")
+    out, checkpoint = tmp_path / "out.json", tmp_path / "run.npz"
+    proc = subprocess.run([MPIRUN, "-n", "3", sys.executable, script, str(out),
+                           str(checkpoint)], env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(out.read_text())
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("estimators_spmd", script)
+    spmd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(spmd)
+    X, y, labels = spmd.make_data()
+    n, p = X.shape
+    groups = spmd.GROUP_SIZE
+    signs = np.where(labels == "spam", 1.0, -1.0)
+
+    def squared(r, groups=1):
+        coef = np.array(r["coef"])
+        penalty = np.abs(coef).sum() if groups == 1 else \
+            np.sqrt(groups) * np.linalg.norm(coef.reshape(-1, groups), axis=1).sum()
+        return 0.5 * np.mean((y - X @ coef - r["intercept"]) ** 2) + r["alpha"] * penalty
+
+    def logistic(coef, b, alpha):
+        margins = signs * (X @ coef + b)
+        return np.mean(np.logaddexp(0.0, -margins)) + alpha * np.abs(coef).sum()
+
+    for name in ("lasso", "group", "logistic", "warm", "cold", "checkpointed", "resumed"):
+        assert got[name]["same"], name
+        assert got[name]["rel_gap"] <= 1e-9, name
+    lasso = got["lasso"]
+    ce = celer.Lasso(alpha=lasso["alpha"], tol=1e-14, max_iter=200).fit(X, y)
+    theirs = squared({"coef": ce.coef_, "intercept": ce.intercept_,
+                      "alpha": lasso["alpha"]})
+    assert abs(squared(lasso) - theirs) <= 1e-8 * theirs
+    group = got["group"]
+    ce = celer.GroupLasso(groups=groups, alpha=group["alpha"],
+                          weights=np.full(p // groups, np.sqrt(groups)), tol=1e-14,
+                          max_iter=1000, max_epochs=50000).fit(X, y)
+    theirs = squared({"coef": ce.coef_, "intercept": ce.intercept_,
+                      "alpha": group["alpha"]}, groups=groups)
+    assert abs(squared(group, groups=groups) - theirs) <= 1e-8 * theirs
+    logit = got["logistic"]
+    assert got["classes"] == ["ham", "spam"] and got["accuracy"] > 0.8
+    sk = sklm.LogisticRegression(C=1.0 / (n * logit["alpha"]), l1_ratio=1.0, solver="saga",
+                                 tol=1e-13, max_iter=500000, random_state=0).fit(X, labels)
+    theirs = logistic(sk.coef_.ravel(), sk.intercept_[0], logit["alpha"])
+    ours = logistic(np.array(logit["coef"]), logit["intercept"], logit["alpha"])
+    assert abs(ours - theirs) <= 1e-8 * theirs
+    # the warm start: fewer epochs, the same point, the same scale P(0) of the gap
+    warm, cold = got["warm"], got["cold"]
+    assert warm["n_iter"] < cold["n_iter"] and warm["first_rel_gap"] < 1e-2
+    assert abs(squared(warm) - squared(cold)) <= 1e-9 * squared(cold)
+    assert warm["reference"] == pytest.approx(cold["reference"], rel=1e-12)
+    # the checkpoint
+    saved = np.load(checkpoint)
+    np.testing.assert_array_equal(saved["coef"], got["checkpointed"]["coef"])
+    assert got["checkpoint_exists"] and got["resumed"]["n_iter"] == 0
+    assert got["resumed"]["coef"] == got["checkpointed"]["coef"]
+
+
+def test_the_documented_mpi_example_runs():
+    """examples/mpi_lasso.py, as the README starts it (here with mpirun -n 3): rank 0 prints
+    one summary line with a relative gap below the example's tol."""
+    import re
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([MPIRUN, "-n", "3", sys.executable,
+                           os.path.join(ROOT, "examples", "mpi_lasso.py")], env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("2 workers: "), proc.stdout
+    assert float(re.search(r"relative gap ([0-9.e+-]+),", lines[0]).group(1)) <= 1e-6
+
+
 def test_dis_ddss_naive_makes_progress(tmp_path):
     history = run_spmd(tmp_path, 3, "squared", "ddss_naive", 1)["history"]
     assert history[-1]["rel_gap"] < 0.1 * history[0]["rel_gap"]          # sublinear, but moving

@@ -160,7 +160,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
               tol=1e-4, max_epochs=200, screening=True, variance_reduced=True, batch=None,
               step_scale=1.0, checkpoint=None, saga=False, dense=False,
               random_state=None, verbose=0, label="ddss", max_time=None, transport=None,
-              support_newton=True):
+              support_newton=True, coef_init=None, intercept_init=0.0):
     """Dis-DDSS on ``comm`` (rank 0 the server, the others workers). Every rank calls it;
     ``problem`` is the worker's Problem on its own rows (None on the server). Returns the
     SolverResult on every rank (coef broadcast once at the end).
@@ -168,6 +168,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     checkpoint: a .npz path the server rewrites atomically after every outer iteration
     (coef, intercept, lam, history); a run that finds it resumes from it (a crashed or
     killed job loses at most one epoch).
+    coef_init, intercept_init: a warm start (the server's are used; it broadcasts them),
+    as in ``ddss.solve_ddss``: it takes precedence over a checkpoint; the relative gap
+    stays relative to P(0) (``distributed_null_objective``).
 
     saga / dense: the ProxASAGA / ProxASVRG baselines on the same server (with
     screening=False): SAGA keeps each row's gradient memory on its worker and sums the
@@ -223,7 +226,14 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     time_offset = 0.0
     first_epoch = 0
     resuming = False
-    if checkpoint is not None:
+    warm = comm.bcast(coef_init is not None if server else None, root=0)
+    if warm:
+        reference = distributed_null_objective(
+            wire, None if server else active.y, n, loss_code, fit_intercept)
+        if server:
+            x = np.asarray(coef_init, dtype=np.float64)[penalty.active_features(blocks)]
+            b = float(intercept_init) if fit_intercept else 0.0
+    elif checkpoint is not None:
         resumed = None
         if server and os.path.exists(checkpoint):
             try:
@@ -261,7 +271,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     restore_handler = None
     if server and checkpoint is not None:
         restore_handler = _checkpoint_on_sigterm(checkpoint, live, history, penalty, p, lam)
-    in_sync = not resuming   # whether every worker's x and b equal the server's (0, 0)
+    in_sync = not (resuming or warm)   # whether every worker holds the server's x and b
     channel = open_channel(comm, wire, x.shape[0], HEADER, REPLY_HEADER, transport)
     try:
         while True:
@@ -895,19 +905,35 @@ def _work_inner(channel, rows, x, b, run_batch, rng, batch):
         waiting = True
 
 
+def null_intercept(wire, y, n, loss_code, fit_intercept):
+    """The optimal intercept at x = 0 over every shard (``y``: this rank's labels, empty
+    on the server): squared loss, the global mean of y; logistic, log(n+ / n-); 0 without
+    an intercept. The same value on every rank."""
+    if not fit_intercept:
+        return 0.0
+    if loss_code == SQUARED:
+        return float(wire.allreduce(np.array([np.sum(y)]))[0]) / n
+    positive = float(wire.allreduce(np.array([np.sum(y > 0)]))[0])
+    return float(np.log(max(positive, 1e-300) / max(n - positive, 1e-300)))
+
+
+def distributed_null_objective(wire, y, n, loss_code, fit_intercept):
+    """P(0) = (1/n) sum_i f(b0, y_i) at the optimal intercept b0 (``null_intercept``) over
+    every shard (``y`` None on the server), as ``Problem.null_objective``: the scale of
+    the relative gap. The same value on every rank."""
+    y = np.zeros(0) if y is None else y
+    b = null_intercept(wire, y, n, loss_code, fit_intercept)
+    local = mean_loss(loss_code, np.full(y.shape[0], b), y) * y.shape[0] if y.shape[0] \
+        else 0.0
+    return float(wire.allreduce(np.array([local]))[0]) / n
+
+
 def distributed_lam_max(comm, problem, penalty, n, loss_code, fit_intercept):
     """lam_max = Omega^D(A^T rho(0)) / n over every shard (rank 0 holds none): rho(0) at
-    x = 0 with the exact intercept (squared: the global mean of y; logistic: log(n+ / n-)).
-    The same value on every rank."""
+    x = 0 with the exact intercept (``null_intercept``). The same value on every rank."""
     wire = Wire(comm)
     y = np.zeros(0) if problem is None else problem.full_active_set().y
-    b = 0.0
-    if fit_intercept:
-        if loss_code == SQUARED:
-            b = float(wire.allreduce(np.array([np.sum(y)]))[0]) / n
-        else:
-            positive = float(wire.allreduce(np.array([np.sum(y > 0)]))[0])
-            b = float(np.log(max(positive, 1e-300) / max(n - positive, 1e-300)))
+    b = null_intercept(wire, y, n, loss_code, fit_intercept)
     local = np.zeros(penalty.ids.shape[0])
     if problem is not None:
         active = problem.full_active_set()
