@@ -57,6 +57,10 @@ def test_estimator_checkpoint_and_bad_checkpoint_file(tmp_path):
         Lasso(alpha=problem.lam, checkpoint=str(bad)).fit(X, y)
     with pytest.raises(ValueError, match="has 299 features"):
         load_checkpoint(str(path), 299)
+    # a run at another alpha refuses the checkpoint instead of resuming another problem
+    with pytest.raises(ValueError, match="checkpoint of a run at alpha = "):
+        Lasso(alpha=0.5 * problem.lam, checkpoint=str(path)).fit(X, y)
+    assert load_checkpoint(str(path), X.shape[1], problem.lam)[2] == problem.lam
 
 
 def test_callback_and_max_time_stop_the_solve():

@@ -439,6 +439,20 @@ def test_a_hostfile_puts_the_server_and_the_workers_on_two_nodes(tmp_path):
     assert float(out["intercept"]) == pytest.approx(ref.intercept_, rel=1e-6, abs=1e-8)
 
 
+def test_cli_checkpoint_of_another_alpha_is_one_message(tmp_path):
+    """--checkpoint of a run at another alpha: the server refuses it (resuming would carry
+    that run's history into this one), one error line for the job, exit 1."""
+    data = _write_libsvm(tmp_path / "d.svm")
+    checkpoint = str(tmp_path / "run.npz")
+    first = _cli(3, str(data), "--quiet", "--alpha-ratio", "0.1", "--checkpoint", checkpoint)
+    assert first.returncode == 0, first.stderr[-2000:]
+    other = _cli(3, str(data), "--quiet", "--alpha-ratio", "0.05", "--checkpoint", checkpoint)
+    assert other.returncode == 1
+    lines = [line for line in other.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(
+        f"asyncopt-lasso: error: {checkpoint}: checkpoint of a run at alpha = "), lines
+
+
 def test_cli_bad_line_in_one_workers_range_is_one_message(tmp_path):
     data = _write_libsvm(tmp_path / "d.svm", bad_line=250)
     proc = _cli(4, str(data))

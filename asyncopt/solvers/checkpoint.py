@@ -17,16 +17,20 @@ def save_checkpoint(path, *, coef, intercept, lam, history):
     os.replace(tmp, path)
 
 
-def load_checkpoint(path, n_features):
+def load_checkpoint(path, n_features, lam=None):
     """(coef, intercept, lam, history) from ``path``; ValueError if it is not a checkpoint
-    of a problem with ``n_features`` features."""
+    of a problem with ``n_features`` features, or (given ``lam``) of a run at another lam:
+    resuming that run would carry its history, at another objective, into this one."""
     try:
         with np.load(path) as f:
             coef, intercept = f["coef"], float(f["intercept"])
-            lam, history = float(f["lam"]), json.loads(str(f["history"]))
+            saved_lam, history = float(f["lam"]), json.loads(str(f["history"]))
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
         raise ValueError(f"{path}: not a readable asyncopt checkpoint ({exc})") from None
     if coef.shape != (n_features,):
         raise ValueError(f"{path}: checkpoint has {coef.shape[0]} coefficients but the "
                          f"problem has {n_features} features")
-    return coef, intercept, lam, history
+    if lam is not None and not np.isclose(saved_lam, lam, rtol=1e-9, atol=0.0):
+        raise ValueError(f"{path}: checkpoint of a run at alpha = {saved_lam:.6g}, not "
+                         f"{lam:.6g}: remove it or give this run another checkpoint path")
+    return coef, intercept, saved_lam, history

@@ -189,8 +189,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     active = problem.full_active_set()
     history, first_epoch, time_offset, total_steps = [], 0, 0.0, 0
     if checkpoint is not None and coef_init is None and os.path.exists(checkpoint):
-        coef_init, intercept_init, _, history = load_checkpoint(checkpoint,
-                                                                problem.n_features)
+        coef_init, intercept_init, _, history = load_checkpoint(
+            checkpoint, problem.n_features, problem.lam)
         if history:
             first_epoch = history[-1]["epoch"] + 1
             time_offset = history[-1]["time"]

@@ -237,7 +237,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
         resumed = None
         if server and os.path.exists(checkpoint):
             try:
-                coef0, b0, _, history = load_checkpoint(checkpoint, p)
+                coef0, b0, _, history = load_checkpoint(checkpoint, p, lam)
                 resumed = (coef0[penalty.active_features(blocks)], b0, history)
             except ValueError as exc:
                 resumed = exc
