@@ -522,6 +522,12 @@ def preconditioner_coordinates(ranking, intercept):
     return np.append(top, ranking.shape[0]) if intercept else top
 
 
+def preconditioner_size(support_size, intercept):
+    """How many coordinates ``preconditioner_coordinates`` picks for |S| =
+    ``support_size``: what every rank knows without being told."""
+    return min(PRECONDITIONER_BLOCK, support_size) + int(bool(intercept))
+
+
 def block_preconditioner(diagonal, ridge, free, block):
     """r -> M^-1 r over the ``free`` coordinates, M = (H + ridge I)_FF with every entry
     outside the diagonal and the block set to zero: ``block`` = (positions R, H_RR) (None:

@@ -389,6 +389,10 @@ def test_preconditioner_coordinates_are_the_largest_ranked_and_the_intercept():
     np.testing.assert_array_equal(with_b, np.append(top, 200))
     np.testing.assert_array_equal(preconditioner_coordinates(np.ones(3), True),
                                   [0, 1, 2, 3])
+    for size in (0, 3, 50, 51, 400):          # what the workers receive under MPI
+        for intercept in (False, True):
+            assert support_newton.preconditioner_size(size, intercept) == \
+                preconditioner_coordinates(np.arange(float(size)), intercept).shape[0]
 
 
 def test_block_preconditioner_inverts_the_block_and_the_diagonal_of_the_free_part():

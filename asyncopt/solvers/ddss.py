@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kernels.linalg import csr_rmatvec
+from ..penalties import block_norms
 from ..screening import BestDual, screen_active_set
 from ..support_newton import (HessianCache, StallWatch, firm_support, support_newton_step,
                               violating_zeros)
@@ -82,10 +83,9 @@ def optimal_zeros(x, eta, weighted_mu, thresholds, block_indptr=None):
     one coordinate each (L1: x_j = 0 and eta |d_j mu_j| <= the threshold)."""
     if block_indptr is None:
         return (x == 0.0) & (eta * np.abs(weighted_mu) <= thresholds)
-    starts = block_indptr[:-1]
-    moving = np.add.reduceat(x != 0.0, starts) if x.shape[0] else np.zeros(0, dtype=int)
-    mu_norms = np.sqrt(np.add.reduceat(weighted_mu ** 2, starts)) if x.shape[0] \
-        else np.zeros(0)
+    moving = np.add.reduceat(x != 0.0, block_indptr[:-1]) if x.shape[0] else \
+        np.zeros(0, dtype=int)
+    mu_norms = block_norms(weighted_mu, block_indptr, np.arange(x.shape[0]))
     return (moving == 0) & (eta * mu_norms <= thresholds)
 
 

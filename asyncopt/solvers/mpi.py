@@ -97,9 +97,9 @@ from ..support_newton import (PROJECTED, STEP_GRID, HessianCache, StallWatch, Su
                               best_candidate, dense_move, entering_coordinates,
                               entering_limit, firm_support, from_upper_triangle,
                               move_candidates, preconditioner_coordinates,
-                              pruned_coordinates, support_direction, support_point,
-                              shard_slope, take_candidate, upper_triangle,
-                              uses_hessian_free, violating_zeros)
+                              preconditioner_size, pruned_coordinates, shard_slope,
+                              support_direction, support_point, take_candidate,
+                              upper_triangle, uses_hessian_free, violating_zeros)
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import (SolverResult, epoch_rows, l1_prox_svrg, optimal_zeros,
                    prox_svrg_epochs, worth_compacting)
@@ -109,6 +109,7 @@ from .wire import Wire, _mpi
 MOVE_CAP, MIN_MOVE_CAP = 1.9, 0.45
 MAX_DAMPING_POWER, CALM_EPOCHS = 4.0, 4
 STOP, INNER, RECERTIFY, REJECT, NEWTON = 0, 1, 2, 3, 4
+WARM = "warm"       # the server starts from coef_init (solve_mpi)
 HEADER = 4          # [version, steps, intercept delta, last] in front of a delta's values
 REPLY_HEADER = 4    # [control, version, b, full] in front of a reply's values
 
@@ -226,31 +227,34 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     time_offset = 0.0
     first_epoch = 0
     resuming = False
-    warm = comm.bcast(coef_init is not None if server else None, root=0)
+    # where the server starts (one broadcast): None at x = 0, WARM from coef_init, or
+    # (x, b, history) of the checkpoint it resumes (an exception if it is unreadable)
+    start_from = None
+    if server and coef_init is not None:
+        start_from = WARM
+    elif server and checkpoint is not None and os.path.exists(checkpoint):
+        try:
+            coef0, b0, _, saved = load_checkpoint(checkpoint, p, lam)
+            start_from = (coef0[penalty.active_features(blocks)], b0, saved)
+        except ValueError as exc:
+            start_from = exc
+    start_from = comm.bcast(start_from, root=0)
+    if isinstance(start_from, Exception):
+        raise start_from
+    warm = start_from == WARM
     if warm:
         reference = distributed_null_objective(
             wire, None if server else active.y, n, loss_code, fit_intercept)
         if server:
             x = np.asarray(coef_init, dtype=np.float64)[penalty.active_features(blocks)]
             b = float(intercept_init) if fit_intercept else 0.0
-    elif checkpoint is not None:
-        resumed = None
-        if server and os.path.exists(checkpoint):
-            try:
-                coef0, b0, _, history = load_checkpoint(checkpoint, p, lam)
-                resumed = (coef0[penalty.active_features(blocks)], b0, history)
-            except ValueError as exc:
-                resumed = exc
-        resumed = comm.bcast(resumed if server else None, root=0)
-        if isinstance(resumed, Exception):
-            raise resumed
-        if resumed is not None and resumed[2]:
-            resuming = True
-            if server:
-                x, b, history = resumed[0].copy(), resumed[1], resumed[2]
-                reference = history[0]["primal"]
-                time_offset = history[-1]["time"]
-            epoch = resumed[2][-1]["epoch"] + 1
+    elif start_from is not None and start_from[2]:
+        resuming = True
+        if server:
+            x, b, history = start_from[0].copy(), start_from[1], start_from[2]
+            reference = history[0]["primal"]
+            time_offset = history[-1]["time"]
+        epoch = start_from[2][-1]["epoch"] + 1
     first_epoch = epoch
     best = BestDual() if server else None   # the run's certified G = P - the largest D
     watch = StallWatch() if server and support_newton and penalty.is_l1 and not saga \
@@ -574,9 +578,9 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
                                            shard_slope(correlation_S, rho_sum, intercept),
                                            cache)
     if uses_hessian_free(k):
-        positions = _server_vector(wire, preconditioner_coordinates(
-            column_sq[support], intercept).astype(np.float64) if server else None
-        ).astype(np.int64)
+        positions = wire.bcast(
+            preconditioner_coordinates(column_sq[support], intercept).astype(np.float64)
+            if server else np.empty(preconditioner_size(k, intercept))).astype(np.int64)
         block_size = positions.shape[0] * (positions.shape[0] + 1) // 2
         if server:
             sums = wire.reduce(np.zeros(dim + block_size))
