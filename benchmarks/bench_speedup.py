@@ -302,10 +302,11 @@ def paired_ratios(a, b):
     same machine state), over the rounds both reached; [] when either run is missing."""
     if a is None or b is None:
         return []
-    times_a = {r["round"]: r["solve_s"] for r in a.extra.get("rounds", [])
-               if r["reached"] and r["solve_s"]}
-    times_b = {r["round"]: r["solve_s"] for r in b.extra.get("rounds", [])
-               if r["reached"] and r["solve_s"]}
+
+    def reached(run):
+        return {r["round"]: r["solve_s"] for r in run.extra.get("rounds", [])
+                if r["reached"] and r["solve_s"]}
+    times_a, times_b = reached(a), reached(b)
     return [times_a[r] / times_b[r] for r in sorted(times_a) if r in times_b]
 
 
