@@ -120,12 +120,17 @@ class BlockPenalty:
 
     def active_features(self, blocks):
         """original feature ids of the given blocks, in block order (matches ``restricted``)."""
-        blocks = np.asarray(blocks, dtype=np.int64)
-        starts = self.indptr[blocks]
-        sizes = self.indptr[blocks + 1] - starts
-        offsets = np.cumsum(sizes) - sizes
-        positions = np.repeat(starts - offsets, sizes) + np.arange(sizes.sum())
-        return self.ids[positions]
+        return self.ids[block_positions(self.indptr, blocks)]
+
+
+def block_positions(indptr, blocks):
+    """The positions indptr[g]:indptr[g+1] of every block g of ``blocks``, in that order,
+    as one int64 array."""
+    blocks = np.asarray(blocks, dtype=np.int64)
+    starts = indptr[blocks]
+    sizes = indptr[blocks + 1] - starts
+    offsets = np.cumsum(sizes) - sizes
+    return (np.repeat(starts - offsets, sizes) + np.arange(sizes.sum())).astype(np.int64)
 
 
 def _check_weights(weights, n_blocks, what):

@@ -1,5 +1,6 @@
 """The support Newton step: a second-order move on the non-zero coordinates of x, taken
-between DDSS epochs when the gap stalls (L1 penalties; every backend).
+between DDSS epochs when the gap stalls (L1 penalties; every backend; group penalties:
+``group_newton.py``, which shares the Hessian sums, candidates and StallWatch here).
 
 Why: on data with nearly equal columns (a9a's polynomial features: x_i^2 = x_i for binary
 x_i, and products that differ from a factor in a few rows) the Lasso moves weight from one
@@ -65,6 +66,7 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve
 from scipy.linalg.blas import dsymv
 
 from .losses import SQUARED, loss_second_derivative, loss_value, mean_loss
+from .penalties import block_norms
 
 MAX_SUPPORT = 2000       # |S| above which the step is not tried
 MIN_PRODUCTS = 100       # Hessian-vector products a step may take at least
@@ -154,14 +156,22 @@ def settled_zeros(correlation_S, n, lam, weights_S, intercept):
     return np.append(drop, False) if intercept else drop
 
 
-def firm_support(x, correlation, n, lam, weights):
+def firm_support(x, correlation, n, lam, weights, block_indptr=None):
     """Mask of the non-zeros of x that are not ``settled_zeros``: |A_j^T rho| at least
     (1 - DROP_MARGIN) n lam w_j. ``StallWatch`` counts the changes of this set from one
     epoch to the next: asynchronous steps keep flipping small non-zeros (Dis-DDSS on CTR
     200,000 x 100,000 at 1e-4 lam_max, 2 workers: 639-10,334 changes of x's non-zero
     pattern per epoch at epochs 8-10, against 82-547 of this set), and the step drops
-    those anyway."""
-    return (x != 0) & ~settled_zeros(correlation, n, lam, weights, False)
+    those anyway. For a group penalty (``block_indptr``: its groups' feature ranges,
+    ``weights`` per group), per feature: whether its group is non-zero with ||A_g^T rho||
+    at least (1 - DROP_MARGIN) n lam w_g."""
+    if block_indptr is None:
+        return (x != 0) & ~settled_zeros(correlation, n, lam, weights, False)
+    ids = np.arange(x.shape[0], dtype=np.int64)
+    firm = (block_norms(x, block_indptr, ids) > 0.0) & \
+        (block_norms(correlation, block_indptr, ids) >=
+         (1.0 - DROP_MARGIN) * n * lam * np.asarray(weights, np.float64))
+    return np.repeat(firm, np.diff(block_indptr))
 
 
 def orthant_newton_target(hessian, gradient, point, n_penalized, drop=None,
@@ -640,17 +650,24 @@ def projected_candidates(point, direction, n_penalized, signs=None):
     return candidates
 
 
-def best_candidate(loss_sums, n, lam, weights_S, start_S, candidates_S, offset=0.0):
+def best_candidate(loss_sums, n, lam, weights_S, start_S, candidates_S, offset=0.0,
+                   starts=None):
     """(index, P(candidate) - P(x)) of the candidate with the smallest exact P, index -1
     (change 0) when none lowers P. ``loss_sums``: ``SupportRows.trial_sums`` summed over
     the shards (the candidates', then the point's). Only S's penalty changes:
-    lam sum w |candidate_S|. ``offset``: P(x) - P(point) when the point is not x itself
-    (``pruned_coordinates``), so that a candidate is taken only below P(x)."""
-    current = loss_sums[-1] / n + lam * float(weights_S @ np.abs(start_S)) + offset
+    lam sum w |candidate_S|, or for groups (``starts``: group k of S holds its coordinates
+    starts[k]:starts[k+1], ``weights_S`` per group) lam sum w_k ||candidate_k||.
+    ``offset``: P(x) - P(point) when the point is not x itself (``pruned_coordinates``),
+    so that a candidate is taken only below P(x)."""
+    ids = None if starts is None else np.arange(start_S.shape[0], dtype=np.int64)
+
+    def penalty(v):
+        size = np.abs(v) if starts is None else block_norms(v, starts, ids)
+        return lam * float(weights_S @ size)
+    current = loss_sums[-1] / n + penalty(start_S) + offset
     best, best_change = -1, 0.0
     for s in range(candidates_S.shape[0]):
-        change = loss_sums[s] / n + lam * float(weights_S @ np.abs(candidates_S[s])) - \
-            current
+        change = loss_sums[s] / n + penalty(candidates_S[s]) - current
         if change < best_change:
             best, best_change = s, change
     return best, best_change
@@ -663,11 +680,18 @@ def entering_limit(support_size):
                           MAX_SUPPORT - support_size)))
 
 
-def violating_zeros(x, correlation, n, lam, weights):
+def violating_zeros(x, correlation, n, lam, weights, block_indptr=None):
     """(the zeros j of x with |A_j^T rho| > n lam w_j, the ratio |A_j^T rho| / (n lam w_j)
-    of every coordinate)."""
-    ratio = np.abs(correlation) / (n * lam * np.asarray(weights, np.float64))
-    return np.flatnonzero((x == 0) & (ratio > 1.0)), ratio
+    of every coordinate); for a group penalty (``block_indptr``, ``weights`` per group),
+    the zero groups g with ||A_g^T rho|| > n lam w_g and the ratio of every group."""
+    if block_indptr is None:
+        magnitude, zero = np.abs(correlation), x == 0
+    else:
+        ids = np.arange(x.shape[0], dtype=np.int64)
+        magnitude = block_norms(correlation, block_indptr, ids)
+        zero = block_norms(x, block_indptr, ids) == 0.0
+    ratio = magnitude / (n * lam * np.asarray(weights, np.float64))
+    return np.flatnonzero(zero & (ratio > 1.0)), ratio
 
 
 def entering_coordinates(x, correlation, n, lam, weights, limit):
@@ -852,6 +876,21 @@ def pruned_coordinates(x, firm):
     return np.flatnonzero((x != 0) & ~firm)
 
 
+def prune_for_step(active, cert, x, block_indptr=None):
+    """The start of a step on one process: x with ``pruned_coordinates`` set to zero (in
+    place; ``block_indptr`` for a group penalty's firm support). Returns (pruned, their
+    values, P(x) - P(pruned x), the certificate at the pruned x)."""
+    problem = active.problem
+    pruned = pruned_coordinates(x, firm_support(x, cert.correlation, problem.n_samples,
+                                                problem.lam, active.weights, block_indptr))
+    saved, offset = x[pruned].copy(), 0.0
+    if pruned.shape[0]:
+        x[pruned] = 0.0
+        unpruned, cert = cert, active.certificate(x, cert.intercept)
+        offset = unpruned.primal - cert.primal
+    return pruned, saved, offset, cert
+
+
 def support_newton_step(active, cert, x, cache=None):
     """The step on one process (serial and threads backends): ``cert`` is the certificate
     at (x, cert.intercept) on ``active`` (an ActiveSet with an L1 penalty); ``cache``: the
@@ -860,13 +899,7 @@ def support_newton_step(active, cert, x, cache=None):
     problem = active.problem
     n, lam, code = problem.n_samples, problem.lam, problem.loss.code
     intercept = problem.fit_intercept
-    pruned = pruned_coordinates(x, firm_support(x, cert.correlation, n, lam,
-                                                active.weights))
-    saved, offset = x[pruned].copy(), 0.0
-    if pruned.shape[0]:
-        x[pruned] = 0.0
-        unpruned, cert = cert, active.certificate(x, cert.intercept)
-        offset = unpruned.primal - cert.primal
+    pruned, saved, offset, cert = prune_for_step(active, cert, x)
     nonzeros = int(np.count_nonzero(x))
     entering = entering_coordinates(x, cert.correlation, n, lam, active.weights,
                                     entering_limit(nonzeros))

@@ -72,3 +72,5 @@ def test_the_benchmark_script_reaches_celers_objective_on_prepared_shards(
     history = payload["history"]
     assert history[-1]["rel_gap"] <= 1e-9
     assert history[-1]["primal"] == payload["primal"]
+    # the support Newton step over the shards (group_newton.py for groups of 5)
+    assert any(h["newton_step"] > 0 for h in history)

@@ -246,15 +246,16 @@ def test_messages_shrink_as_screening_removes_features(tmp_path):
     assert history[-1]["bytes_recv"] > 0 and history[-1]["bytes_sent"] > 0
 
 
-@pytest.mark.parametrize("hessian_free", [False, True])
+@pytest.mark.parametrize("hessian_free,groups", [(False, 1), (True, 1), (False, 4)])
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
-def test_support_newton_step_over_the_shards(tmp_path, loss, hessian_free):
+def test_support_newton_step_over_the_shards(tmp_path, loss, hessian_free, groups):
     """a9a degree 2 (3,000 rows, nearly equal columns), 2 workers: prox-SVRG epochs alone
     stall (logistic: gap 2.4e-8 after 3,000 epochs); with the step, taken over the shards
     (Hessian reduced, trial losses reduced), Dis-DDSS reaches 1e-8 (20-39 epochs in ten
     runs, 70 once under load) and the serial objective. hessian_free: the direction from
-    the server's CG on Hessian-vector products the workers reduce."""
-    result = run_spmd(tmp_path, 3, loss, "ddss", 1,
+    the server's CG on Hessian-vector products the workers reduce. groups: the group
+    penalty's step (group_newton.py) on groups of 4."""
+    result = run_spmd(tmp_path, 3, loss, "ddss", groups,
                       options=("a9a2",) + (("hessian-free",) if hessian_free else ()))
     assert result["converged"] and result["epochs"] <= 150
     assert any(h["newton_step"] > 0 for h in result["history"])

@@ -536,17 +536,6 @@ def test_newton_step_ends_the_plateau_of_nearly_equal_columns(loss, fit_intercep
     assert abs(cert.primal - res.primal) <= 1e-12 * p0
 
 
-def test_group_penalties_run_without_the_step():
-    rng = np.random.default_rng(0)
-    X = sp.random(200, 30, density=0.3, random_state=0, format="csr")
-    y = X @ rng.standard_normal(30)
-    base = Problem(X, y, "squared", GroupL1(30, 3), 1.0, True)
-    res = solve_ddss(base.with_lam(0.1 * base.lam_max()), tol=1e-10, random_state=0,
-                     max_epochs=2000)
-    assert res.converged
-    assert all(h["newton_step"] == 0.0 for h in res.history)
-
-
 def test_entering_coordinates_are_the_worst_violating_zeros_with_their_sign():
     x = np.array([0.0, 1.5, 0.0, 0.0, -2.0, 0.0, 0.0])
     correlation = np.array([3.0, 9.0, -1.0, -5.0, 0.5, 2.5, 0.9])

@@ -5,7 +5,8 @@ Outer iteration s:
   2. generalized residual rho, A^T rho (full gradient mu = -A^T rho / n), dual point theta,
      P and D; the gap G = P - the largest D of any dual point so far (``BestDual``); stop
      when G <= tol * P(0); after an epoch that cut G by less than half, the support
-     Newton step (``support_newton.py``) and a new certificate;
+     Newton step (``support_newton.py``; ``group_newton.py`` for group penalties) and a
+     new certificate;
   3. gap-safe screening (the spheres around theta and around the best point); the data
      is compacted to the surviving columns once the blocks the tests remove hold
      COMPACT_NNZ_SHARE of the stored non-zeros or COMPACT_FEATURE_SHARE of the features
@@ -25,6 +26,7 @@ import numpy as np
 from ..kernels.linalg import csr_rmatvec
 from ..penalties import block_norms
 from ..screening import BestDual, screen_active_set
+from ..group_newton import group_support_newton_step
 from ..support_newton import (HessianCache, StallWatch, firm_support, support_newton_step,
                               violating_zeros)
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -171,8 +173,9 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     outer loop only monitors the gap; needs screening=False).
     dense: run the ProxASVRG baseline instead (dense variance-reduced steps over every
     active coordinate, no reweighting, no sparse prox).
-    support_newton: take the support Newton step (``support_newton.py``) after an epoch
-    that cut the gap by less than half (L1 penalties; the baselines run without it).
+    support_newton: take the support Newton step (``support_newton.py``, for group
+    penalties ``group_newton.py``) after an epoch that cut the gap by less than half (the
+    baselines run without it).
     """
     from ..progress import ProgressLine
 
@@ -213,7 +216,9 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     staleness_mean, staleness_max = 0.0, 0
     if saga:
         memory = -cert.rho
-    watch = StallWatch() if support_newton and problem.penalty.is_l1 and not saga else None
+    watch = StallWatch() if support_newton and not saga else None
+    newton_step = support_newton_step if problem.penalty.is_l1 else \
+        group_support_newton_step
     hessian_cache = HessianCache()
     firm_before = None     # x's firm support (``firm_support``) before the last epoch
     with ProgressLine(verbose, label=label) as progress:
@@ -222,8 +227,9 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             best.offer_certificate(cert)
             newton_t = 0.0
             gap = best.gap(cert.primal)
+            groups = None if active.penalty.is_l1 else active.block_indptr
             firm = None if watch is None else firm_support(x, cert.correlation, n, lam,
-                                                           active.weights)
+                                                           active.weights, groups)
             firm_cert = cert       # the certificate firm was read from
             churn = None if firm_before is None else int(np.count_nonzero(firm_before != firm))
             if watch is not None and gap > tol * reference and \
@@ -231,7 +237,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                                      tol * reference):
                 while True:
                     gap_before = best.gap(cert.primal)
-                    moved = support_newton_step(active, cert, x, hessian_cache)
+                    moved = newton_step(active, cert, x, hessian_cache)
                     if moved is not None:
                         cert = active.certificate(x, moved[0], n_threads=n_threads)
                         intercept[0] = cert.intercept
@@ -240,7 +246,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                     watch.tried(epoch, gap_before, best.gap(cert.primal))
                     if moved is None or best.gap(cert.primal) <= tol * reference or \
                             not watch.should_chain(moved[1], violating_zeros(
-                                x, cert.correlation, n, lam, active.weights)[0].shape[0]):
+                                x, cert.correlation, n, lam, active.weights,
+                                groups)[0].shape[0]):
                         break
             now = time.perf_counter()
             record = history_record(first_epoch + epoch, time_offset + now - start, cert,
@@ -286,7 +293,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             samples = epoch_rows(rng, n, n_steps, sampling)
             if watch is not None:    # again only if a step or a compaction moved x
                 firm_before = firm if cert is firm_cert else firm_support(
-                    x, cert.correlation, n, lam, active.weights)
+                    x, cert.correlation, n, lam, active.weights,
+                    None if active.penalty.is_l1 else active.block_indptr)
             eta_intercept = eta * active.intercept_scale_sq
             if dense:
                 staleness_mean, staleness_max = inner_loop.run_dense(

@@ -26,8 +26,9 @@ zeros to the sums; root-centred and without spinning on an oversubscribed node, 
   5. after an epoch that cut the certified gap by less than half, the support Newton
      step instead of an epoch (``_support_newton``: the workers reduce the Hessian on the
      non-zeros of x, or its products with the vectors of the server's CG, and their
-     losses at the candidate steps), then a new certificate; a full step that left
-     violating zeros is followed at once by another (``StallWatch.should_chain``).
+     losses at the candidate steps; for a group penalty always the Hessian,
+     ``group_newton.py``), then a new certificate; a full step that left violating zeros
+     is followed at once by another (``StallWatch.should_chain``).
 Inner loop (asynchronous): a worker runs ``batch`` sparse prox-SVRG steps on its copy of x
 (kernels/svrg.py; under DDSS the zeros of x, or zero blocks, that are optimal at the
 epoch's anchor stay frozen, ``ddss.freeze_optimal_zeros``), sends the sparse delta (int32
@@ -93,7 +94,8 @@ from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, 
 from ..penalties import block_norms
 from ..problem import dropped_share
 from ..screening import BestDual, gap_safe_keep, gap_safe_radius
-from ..support_newton import (PROJECTED, STEP_GRID, HessianCache, StallWatch, SupportRows,
+from ..group_newton import entering_groups, group_move, group_support_point
+from ..support_newton import (LINE, PROJECTED, STEP_GRID, HessianCache, StallWatch, SupportRows,
                               best_candidate, dense_move, entering_coordinates,
                               entering_limit, firm_support, from_upper_triangle,
                               move_candidates, preconditioner_coordinates,
@@ -181,7 +183,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     (a shared-memory window when every rank is on one node, MPI messages otherwise),
     "shared" or "messages"; None reads ASYNCOPT_MPI_TRANSPORT (default auto).
     support_newton: after an epoch that cut the gap by less than half, the support Newton
-    step (``_support_newton``; L1 penalties; the baselines run without it)."""
+    step (``_support_newton``; L1 and group penalties; the baselines run without it)."""
     from ..progress import ProgressLine
 
     start = time.perf_counter()
@@ -257,8 +259,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
         epoch = start_from[2][-1]["epoch"] + 1
     first_epoch = epoch
     best = BestDual() if server else None   # the run's certified G = P - the largest D
-    watch = StallWatch() if server and support_newton and penalty.is_l1 and not saga \
-        else None
+    watch = StallWatch() if server and support_newton and not saga else None
     newton_from, newton_t = None, 0.0     # the gap a Newton step started from, its t
     firm = None       # the server's firm support of x (``firm_support``), for the watch
     hessian_cache = None if server else HessianCache()   # the worker's last step's H
@@ -323,8 +324,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 if reference is None:     # P at x = 0 (the first record) is P(0)
                     reference = primal
                 churn = None      # changes of x's firm support over the last epoch
+                groups = None if penalty.is_l1 else pen.indptr
                 firm = None if watch is None else firm_support(x, correlation, n, lam,
-                                                               pen.weights)
+                                                               pen.weights, groups)
                 if snapshot is not None:
                     damping_power, calm = adapt_damping_power(damping_power, calm,
                                                               gap > snapshot[3])
@@ -377,8 +379,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                             watch.tried(epoch, newton_from, certified)
                             newton_from = None
                             if status == INNER and watch.should_chain(
-                                    newton_t, violating_zeros(x, correlation, n, lam,
-                                                              pen.weights)[0].shape[0]):
+                                    newton_t, violating_zeros(
+                                        x, correlation, n, lam, pen.weights,
+                                        groups)[0].shape[0]):
                                 status, newton_from = NEWTON, certified
                         elif status == INNER and watch.should_try(
                                 epoch, certified, int(np.count_nonzero(firm)), churn,
@@ -428,7 +431,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                                                  pen.weights, fit_intercept, correlation,
                                                  float((total if server else local)[1]),
                                                  firm, float(total[0]) if server else 0.0,
-                                                 hessian_cache, column_sq)
+                                                 hessian_cache, column_sq,
+                                                 None if penalty.is_l1 else pen.indptr)
             if status in (RECERTIFY, NEWTON):
                 snapshot = None
                 continue
@@ -518,7 +522,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
 
 
 def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, correlation,
-                    rho_sum, firm, loss_sum, cache, column_sq):
+                    rho_sum, firm, loss_sum, cache, column_sq, block_indptr=None):
     """The support Newton step (``support_newton.py``) over the shards; every rank calls
     it with its x and b (equal on every rank: each inner loop ends with the workers
     holding the server's) and its margins z at them. S = the non-zeros of x and the zeros
@@ -545,18 +549,34 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
     When x has more than MAX_SUPPORT non-zeros, those outside its firm support are first
     set to zero (``pruned_coordinates``: the server broadcasts them); the workers' margins
     and their sums [f, rho, A_S^T rho] at the pruned x replace the certificate's, and a
-    candidate is taken only below P of the unpruned x (else x is put back)."""
+    candidate is taken only below P of the unpruned x (else x is put back).
+
+    For a group penalty (``block_indptr``: its groups' feature ranges; ``weights`` per
+    group) S is the coordinates of x's non-zero groups and of the zero groups that most
+    violate the optimality condition (``group_newton.entering_groups``, broadcast as
+    group numbers), the workers always reduce their shares of the Hessian (the group
+    model needs H itself: ``group_newton.group_move``), and the server broadcasts the
+    model's minimiser as the target of a LINE move."""
     server = wire.rank == 0
+    groups = block_indptr is not None
     pruned = _server_vector(wire, pruned_coordinates(x, firm).astype(np.float64)
                             if server else None).astype(np.int64)
     saved = x[pruned].copy()
     x[pruned] = 0.0
     if pruned.shape[0] and not server:
         z = active.margins(x, b)
-    entering = _server_vector(wire, entering_coordinates(
-        x, correlation, n, lam, weights, entering_limit(int(np.count_nonzero(x))))
-        if server else None)
-    support, point, signs = support_point(x, b, intercept, entering)
+    if groups:
+        entering = _server_vector(wire, entering_groups(
+            x, correlation, n, lam, weights, block_indptr) if server else None)
+        support, point, starts, chosen_groups = group_support_point(
+            x, b, intercept, block_indptr, entering)
+        signs, weights_S = None, weights[chosen_groups]
+    else:
+        entering = _server_vector(wire, entering_coordinates(
+            x, correlation, n, lam, weights, entering_limit(int(np.count_nonzero(x))))
+            if server else None)
+        support, point, signs = support_point(x, b, intercept, entering)
+        starts, weights_S = None, weights[support]
     k, dim = support.shape[0], point.shape[0]
     offset = 0.0         # P(x) - P(the pruned x)
     if pruned.shape[0]:
@@ -569,7 +589,8 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
                                     active.n_features)[support]
         total = wire.reduce(local)
         if server:
-            offset = (loss_sum - total[0]) / n + lam * float(weights[pruned] @ np.abs(saved))
+            offset = (loss_sum - total[0]) / n + lam * _pruned_penalty(x, pruned, saved,
+                                                                       weights, block_indptr)
             local = total
         rho_sum, correlation_S = float(local[1]), local[2:]
     else:
@@ -577,7 +598,7 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
     rows = None if server else SupportRows(active, code, z, support, intercept,
                                            shard_slope(correlation_S, rho_sum, intercept),
                                            cache)
-    if uses_hessian_free(k):
+    if not groups and uses_hessian_free(k):
         positions = wire.bcast(
             preconditioner_coordinates(column_sq[support], intercept).astype(np.float64)
             if server else np.empty(preconditioner_size(k, intercept))).astype(np.int64)
@@ -614,9 +635,14 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
         move = np.full(1 + dim, -1.0)      # [kind (-1: none), vector]
         if server:
             hessian = from_upper_triangle(wire.reduce(np.zeros(dim * (dim + 1) // 2)), dim)
-            kind, vector, _ = dense_move(hessian, correlation_S, rho_sum, point,
-                                         weights[support], lam, n, intercept, signs)
-            if kind is not None:
+            if groups:
+                kind, vector = LINE, group_move(
+                    hessian, shard_slope(correlation_S, rho_sum, intercept), point, starts,
+                    lam * weights_S, n, intercept)
+            else:
+                kind, vector, _ = dense_move(hessian, correlation_S, rho_sum, point,
+                                             weights_S, lam, n, intercept, signs)
+            if kind is not None and vector is not None:
                 move[0], move[1:] = kind, vector
         else:
             wire.reduce(upper_triangle(rows.hessian_sums()))
@@ -629,14 +655,26 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
                        rows.trial_sums(point, candidates))
     chosen = np.full(1, -1.0)
     if server:
-        chosen[0] = best_candidate(sums, n, lam, weights[support], point[:k],
-                                   candidates[:, :k], offset)[0]
+        chosen[0] = best_candidate(sums, n, lam, weights_S, point[:k],
+                                   candidates[:, :k], offset, starts)[0]
     index = int(wire.bcast(chosen)[0])
     if index < 0:
         x[pruned] = saved
         return x, b, 0.0
     return x, take_candidate(x, b, support, candidates[index], intercept), \
         float(STEP_GRID[index])
+
+
+def _pruned_penalty(x, pruned, saved, weights, block_indptr=None):
+    """Omega(x with x[pruned] = saved) - Omega(x) (x with them at zero): sum w_j |saved_j|
+    for L1, the change of the groups' norms for a group penalty (``block_indptr``)."""
+    if block_indptr is None:
+        return float(weights[pruned] @ np.abs(saved))
+    ids = np.arange(x.shape[0], dtype=np.int64)
+    before = x.copy()
+    before[pruned] = saved
+    return float(weights @ (block_norms(before, block_indptr, ids) -
+                            block_norms(x, block_indptr, ids)))
 
 
 def _anchor_without_optimal_zeros(wire, step, x, eta, thresholds, block_indptr=None):
