@@ -52,6 +52,7 @@ DESCENT_PASSES = 20       # block coordinate descent passes per round
 NEWTON_ITERATIONS = 20    # Newton iterations per round
 MODEL_TOLERANCE = 1e-10   # optimality of the model, relative to max lam w_k
 ARMIJO = 1e-4
+CROSSING = 1e-3         # a group within this share of its norm from zero crosses it
 
 
 def group_starts(sizes):
@@ -158,21 +159,86 @@ def model_optimality(slope, u, starts, lam_weights):
     return float(violation.max(initial=0.0)) / scale if scale > 0.0 else 0.0
 
 
+@njit(cache=True)
+def zero_optimal_groups(hessian, slope, u, starts, lam_weights):
+    """Set to zero, in place (u and the quadratic's gradient ``slope`` at u), every
+    non-zero group whose block of the model, the others held, is minimised at zero:
+    ||slope_k - H_kk u_k|| <= lam w_k. Each such move lowers m or keeps it. Newton's
+    method alone only shrinks such a group (the penalty's curvature grows as 1 / ||u_k||):
+    a9a degree 3 (groups of 5, squared loss, |S| = 725) kept groups at norms of 1e-9 to
+    1e-12 through 6 rounds of 20 iterations, 3.2 s and the model's optimality at 1e-2."""
+    dim = u.shape[0]
+    for k in range(starts.shape[0] - 1):
+        s, e = starts[k], starts[k + 1]
+        held = 0.0
+        sq = 0.0
+        for j in range(s, e):
+            held += u[j] * u[j]
+            v = slope[j]
+            for c in range(s, e):
+                v -= hessian[j, c] * u[c]
+            sq += v * v
+        if held == 0.0 or math.sqrt(sq) > lam_weights[k]:
+            continue
+        for j in range(s, e):
+            change = -u[j]
+            if change != 0.0:
+                for i in range(dim):
+                    slope[i] += hessian[i, j] * change
+            u[j] = 0.0
+
+
+def _through_zero(hessian, gradient, point, u, free, step, starts, lam_weights, current):
+    """The Newton step stopped where a group first passes (almost) through zero, that
+    group set to zero, when this lowers m; else None. Along u + t s a group k is nearest
+    zero at t_k = -u_k^T s_k / ||s_k||^2; it passes through zero when t_k is in (0, 1]
+    and ||u_k + t_k s_k|| <= CROSSING ||u_k|| (the group analogue of the orthant path's
+    crossing, ``support_newton.orthant_newton_target``): on nearly equal columns the
+    model is almost flat along moving weight from one group to its twin, the step is long,
+    and backtracking from t = 1 cut it to t ~ 2^-10 again and again (a9a degree 3,
+    |S| = 725: 812 model evaluations for 69 steps)."""
+    full = np.zeros(u.shape[0])
+    full[free] = step
+    along = support_norms(full, starts)
+    dots = np.add.reduceat(u * full, starts[:-1]) if starts.shape[0] > 1 else np.zeros(0)
+    moving = (along > 0.0) & (dots < 0.0)
+    if not np.any(moving):
+        return None
+    t_near = np.where(moving, -dots / np.where(moving, along * along, 1.0), np.inf)
+    sizes = np.diff(starts)
+    nearest = support_norms(u + np.repeat(np.minimum(t_near, 1.0), sizes) * full, starts)
+    crossing = moving & (t_near <= 1.0) & \
+        (nearest <= CROSSING * support_norms(u, starts))
+    if not np.any(crossing):
+        return None
+    k = int(np.flatnonzero(crossing)[np.argmin(t_near[crossing])])
+    trial = u + t_near[k] * full
+    trial[starts[k]:starts[k + 1]] = 0.0
+    if model_value(hessian, gradient, point, trial, starts, lam_weights) < current:
+        return trial
+    return None
+
+
 def _smooth_newton(hessian, gradient, point, u, starts, lam_weights, iterations):
     """Newton's method on the groups where u is non-zero (the zero ones held at zero),
     where m is smooth; a backtracking (Armijo) line search on m. Returns (u, whether the
     last line search failed)."""
     sizes = np.diff(starts)
     for _ in range(iterations):
+        slope = gradient + hessian @ (u - point)
+        zero_optimal_groups(hessian, slope, u, starts, lam_weights)
         norms = support_norms(u, starts)
         nonzero = norms > 0.0
         if not np.any(nonzero):
             return u, False
         free = np.flatnonzero(np.repeat(nonzero, sizes))
-        slope = gradient + hessian @ (u - point)
         safe = np.where(nonzero, norms, 1.0)
         unit = u / np.repeat(safe, sizes)
-        grad = (slope + np.repeat(lam_weights, sizes) * unit)[free]
+        full = slope + np.repeat(lam_weights, sizes) * unit
+        if float(support_norms(full, starts)[nonzero].max()) <= \
+                MODEL_TOLERANCE * float(lam_weights.max()):
+            return u, False
+        grad = full[free]
         system = hessian[np.ix_(free, free)]
         at = 0
         for k in np.flatnonzero(nonzero):
@@ -192,8 +258,10 @@ def _smooth_newton(hessian, gradient, point, u, starts, lam_weights, iterations)
         if not decrement > 0.0:
             return u, False
         current = model_value(hessian, gradient, point, u, starts, lam_weights)
-        t, candidate = 1.0, None
-        while t >= 2.0 ** -30:
+        candidate = _through_zero(hessian, gradient, point, u, free, step, starts,
+                                  lam_weights, current)
+        t = 1.0
+        while candidate is None and t >= 2.0 ** -30:
             trial = u.copy()
             trial[free] += t * step
             if model_value(hessian, gradient, point, trial, starts, lam_weights) <= \
