@@ -137,8 +137,8 @@ def group_model_descent(hessian, slope, u, starts, lam_weights, passes, toleranc
 
 
 def model_value(hessian, gradient, point, u, starts, lam_weights):
-    """m(u) - lam sum w ||point_k||: g^T (u - point) + (u - point)^T H (u - point) / 2 +
-    lam sum_k w_k ||u_k||."""
+    """The model m(u) = g^T (u - point) + (u - point)^T H (u - point) / 2 +
+    lam sum_k w_k ||u_k|| (the module docstring's, x = point)."""
     move = u - point
     return float(gradient @ move + 0.5 * move @ (hessian @ move) +
                  lam_weights @ support_norms(u, starts))

@@ -125,7 +125,8 @@ def launch(n_ranks, out, *, data, loss, lam_ratio, fit_intercept, method, tol, m
 # --------------------------------------------------------------------------- SPMD side
 
 def make_penalty(n_features, group_size):
-    """L1 for group_size 1, else the group Lasso on consecutive groups of that size."""
+    """L1 for group_size 1, else the group Lasso on consecutive groups of that size
+    (weights sqrt(|g|), the last group possibly smaller); bench_serial's too."""
     from asyncopt.penalties import L1, GroupL1
     return L1(n_features) if group_size == 1 else GroupL1(n_features, group_size)
 

@@ -16,6 +16,12 @@ features, so the intercept is representable anyway.
 --quick: CTR 20,000 x 10,000 and the first 5,000 rows of a9a degree 2, 1 s time cap: a
 smoke test (about a minute, 15 s of it compiling skglm's numba kernels).
 
+--group-size G: the same problems with the group penalty on consecutive groups of G
+features (weights sqrt(G)) instead of L1, named ``*_group{G}``; the peers that have it:
+celer.GroupLasso (squared loss), skglm.GroupLasso (squared) and skglm's LogisticGroup
+datafit with its GroupProxNewton solver (logistic); scikit-learn and copt have none.
+``ddss_nonewton`` (DDSS without the support Newton step) shows what the step does.
+
 How each solver is timed (see benchmarks/README.md):
   asyncopt DDSS variants: one run with tol = target; time of the first history_ record
     whose rel_gap <= target (the record times come from the solver's own clock).
@@ -42,14 +48,18 @@ from benchmarks.common import (RESULTS_DIR, EpochClock, SolverRun, TargetReached
                                machine_info, plot_gap_curves, quiet_warnings, ratio,
                                tolerance_sequence, write_json)
 
+from benchmarks._mpi_run import make_penalty  # noqa: E402
+
 from asyncopt.data import load_a9a, make_ctr  # noqa: E402
 from asyncopt.problem import Problem  # noqa: E402
 from asyncopt.solvers import solve_ddss  # noqa: E402
 
-SOLVERS = ("ddss", "ddss_noscreen", "ddss_naive", "sklearn", "celer", "skglm", "copt_saga")
+SOLVERS = ("ddss", "ddss_noscreen", "ddss_nonewton", "ddss_naive", "sklearn", "celer",
+           "skglm", "copt_saga")
 SOLVER_LABELS = {
     "ddss": "asyncopt DDSS",
     "ddss_noscreen": "DDSS, no screening",
+    "ddss_nonewton": "DDSS, no Newton step",
     "ddss_naive": "DDSS-Naive",
     "sklearn": "scikit-learn",
     "celer": "celer",
@@ -60,7 +70,9 @@ SOLVER_LABELS = {
 
 # --------------------------------------------------------------------------- problems
 
-def problem_specs(quick):
+def problem_specs(quick, group_size=1):
+    """The problems (``group_size`` > 1: the group penalty on consecutive groups of that
+    many features, ``*_group{G}``)."""
     ctr = "ctr_small" if quick else "ctr"
     a9a = "a9a_d2_small" if quick else "a9a_d2"
     specs = [
@@ -80,7 +92,29 @@ def problem_specs(quick):
             dict(name="a9a_d3_logreg", data="a9a_d3", loss="logistic", lam_ratio=1e-2,
                  fit_intercept=False),
         ]
+    if group_size > 1:
+        for spec in specs:
+            spec["name"] += f"_group{group_size}"
+    for spec in specs:
+        spec["group_size"] = group_size
     return specs
+
+
+def group_lists(penalty):
+    """The groups of a GroupL1 as lists of feature ids (what celer and skglm take when the
+    features are no multiple of the group size)."""
+    return [penalty.ids[a:b].tolist() for a, b in zip(penalty.indptr[:-1],
+                                                      penalty.indptr[1:])]
+
+
+def not_offered(solver, spec):
+    """Why ``solver`` does not solve ``spec`` (None when it does)."""
+    if spec["group_size"] > 1:
+        if solver in ("sklearn", "copt_saga"):
+            return "no group penalty"
+        if solver == "celer" and spec["loss"] != "squared":
+            return "celer's GroupLasso has the squared loss only"
+    return None
 
 
 DATA_DESCRIPTION = {
@@ -131,6 +165,7 @@ def source_fingerprint():
 DDSS_VARIANTS = {
     "ddss": dict(screening=True, variance_reduced=True),
     "ddss_noscreen": dict(screening=False, variance_reduced=True),
+    "ddss_nonewton": dict(screening=True, variance_reduced=True, support_newton=False),
     "ddss_naive": dict(screening=True, variance_reduced=False, support_newton=False),
 }
 
@@ -152,8 +187,10 @@ def run_ddss(name, problem, target, cap, repeat):
     return best
 
 
-def warm_up():
-    """Compile every numba kernel (asyncopt, skglm) on tiny problems of the same dtypes."""
+def warm_up(group_size=1):
+    """Compile every numba kernel (asyncopt, skglm) on tiny problems of the same dtypes;
+    with ``group_size`` > 1 those of the group problems too, the group Newton step's
+    included (solves to 1e-10 take it)."""
     X, y, _ = make_ctr(400, 300, nnz_per_row=5, random_state=1)
     ylog = np.where(y > np.median(y), 1.0, -1.0)
     for loss, yy in (("squared", y), ("logistic", ylog)):
@@ -163,12 +200,22 @@ def warm_up():
             for variant in DDSS_VARIANTS.values():
                 solve_ddss(prob, tol=1e-4, max_epochs=5, random_state=0, **variant)
             prob.certificate(np.zeros(X.shape[1]), 0.0)
+            if group_size > 1:
+                prob = Problem(X, yy, loss, make_penalty(X.shape[1], group_size), 1.0,
+                               fit_intercept)
+                prob = prob.with_lam(0.1 * prob.lam_max())
+                solve_ddss(prob, tol=1e-10, max_epochs=500, random_state=0)
     with quiet_warnings():
         try:
             import skglm
             skglm.Lasso(alpha=1e-3, tol=1e-4).fit(X, y)
             skglm.SparseLogisticRegression(alpha=1e-3, tol=1e-4,
                                            fit_intercept=False).fit(X, ylog)
+            if group_size > 1:
+                for loss, yy in (("squared", y), ("logistic", ylog)):
+                    spec = dict(loss=loss, fit_intercept=False, group_size=group_size)
+                    _skglm_group_model(X.shape[1], group_size, spec, 1e-3, 1e-4).fit(
+                        X.toarray() if loss == "logistic" else X, yy)
         except ImportError:
             pass
 
@@ -237,8 +284,16 @@ def run_celer(X, y, spec, lam, evaluate, target, cap, repeat):
 
     n = X.shape[0]
 
+    group_size = spec["group_size"]
+
     def fit(tol):
-        if spec["loss"] == "squared":
+        if group_size > 1:
+            penalty = make_penalty(X.shape[1], group_size)
+            model = celer.GroupLasso(groups=group_lists(penalty), alpha=lam,
+                                     weights=penalty.weights,
+                                     fit_intercept=spec["fit_intercept"], tol=tol,
+                                     max_iter=1000, max_epochs=100_000)
+        elif spec["loss"] == "squared":
             model = celer.Lasso(alpha=lam, fit_intercept=spec["fit_intercept"], tol=tol,
                                 max_iter=1000, max_epochs=100_000)
         else:
@@ -249,7 +304,8 @@ def run_celer(X, y, spec, lam, evaluate, target, cap, repeat):
         return _fit_linear_model(model, X, y)
 
     params = [10.0 ** -k for k in range(2, 15)]
-    note = ("celer.Lasso" if spec["loss"] == "squared" else
+    note = ("celer.GroupLasso(weights=sqrt(|g|))" if group_size > 1 else
+            "celer.Lasso" if spec["loss"] == "squared" else
             "celer.LogisticRegression(C=1/(lam n)), no intercept") + \
         "; tol sequence 1e-2 .. 1e-14"
     return tolerance_sequence("celer", fit, evaluate, target, params, cap=cap,
@@ -259,8 +315,19 @@ def run_celer(X, y, spec, lam, evaluate, target, cap, repeat):
 def run_skglm(X, y, spec, lam, evaluate, target, cap, repeat):
     import skglm
 
+    group_size = spec["group_size"]
+    dense = group_size > 1 and spec["loss"] != "squared"
+    if dense:      # GroupProxNewton takes no sparse X; densified once, not timed
+        need = 8.0 * X.shape[0] * X.shape[1]
+        if need > DENSE_LIMIT_BYTES:
+            raise ValueError(f"skglm's GroupProxNewton takes dense X only: "
+                             f"{need / 1e9:.1f} GB")
+    X_fit = X.toarray() if dense else X
+
     def fit(tol):
-        if spec["loss"] == "squared":
+        if group_size > 1:
+            model = _skglm_group_model(X.shape[1], group_size, spec, lam, tol)
+        elif spec["loss"] == "squared":
             model = skglm.Lasso(alpha=lam, fit_intercept=spec["fit_intercept"], tol=tol,
                                 max_iter=1000, max_epochs=100_000)
         else:
@@ -268,13 +335,41 @@ def run_skglm(X, y, spec, lam, evaluate, target, cap, repeat):
                                                    fit_intercept=spec["fit_intercept"],
                                                    tol=tol, max_iter=1000,
                                                    max_epochs=100_000)
-        return _fit_linear_model(model, X, y)
+        return _fit_linear_model(model, X_fit, y)
 
     params = [10.0 ** -k for k in range(2, 15)]
-    note = ("skglm.Lasso" if spec["loss"] == "squared" else
+    note = ("skglm.GroupLasso(weights=sqrt(|g|))" if group_size > 1 and
+            spec["loss"] == "squared" else
+            "skglm LogisticGroup + WeightedGroupL2(alpha=lam) with GroupProxNewton, dense X"
+            if group_size > 1 else "skglm.Lasso" if spec["loss"] == "squared" else
             "skglm.SparseLogisticRegression(alpha=lam)") + "; tol sequence 1e-2 .. 1e-14"
     return tolerance_sequence("skglm", fit, evaluate, target, params, cap=cap,
                               repeat=repeat, refine=_geometric_mean, note=note)
+
+
+DENSE_LIMIT_BYTES = 4e9    # X densified for skglm's GroupProxNewton up to this size
+
+
+def _skglm_group_model(n_features, group_size, spec, lam, tol):
+    """skglm's estimator of the group problem: GroupLasso (squared loss), or its
+    LogisticGroup datafit and WeightedGroupL2 penalty with the GroupProxNewton solver."""
+    import skglm
+    penalty = make_penalty(n_features, group_size)
+    groups, weights = group_lists(penalty), penalty.weights
+    if spec["loss"] == "squared":
+        return skglm.GroupLasso(groups=groups, alpha=lam, weights=weights,
+                                fit_intercept=spec["fit_intercept"], tol=tol,
+                                max_iter=1000, max_epochs=100_000)
+    from skglm.datafits import LogisticGroup
+    from skglm.penalties import WeightedGroupL2
+    from skglm.solvers import GroupProxNewton
+    from skglm.utils.data import grp_converter
+    grp_indices, grp_ptr = grp_converter(groups, n_features)
+    return skglm.GeneralizedLinearEstimator(
+        datafit=LogisticGroup(grp_ptr, grp_indices),
+        penalty=WeightedGroupL2(lam, weights, grp_ptr, grp_indices),
+        solver=GroupProxNewton(tol=tol, max_iter=1000,
+                               fit_intercept=spec["fit_intercept"]))
 
 
 _COPT_KERNELS = {}
@@ -468,19 +563,25 @@ def main(argv=None):
     parser.add_argument("--output", default=None,
                         help="JSON path (default benchmarks/results/bench_serial[_quick].json"
                              "; the PNG goes next to it)")
+    parser.add_argument("--group-size", type=int, default=1, metavar="G",
+                        help="the group penalty on consecutive groups of G features "
+                             "instead of L1 (problems *_groupG; default 1: L1)")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--replot", metavar="JSON",
                         help="only redraw the PNG (next to JSON) from a results file")
     args = parser.parse_args(argv)
+    if args.group_size < 1:
+        parser.error(f"--group-size must be >= 1, got {args.group_size}")
     if args.replot:
         return replot(args.replot)
     cap = args.time_cap if args.time_cap is not None else (1.0 if args.quick else 120.0)
     target = args.target
-    specs = problem_specs(args.quick)
+    specs = problem_specs(args.quick, args.group_size)
     keep_problems = select([s["name"] for s in specs], args.only)
     specs = [s for s in specs if s["name"] in keep_problems]
     solvers = select(SOLVERS, args.only)
-    stem = "bench_serial_quick" if args.quick else "bench_serial"
+    stem = ("bench_serial_quick" if args.quick else "bench_serial") + \
+        (f"_group{args.group_size}" if args.group_size > 1 else "")
     json_path = args.output or os.path.join(RESULTS_DIR, stem + ".json")
     png_path = os.path.splitext(json_path)[0] + ".png"
 
@@ -492,7 +593,7 @@ def main(argv=None):
         f"problems {[s['name'] for s in specs]}, solvers {solvers}")
 
     t0 = time.perf_counter()
-    warm_up()
+    warm_up(args.group_size)
     log(f"numba warm-up: {time.perf_counter() - t0:.1f} s")
 
     def finish(final=False):
@@ -511,7 +612,8 @@ def main(argv=None):
             log(f"data {DATA_DESCRIPTION[key]}: {data_cache[key][0].shape}, "
                 f"nnz {data_cache[key][0].nnz:,} ({time.perf_counter() - t0:.1f} s)")
         X, y = data_cache[key]
-        base = Problem(X, y, spec["loss"], lam=1.0, fit_intercept=spec["fit_intercept"])
+        base = Problem(X, y, spec["loss"], make_penalty(X.shape[1], spec["group_size"]),
+                       lam=1.0, fit_intercept=spec["fit_intercept"])
         t0 = time.perf_counter()
         lam_max = base.lam_max()          # also builds and caches the shuffled CSR copy
         prep = time.perf_counter() - t0
@@ -528,6 +630,9 @@ def main(argv=None):
             f"fit_intercept={spec['fit_intercept']}, P(0) = {p0:.6g}")
         runs = {}
         for solver in solvers:
+            if not_offered(solver, spec):
+                log(f"  {solver:14s} not run: {not_offered(solver, spec)}")
+                continue
             t0 = time.perf_counter()
             try:
                 if solver in DDSS_VARIANTS:
@@ -564,12 +669,23 @@ def main(argv=None):
     return 0
 
 
+def fastest_peer(runs):
+    """The run of the fastest peer (scikit-learn, celer, skglm, copt) that reached the
+    target, else any peer's run (all capped: a bound), None when no peer ran."""
+    peers = [runs[s] for s in EXTERNAL if s in runs and not runs[s].error]
+    reached = [r for r in peers if r.reached]
+    if reached:
+        return min(reached, key=lambda r: r.time)
+    return peers[0] if peers else None
+
+
 def report(specs, results, problems_out, solvers, cap, target, args, info, t_start,
            json_path, png_path, final):
     """Table, targets, JSON and PNG of the problems done so far (called after each one,
     so that an interrupted run keeps its results)."""
     done = [s for s in specs if s["name"] in results]
-    header = ["problem"] + solvers + ["copt_saga/ddss", "ddss/sklearn", "ddss_noscreen/ddss"]
+    header = ["problem"] + solvers + ["copt_saga/ddss", "ddss/sklearn", "ddss_noscreen/ddss",
+                                      "ddss_nonewton/ddss", "best peer/ddss"]
     rows = []
     for spec in done:
         runs = results[spec["name"]]
@@ -577,6 +693,8 @@ def report(specs, results, problems_out, solvers, cap, target, args, info, t_sta
         row.append(ratio(runs.get("copt_saga"), runs.get("ddss"), cap)[1])
         row.append(ratio(runs.get("ddss"), runs.get("sklearn"), cap)[1])
         row.append(ratio(runs.get("ddss_noscreen"), runs.get("ddss"), cap)[1])
+        row.append(ratio(runs.get("ddss_nonewton"), runs.get("ddss"), cap)[1])
+        row.append(ratio(fastest_peer(runs), runs.get("ddss"), cap)[1])
         rows.append(row)
     table = format_table(header, rows)
     target_lines, met = targets_report(results, cap)
