@@ -18,6 +18,10 @@ at the end of the run, bytes per epoch, and the bytes ratio against Dis-ProxASVR
 and at the smallest gap both runs reached. Target: Dis-DDSS bytes per run <= 0.3 x
 Dis-ProxASVRG's. --reference-from takes Dis-ProxASVRG's rounds from an earlier results file
 (minutes a round) so that Dis-DDSS alone can be rerun against them.
+
+--group-size G: the problems with the group penalty on consecutive groups of G features
+(``*_groupG``, as bench_serial's). ``ddss_nonewton`` (Dis-DDSS without the support Newton
+step, an ablation) runs only when named in --only.
 """
 import argparse
 import os
@@ -39,9 +43,10 @@ from benchmarks.bench_shared import (better, probe_dense_epoch, record_time_to, 
 from benchmarks.common import (RESULTS_DIR, SolverRun, first_gap_at, format_table,  # noqa: E402
                                from_history, machine_info, run_from_dict, write_json)
 
-METHODS = ("ddss", "ddss_naive", "prox_asaga", "prox_asvrg")
+METHODS = ("ddss", "ddss_naive", "prox_asaga", "prox_asvrg", "ddss_nonewton")
 LABELS = {"ddss": "Dis-DDSS", "ddss_naive": "Dis-DDSS-Naive", "prox_asaga": "Dis-ProxASAGA",
-          "prox_asvrg": "Dis-ProxASVRG"}
+          "prox_asvrg": "Dis-ProxASVRG", "ddss_nonewton": "Dis-DDSS, no Newton step"}
+ABLATIONS = ("ddss_nonewton",)      # run only when --only names them
 QUICK_PROBLEMS = ("ctr_lasso_1e-3", "a9a_d2_logreg")
 LEVEL_1E4 = 1e-4
 BYTES_TARGET = 0.3          # Dis-DDSS bytes per run <= 0.3 x Dis-ProxASVRG's
@@ -69,11 +74,14 @@ def run_mpi(spec, method, workers, target, cap, seed, args, workdir, epoch_estim
     whose extra holds the bytes, epochs, staleness and the ranks' timings."""
     out = os.path.join(workdir, f"{spec['name']}_{method}_{seed}.json")
     timeout = 3 * cap + 180 + 3 * (epoch_estimate or 0.0)
+    extra = ["--group-size", str(spec["group_size"])]
+    if method == "ddss_nonewton":
+        method, extra = "ddss", extra + ["--no-support-newton"]
     payload, wall, error = launch(workers + 1, out, data=spec["data"], loss=spec["loss"],
                                   lam_ratio=spec["lam_ratio"],
                                   fit_intercept=spec["fit_intercept"], method=method,
                                   tol=target, max_time=cap, seed=seed, timeout=timeout,
-                                  mpirun=args.mpirun,
+                                  mpirun=args.mpirun, extra_args=extra,
                                   shard_root=os.path.join(workdir, "shards"))
     if error:
         return SolverRun(method, False, error=error, extra={"mpirun_wall_s": wall}), None
@@ -171,6 +179,9 @@ def main(argv=None):
     parser.add_argument("--no-epoch-probe", action="store_true",
                         help="run Dis-ProxASVRG even when one dense epoch is estimated at "
                              "over 2 x the cap (by default it is then not run: capped)")
+    parser.add_argument("--group-size", type=int, default=1, metavar="G",
+                        help="the group penalty on consecutive groups of G features "
+                             "instead of L1 (problems *_groupG; default 1: L1)")
     add_common_arguments(parser, "bench_distributed")
     args = parser.parse_args(argv)
     if args.replot:
@@ -180,18 +191,22 @@ def main(argv=None):
     cap = args.time_cap if args.time_cap is not None else (10.0 if args.quick else 120.0)
     target = args.target
     levels = sorted({LEVEL_1E4, target}, reverse=True)
-    specs = problem_specs(args.quick)
+    if args.group_size < 1:
+        parser.error(f"--group-size must be >= 1, got {args.group_size}")
+    specs = problem_specs(args.quick, args.group_size)
     if args.quick:
-        specs = [s for s in specs if s["name"] in QUICK_PROBLEMS]
+        specs = [s for s in specs if s["name"].split("_group")[0] in QUICK_PROBLEMS]
     keep = select([s["name"] for s in specs], args.only)
     specs = [s for s in specs if s["name"] in keep]
-    methods = select(METHODS, args.only)
+    methods = [m for m in select(METHODS, args.only)
+               if m not in ABLATIONS or m in args.only]
     reference_runs = {}
     if args.reference_from:
         reference_runs, reference_info = load_reference(args.reference_from, args.workers)
         if REFERENCE not in methods:
             methods = methods + [REFERENCE]
-    stem = "bench_distributed_quick" if args.quick else "bench_distributed"
+    stem = ("bench_distributed_quick" if args.quick else "bench_distributed") + \
+        (f"_group{args.group_size}" if args.group_size > 1 else "")
     json_path = args.output or os.path.join(RESULTS_DIR, stem + ".json")
     png_path = os.path.splitext(json_path)[0] + ".png"
 
