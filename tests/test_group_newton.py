@@ -13,7 +13,8 @@ from asyncopt.group_newton import (entering_groups, group_model_minimum, group_s
 from asyncopt.penalties import GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
-from asyncopt.support_newton import best_candidate, firm_support, violating_zeros
+from asyncopt.support_newton import (DROP_MARGIN, best_candidate, firm_support,
+                                     violating_zeros)
 
 
 def _model_by_proximal_gradient(hessian, gradient, point, sizes, lam_weights, intercept,
@@ -203,3 +204,38 @@ def test_threads_backend_takes_the_group_step(ref, make_data):
     assert any(h["newton_step"] > 0 for h in est.history_)
     cert = ref.certificate(X, y, "squared", problem.penalty, problem.lam, True, est.coef_)
     assert cert.gap <= 1e-9 * problem.null_objective()
+
+
+def test_the_group_step_prunes_groups_outside_the_firm_support(ref, make_data,
+                                                               monkeypatch):
+    """Tiny non-zero groups that asynchronous steps leave behind (far inside the
+    optimality condition) are set to zero before the step, whatever |S|: the Hessian is
+    formed on the firm groups only, and the step lands on the solution."""
+    X, y, problem = _group_problem(make_data, "squared", True)
+    exact = solve_ddss(problem, tol=1e-13, random_state=0, max_epochs=3000)
+    active = problem.full_active_set()
+    x = exact.coef[active.features].copy()
+    indptr = active.block_indptr
+    zero_groups = [g for g in range(indptr.shape[0] - 1)
+                   if not np.any(x[indptr[g]:indptr[g + 1]])]
+    rng = np.random.default_rng(5)
+    for g in zero_groups:
+        x[indptr[g]:indptr[g + 1]] = 1e-9 * rng.standard_normal(indptr[g + 1] - indptr[g])
+    sizes = []
+    real_rows = group_newton.SupportRows
+
+    def rows(active, code, z, support, *args):
+        sizes.append(support.shape[0])
+        return real_rows(active, code, z, support, *args)
+    monkeypatch.setattr(group_newton, "SupportRows", rows)
+    cert = active.certificate(x, exact.intercept)
+    _, ratio = violating_zeros(exact.coef[active.features], cert.correlation,
+                               problem.n_samples, problem.lam, active.weights, indptr)
+    firm = [g for g in range(indptr.shape[0] - 1)
+            if g not in zero_groups or ratio[g] >= 1.0 - DROP_MARGIN]
+    moved = group_support_newton_step(active, cert, x)
+    assert moved is not None
+    assert sizes == [int(sum(indptr[g + 1] - indptr[g] for g in firm))]
+    assert len(firm) < indptr.shape[0] - 1 - 2      # some groups were pruned
+    assert all(not np.any(x[indptr[g]:indptr[g + 1]]) for g in zero_groups)
+    assert active.certificate(x, moved[0]).gap <= 1e-9 * problem.null_objective()

@@ -546,8 +546,9 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
     ``shard_slope``); ``firm`` (x's firm support), ``loss_sum`` (sum f at x) and
     ``column_sq`` (||A_:j||^2 over the active features) the server's.
 
-    When x has more than MAX_SUPPORT non-zeros, those outside its firm support are first
-    set to zero (``pruned_coordinates``: the server broadcasts them); the workers' margins
+    When x has more than MAX_SUPPORT non-zeros (for a group penalty, always), those
+    outside its firm support are first set to zero (``pruned_coordinates``: the server
+    broadcasts them); the workers' margins
     and their sums [f, rho, A_S^T rho] at the pruned x replace the certificate's, and a
     candidate is taken only below P of the unpruned x (else x is put back).
 
@@ -559,8 +560,8 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
     model's minimiser as the target of a LINE move."""
     server = wire.rank == 0
     groups = block_indptr is not None
-    pruned = _server_vector(wire, pruned_coordinates(x, firm).astype(np.float64)
-                            if server else None).astype(np.int64)
+    pruned = _server_vector(wire, pruned_coordinates(x, firm, always=groups).astype(
+        np.float64) if server else None).astype(np.int64)
     saved = x[pruned].copy()
     x[pruned] = 0.0
     if pruned.shape[0] and not server:
