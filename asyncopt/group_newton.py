@@ -1,6 +1,7 @@
 """The support Newton step for group penalties (the group Lasso, the group-penalised
-logistic regression): a proximal Newton move on the groups where x is non-zero, taken between DDSS epochs when
-the gap stalls (``support_newton.StallWatch``; serial, threads and MPI backends).
+logistic regression): a proximal Newton move on the groups where x is non-zero, taken
+between DDSS epochs when the gap stalls (``support_newton.StallWatch``; serial, threads
+and MPI backends).
 
 Why: prox-SVRG's gap falls by a constant factor per epoch, and for groups that factor is
 poor. Serial DDSS to 1e-6 without the step: CTR 20,000 x 10,000 (groups of 5, squared loss,

@@ -83,6 +83,13 @@ class BlockPenalty:
     def n_blocks(self):
         return self.indptr.shape[0] - 1
 
+    @property
+    def group_indptr(self):
+        """The blocks' feature ranges for a group penalty, None for L1 (single coordinates):
+        what the functions that treat blocks and coordinates apart take (the frozen zeros,
+        the support Newton step)."""
+        return None if self.is_l1 else self.indptr
+
     def value(self, x):
         return penalty_value(np.asarray(x, np.float64), self.indptr, self.ids, self.weights)
 

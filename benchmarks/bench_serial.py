@@ -684,8 +684,9 @@ def report(specs, results, problems_out, solvers, cap, target, args, info, t_sta
     """Table, targets, JSON and PNG of the problems done so far (called after each one,
     so that an interrupted run keeps its results)."""
     done = [s for s in specs if s["name"] in results]
-    header = ["problem"] + solvers + ["copt_saga/ddss", "ddss/sklearn", "ddss_noscreen/ddss",
-                                      "ddss_nonewton/ddss", "best peer/ddss"]
+    header = ["problem"] + solvers + ["copt_saga/ddss", "ddss/sklearn",
+                                      "ddss_noscreen/ddss", "ddss_nonewton/ddss",
+                                      "best peer/ddss"]
     rows = []
     for spec in done:
         runs = results[spec["name"]]

@@ -227,7 +227,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             best.offer_certificate(cert)
             newton_t = 0.0
             gap = best.gap(cert.primal)
-            groups = None if active.penalty.is_l1 else active.block_indptr
+            groups = active.penalty.group_indptr
             firm = None if watch is None else firm_support(x, cert.correlation, n, lam,
                                                            active.weights, groups)
             firm_cert = cert       # the certificate firm was read from
@@ -289,12 +289,12 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             if prox_svrg_epochs(variance_reduced, saga, dense):
                 thresholds = freeze_optimal_zeros(
                     x, eta, weighted_mu, thresholds,
-                    None if active.penalty.is_l1 else active.block_indptr)
+                    active.penalty.group_indptr)
             samples = epoch_rows(rng, n, n_steps, sampling)
             if watch is not None:    # again only if a step or a compaction moved x
                 firm_before = firm if cert is firm_cert else firm_support(
                     x, cert.correlation, n, lam, active.weights,
-                    None if active.penalty.is_l1 else active.block_indptr)
+                    active.penalty.group_indptr)
             eta_intercept = eta * active.intercept_scale_sq
             if dense:
                 staleness_mean, staleness_max = inner_loop.run_dense(

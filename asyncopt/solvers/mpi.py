@@ -95,8 +95,8 @@ from ..penalties import block_norms
 from ..problem import dropped_share
 from ..screening import BestDual, gap_safe_keep, gap_safe_radius
 from ..group_newton import entering_groups, group_move, group_support_point
-from ..support_newton import (LINE, PROJECTED, STEP_GRID, HessianCache, StallWatch, SupportRows,
-                              best_candidate, dense_move, entering_coordinates,
+from ..support_newton import (LINE, PROJECTED, STEP_GRID, HessianCache, StallWatch,
+                              SupportRows, best_candidate, dense_move, entering_coordinates,
                               entering_limit, firm_support, from_upper_triangle,
                               move_candidates, preconditioner_coordinates,
                               preconditioner_size, pruned_coordinates, shard_slope,
@@ -324,7 +324,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 if reference is None:     # P at x = 0 (the first record) is P(0)
                     reference = primal
                 churn = None      # changes of x's firm support over the last epoch
-                groups = None if penalty.is_l1 else pen.indptr
+                groups = pen.group_indptr
                 firm = None if watch is None else firm_support(x, correlation, n, lam,
                                                                pen.weights, groups)
                 if snapshot is not None:
@@ -432,7 +432,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                                                  float((total if server else local)[1]),
                                                  firm, float(total[0]) if server else 0.0,
                                                  hessian_cache, column_sq,
-                                                 None if penalty.is_l1 else pen.indptr)
+                                                 pen.group_indptr)
             if status in (RECERTIFY, NEWTON):
                 snapshot = None
                 continue
@@ -451,7 +451,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             if freezing:
                 mu_intercept, weighted_mu, thresholds = _anchor_without_optimal_zeros(
                     wire, step if server else None, x, eta, thresholds,
-                    None if penalty.is_l1 else pen.indptr)
+                    pen.group_indptr)
             else:
                 step = wire.bcast(step)
                 mu_intercept, weighted_mu = float(step[0]), step[1:]
@@ -590,8 +590,8 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
                                     active.n_features)[support]
         total = wire.reduce(local)
         if server:
-            offset = (loss_sum - total[0]) / n + lam * _pruned_penalty(x, pruned, saved,
-                                                                       weights, block_indptr)
+            offset = (loss_sum - total[0]) / n + lam * _pruned_penalty(
+                x, pruned, saved, weights, block_indptr)
             local = total
         rho_sum, correlation_S = float(local[1]), local[2:]
     else:
