@@ -48,6 +48,7 @@ from .support_newton import (ENTERING_MIN, ENTERING_SHARE, MAX_SUPPORT, RIDGE, S
                              SupportRows, best_candidate, linear_candidates,
                              prune_for_step, shard_slope, take_candidate, violating_zeros)
 
+GROUP_MAX_SUPPORT = 4000  # |S| above which the step is not tried on one process
 MODEL_ROUNDS = 6          # (descent, Newton) rounds at most
 DESCENT_PASSES = 20       # block coordinate descent passes per round
 NEWTON_ITERATIONS = 20    # Newton iterations per round
@@ -67,18 +68,19 @@ def support_norms(u, starts):
     return block_norms(u, starts, np.arange(starts[-1], dtype=np.int64))
 
 
-def entering_groups(x, correlation, n, lam, weights, block_indptr):
+def entering_groups(x, correlation, n, lam, weights, block_indptr, max_support=None):
     """The zero groups of x that violate the optimality condition most (largest
     ||A_g^T rho|| / (n lam w_g)): at most ENTERING_SHARE of the non-zero groups (at least
-    ENTERING_MIN), and no more than keeps |S| within MAX_SUPPORT coordinates. Sorted; as
-    float64 (what the server broadcasts)."""
+    ENTERING_MIN), and no more than keeps |S| within ``max_support`` coordinates (default
+    MAX_SUPPORT). Sorted; as float64 (what the server broadcasts)."""
     violating, ratio = violating_zeros(x, correlation, n, lam, weights, block_indptr)
     sizes = np.diff(block_indptr)
     nonzero = np.flatnonzero(block_norms(x, block_indptr,
                                          np.arange(x.shape[0], dtype=np.int64)))
     limit = int(max(ENTERING_MIN, np.ceil(ENTERING_SHARE * nonzero.shape[0])))
     order = violating[np.argsort(-ratio[violating], kind="stable")][:limit]
-    room = MAX_SUPPORT - int(sizes[nonzero].sum())
+    room = (MAX_SUPPORT if max_support is None else max_support) - \
+        int(sizes[nonzero].sum())
     order = order[np.cumsum(sizes[order]) <= room]
     return np.sort(order).astype(np.float64)
 
@@ -103,7 +105,8 @@ def group_model_descent(hessian, slope, u, starts, lam_weights, passes, toleranc
     u_k <- prox_{lam w_k / L_k ||.||}(u_k - slope_k / L_k), L_k the largest eigenvalue of
     H_kk, and slope += H[:, k] (new u_k - old u_k). In place on u and slope; stops after
     ``passes`` or a pass that moved no coordinate by more than ``tolerance``. Returns the
-    passes made."""
+    passes made. H is symmetric: its column j is read as row j, contiguous (read down
+    the column, CTR 200,000 x 100,000's |S| = 3,445 took 1.45 s for 20 passes)."""
     dim = u.shape[0]
     n_groups = starts.shape[0] - 1
     lipschitz = np.empty(n_groups)
@@ -131,7 +134,7 @@ def group_model_descent(hessian, slope, u, starts, lam_weights, passes, toleranc
                 if change != 0.0:
                     largest = max(largest, abs(change))
                     for i in range(dim):
-                        slope[i] += hessian[i, j] * change
+                        slope[i] += hessian[j, i] * change
         if largest <= tolerance:
             break
     return done
@@ -185,7 +188,7 @@ def zero_optimal_groups(hessian, slope, u, starts, lam_weights):
             change = -u[j]
             if change != 0.0:
                 for i in range(dim):
-                    slope[i] += hessian[i, j] * change
+                    slope[i] += hessian[j, i] * change
             u[j] = 0.0
 
 
@@ -341,7 +344,8 @@ def group_support_newton_step(active, cert, x, cache=None):
     intercept = problem.fit_intercept
     block_indptr = active.block_indptr
     pruned, saved, offset, cert = prune_for_step(active, cert, x, block_indptr)
-    entering = entering_groups(x, cert.correlation, n, lam, active.weights, block_indptr)
+    entering = entering_groups(x, cert.correlation, n, lam, active.weights, block_indptr,
+                               GROUP_MAX_SUPPORT)
     support, point, starts, groups = group_support_point(x, cert.intercept, intercept,
                                                          block_indptr, entering)
     k = support.shape[0]

@@ -803,8 +803,9 @@ class StallWatch:
     """When to try the step: after an epoch that cut the certified gap by less than
     1 / STALL_RATIO (or, given the goal, that left it more than TRY_EPOCHS epochs from
     it), that changed at most SUPPORT_CHURN |S| of x's firm support S (``firm_support``;
-    the backends count the changes and pass |S|), with 1 <= |S| <= MAX_SUPPORT. After a try that did
-    not cut the gap to STALL_RATIO times what it was, the next try waits 2, 4, 8...
+    the backends count the changes and pass |S|), with 1 <= |S| <= ``max_support``
+    (default MAX_SUPPORT; the group step on one process: GROUP_MAX_SUPPORT). After a try
+    that did not cut the gap to STALL_RATIO times what it was, the next try waits 2, 4, 8...
     epochs (each try costs a pass over the data and a Hessian over S or up to
     ``product_budget`` products with it, under MPI sums from every worker).
 
@@ -814,7 +815,8 @@ class StallWatch:
     8). Without the churn rule the step was tried on CTR while the support still moved by
     thousands (|S| ~4,000, 2-4 s a try)."""
 
-    def __init__(self):
+    def __init__(self, max_support=None):
+        self.max_support = MAX_SUPPORT if max_support is None else int(max_support)
         self.previous_gap = None
         self.wait_until = 0
         self.backoff = 1
@@ -836,7 +838,7 @@ class StallWatch:
         self.previous_gap = gap
         settled = support_changes is not None and \
             support_changes <= SUPPORT_CHURN * support_size
-        return stalled and settled and 1 <= support_size <= MAX_SUPPORT and \
+        return stalled and settled and 1 <= support_size <= self.max_support and \
             epoch >= self.wait_until
 
     def should_chain(self, t, violating):
