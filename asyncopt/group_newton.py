@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
-from .penalties import block_norms, block_positions
+from .penalties import block_positions, contiguous_block_norms
 from .support_newton import (ENTERING_MIN, ENTERING_SHARE, MAX_SUPPORT, RIDGE, STEP_GRID,
                              SupportRows, best_candidate, linear_candidates,
                              prune_for_step, shard_slope, take_candidate, violating_zeros)
@@ -62,12 +62,6 @@ def group_starts(sizes):
     return np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
 
 
-def support_norms(u, starts):
-    """||u_k|| for every group k of S (``starts``; entries past starts[-1], the
-    intercept, are left out)."""
-    return block_norms(u, starts, np.arange(starts[-1], dtype=np.int64))
-
-
 def entering_groups(x, correlation, n, lam, weights, block_indptr, max_support=None):
     """The zero groups of x that violate the optimality condition most (largest
     ||A_g^T rho|| / (n lam w_g)): at most ENTERING_SHARE of the non-zero groups (at least
@@ -75,8 +69,7 @@ def entering_groups(x, correlation, n, lam, weights, block_indptr, max_support=N
     MAX_SUPPORT). Sorted; as float64 (what the server broadcasts)."""
     violating, ratio = violating_zeros(x, correlation, n, lam, weights, block_indptr)
     sizes = np.diff(block_indptr)
-    nonzero = np.flatnonzero(block_norms(x, block_indptr,
-                                         np.arange(x.shape[0], dtype=np.int64)))
+    nonzero = np.flatnonzero(contiguous_block_norms(x, block_indptr))
     limit = int(max(ENTERING_MIN, np.ceil(ENTERING_SHARE * nonzero.shape[0])))
     order = violating[np.argsort(-ratio[violating], kind="stable")][:limit]
     room = (MAX_SUPPORT if max_support is None else max_support) - \
@@ -89,7 +82,7 @@ def group_support_point(x, b, intercept, block_indptr, entering=None):
     """(S, the point [x_S, b], the group starts over S, the groups): S the coordinates of
     the non-zero groups of x and of ``entering`` (``entering_groups``), group by group;
     b only when the intercept is fitted."""
-    norms = block_norms(x, block_indptr, np.arange(x.shape[0], dtype=np.int64))
+    norms = contiguous_block_norms(x, block_indptr)
     groups = np.flatnonzero(norms)
     if entering is not None and entering.shape[0]:
         groups = np.union1d(groups, entering.astype(np.int64))
@@ -145,19 +138,19 @@ def model_value(hessian, gradient, point, u, starts, lam_weights):
     lam sum_k w_k ||u_k|| (the module docstring's, x = point)."""
     move = u - point
     return float(gradient @ move + 0.5 * move @ (hessian @ move) +
-                 lam_weights @ support_norms(u, starts))
+                 lam_weights @ contiguous_block_norms(u, starts))
 
 
 def model_optimality(slope, u, starts, lam_weights):
     """How far u is from the model's minimum, relative to max lam w_k: the largest of
     ||slope_k + lam w_k u_k / ||u_k|||| over the non-zero groups and (||slope_k|| -
     lam w_k)_+ over the zero ones (``slope`` = the quadratic's gradient at u)."""
-    norms = support_norms(u, starts)
+    norms = contiguous_block_norms(u, starts)
     sizes = np.diff(starts)
     nonzero = norms > 0.0
     pull = np.repeat(np.where(nonzero, lam_weights / np.where(nonzero, norms, 1.0), 0.0),
                      sizes)
-    residual = support_norms(slope + pull * u, starts)
+    residual = contiguous_block_norms(slope + pull * u, starts)
     violation = np.where(nonzero, residual, np.maximum(residual - lam_weights, 0.0))
     scale = float(lam_weights.max(initial=0.0))
     return float(violation.max(initial=0.0)) / scale if scale > 0.0 else 0.0
@@ -203,16 +196,16 @@ def _through_zero(hessian, gradient, point, u, free, step, starts, lam_weights, 
     |S| = 725: 812 model evaluations for 69 steps)."""
     full = np.zeros(u.shape[0])
     full[free] = step
-    along = support_norms(full, starts)
+    along = contiguous_block_norms(full, starts)
     dots = np.add.reduceat(u * full, starts[:-1]) if starts.shape[0] > 1 else np.zeros(0)
     moving = (along > 0.0) & (dots < 0.0)
     if not np.any(moving):
         return None
     t_near = np.where(moving, -dots / np.where(moving, along * along, 1.0), np.inf)
     sizes = np.diff(starts)
-    nearest = support_norms(u + np.repeat(np.minimum(t_near, 1.0), sizes) * full, starts)
+    nearest = contiguous_block_norms(u + np.repeat(np.minimum(t_near, 1.0), sizes) * full, starts)
     crossing = moving & (t_near <= 1.0) & \
-        (nearest <= CROSSING * support_norms(u, starts))
+        (nearest <= CROSSING * contiguous_block_norms(u, starts))
     if not np.any(crossing):
         return None
     k = int(np.flatnonzero(crossing)[np.argmin(t_near[crossing])])
@@ -231,7 +224,7 @@ def _smooth_newton(hessian, gradient, point, u, starts, lam_weights, iterations)
     for _ in range(iterations):
         slope = gradient + hessian @ (u - point)
         zero_optimal_groups(hessian, slope, u, starts, lam_weights)
-        norms = support_norms(u, starts)
+        norms = contiguous_block_norms(u, starts)
         nonzero = norms > 0.0
         if not np.any(nonzero):
             return u, False
@@ -239,7 +232,7 @@ def _smooth_newton(hessian, gradient, point, u, starts, lam_weights, iterations)
         safe = np.where(nonzero, norms, 1.0)
         unit = u / np.repeat(safe, sizes)
         full = slope + np.repeat(lam_weights, sizes) * unit
-        if float(support_norms(full, starts)[nonzero].max()) <= \
+        if float(contiguous_block_norms(full, starts)[nonzero].max()) <= \
                 MODEL_TOLERANCE * float(lam_weights.max()):
             return u, False
         grad = full[free]
@@ -318,7 +311,7 @@ def group_model_minimum(hessian, gradient, point, starts, lam_weights, intercept
     if intercept:
         move_b = -(gradient[k] + column @ (u - start)) / corner if corner > 0.0 else 0.0
         target = np.append(u, point[k] + move_b)
-    base = float(lam_weights @ support_norms(point[:k], starts))
+    base = float(lam_weights @ contiguous_block_norms(point[:k], starts))
     predicted = model_value(hessian, gradient, point, target, starts, lam_weights) - base
     if not predicted < 0.0:
         return point.copy(), 0.0, optimality

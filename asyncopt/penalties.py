@@ -47,6 +47,14 @@ def block_norms(u, indptr, ids):
     return out
 
 
+def contiguous_block_norms(u, indptr):
+    """||u_g||_2 for blocks that are the contiguous ranges indptr[g]:indptr[g+1] (an
+    ActiveSet's features, renumbered block by block, or the groups of a Newton step's S);
+    entries of u past indptr[-1] are left out."""
+    return block_norms(np.asarray(u, np.float64), np.asarray(indptr, np.int64),
+                       np.arange(indptr[-1], dtype=np.int64))
+
+
 @njit(cache=True)
 def penalty_value(x, indptr, ids, weights):
     """Omega(x) = sum_g w_g ||x_g||_2.

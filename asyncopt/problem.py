@@ -25,7 +25,7 @@ from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_margins
                              csr_rmatvec, csr_row_sq_norms, csr_select)
 from .losses import (LOGISTIC, SQUARED, generalized_residual, get_loss, loss_derivative,
                      loss_second_derivative, loss_value, mean_loss, mean_neg_conjugate)
-from .penalties import L1, BlockPenalty, block_norms
+from .penalties import L1, BlockPenalty, contiguous_block_norms
 
 
 @njit(cache=True)
@@ -223,8 +223,7 @@ class ActiveSet:
         rho = generalized_residual(code, z, y, np.empty_like(z))
         correlation = csr_rmatvec(self.indptr, self.indices, self.data, rho, self.n_features,
                                   n_threads)
-        block_corr = block_norms(correlation, self.block_indptr,
-                                 np.arange(self.n_features))
+        block_corr = contiguous_block_norms(correlation, self.block_indptr)
         n_lam = prob.n_samples * prob.lam
         dual_norm = float(np.max(block_corr / self.weights, initial=0.0))
         scale = max(1.0, dual_norm / n_lam)

@@ -66,7 +66,7 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve
 from scipy.linalg.blas import dsymv
 
 from .losses import SQUARED, loss_second_derivative, loss_value, mean_loss
-from .penalties import block_norms
+from .penalties import contiguous_block_norms
 
 MAX_SUPPORT = 2000       # |S| above which the step is not tried
 MIN_PRODUCTS = 100       # Hessian-vector products a step may take at least
@@ -167,9 +167,8 @@ def firm_support(x, correlation, n, lam, weights, block_indptr=None):
     at least (1 - DROP_MARGIN) n lam w_g."""
     if block_indptr is None:
         return (x != 0) & ~settled_zeros(correlation, n, lam, weights, False)
-    ids = np.arange(x.shape[0], dtype=np.int64)
-    firm = (block_norms(x, block_indptr, ids) > 0.0) & \
-        (block_norms(correlation, block_indptr, ids) >=
+    firm = (contiguous_block_norms(x, block_indptr) > 0.0) & \
+        (contiguous_block_norms(correlation, block_indptr) >=
          (1.0 - DROP_MARGIN) * n * lam * np.asarray(weights, np.float64))
     return np.repeat(firm, np.diff(block_indptr))
 
@@ -659,10 +658,8 @@ def best_candidate(loss_sums, n, lam, weights_S, start_S, candidates_S, offset=0
     starts[k]:starts[k+1], ``weights_S`` per group) lam sum w_k ||candidate_k||.
     ``offset``: P(x) - P(point) when the point is not x itself (``pruned_coordinates``),
     so that a candidate is taken only below P(x)."""
-    ids = None if starts is None else np.arange(start_S.shape[0], dtype=np.int64)
-
     def penalty(v):
-        size = np.abs(v) if starts is None else block_norms(v, starts, ids)
+        size = np.abs(v) if starts is None else contiguous_block_norms(v, starts)
         return lam * float(weights_S @ size)
     current = loss_sums[-1] / n + penalty(start_S) + offset
     best, best_change = -1, 0.0
@@ -687,9 +684,8 @@ def violating_zeros(x, correlation, n, lam, weights, block_indptr=None):
     if block_indptr is None:
         magnitude, zero = np.abs(correlation), x == 0
     else:
-        ids = np.arange(x.shape[0], dtype=np.int64)
-        magnitude = block_norms(correlation, block_indptr, ids)
-        zero = block_norms(x, block_indptr, ids) == 0.0
+        magnitude = contiguous_block_norms(correlation, block_indptr)
+        zero = contiguous_block_norms(x, block_indptr) == 0.0
     ratio = magnitude / (n * lam * np.asarray(weights, np.float64))
     return np.flatnonzero(zero & (ratio > 1.0)), ratio
 

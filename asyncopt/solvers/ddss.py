@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kernels.linalg import csr_rmatvec
-from ..penalties import block_norms
+from ..penalties import contiguous_block_norms
 from ..screening import BestDual, screen_active_set
 from ..group_newton import GROUP_MAX_SUPPORT, group_support_newton_step
 from ..support_newton import (HessianCache, StallWatch, firm_support, support_newton_step,
@@ -87,7 +87,7 @@ def optimal_zeros(x, eta, weighted_mu, thresholds, block_indptr=None):
         return (x == 0.0) & (eta * np.abs(weighted_mu) <= thresholds)
     moving = np.add.reduceat(x != 0.0, block_indptr[:-1]) if x.shape[0] else \
         np.zeros(0, dtype=int)
-    mu_norms = block_norms(weighted_mu, block_indptr, np.arange(x.shape[0]))
+    mu_norms = contiguous_block_norms(weighted_mu, block_indptr)
     return (moving == 0) & (eta * mu_norms <= thresholds)
 
 

@@ -24,7 +24,7 @@ import scipy.sparse as sp
 
 from ..kernels.linalg import csr_rmatvec
 from ..losses import SQUARED
-from ..penalties import block_norms
+from ..penalties import contiguous_block_norms
 from ..screening import screen_active_set, strong_rule_keep
 from .ddss import SolverResult, history_record
 from .serial import SerialInnerLoop
@@ -48,7 +48,7 @@ def kkt_violators(full, keep, rho, dual_scale, n_threads=1):
     prob = full.problem
     correlation = csr_rmatvec(full.indptr, full.indices, full.data, rho, full.n_features,
                               n_threads)
-    block_corr = block_norms(correlation, full.block_indptr, np.arange(full.n_features))
+    block_corr = contiguous_block_norms(correlation, full.block_indptr)
     return ~keep & (block_corr > prob.n_samples * prob.lam * full.weights * dual_scale)
 
 
