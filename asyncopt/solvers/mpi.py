@@ -428,11 +428,10 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 x = x[feature_keep]
             if status == NEWTON:
                 x, b, newton_t = _support_newton(wire, active, x, b, z, loss_code, lam, n,
-                                                 pen.weights, fit_intercept, correlation,
+                                                 pen, fit_intercept, correlation,
                                                  float((total if server else local)[1]),
                                                  firm, float(total[0]) if server else 0.0,
-                                                 hessian_cache, column_sq,
-                                                 pen.group_indptr)
+                                                 hessian_cache, column_sq)
             if status in (RECERTIFY, NEWTON):
                 snapshot = None
                 continue
@@ -521,8 +520,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                         history)
 
 
-def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, correlation,
-                    rho_sum, firm, loss_sum, cache, column_sq, block_indptr=None):
+def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, correlation,
+                    rho_sum, firm, loss_sum, cache, column_sq):
     """The support Newton step (``support_newton.py``) over the shards; every rank calls
     it with its x and b (equal on every rank: each inner loop ends with the workers
     holding the server's) and its margins z at them. S = the non-zeros of x and the zeros
@@ -552,13 +551,14 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
     and their sums [f, rho, A_S^T rho] at the pruned x replace the certificate's, and a
     candidate is taken only below P of the unpruned x (else x is put back).
 
-    For a group penalty (``block_indptr``: its groups' feature ranges; ``weights`` per
-    group) S is the coordinates of x's non-zero groups and of the zero groups that most
-    violate the optimality condition (``group_newton.entering_groups``, broadcast as
-    group numbers), the workers always reduce their shares of the Hessian (the group
+    ``penalty``: the one on the active blocks (L1 or group). For a group penalty S is the
+    coordinates of x's non-zero groups and of the zero groups that most violate the
+    optimality condition (``group_newton.entering_groups``, broadcast as group numbers),
+    the workers always reduce their shares of the Hessian (the group
     model needs H itself: ``group_newton.group_move``), and the server broadcasts the
     model's minimiser as the target of a LINE move."""
     server = wire.rank == 0
+    weights, block_indptr = penalty.weights, penalty.group_indptr
     groups = block_indptr is not None
     pruned = _server_vector(wire, pruned_coordinates(x, firm, always=groups).astype(
         np.float64) if server else None).astype(np.int64)
@@ -590,8 +590,11 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
                                     active.n_features)[support]
         total = wire.reduce(local)
         if server:
-            offset = (loss_sum - total[0]) / n + lam * _pruned_penalty(
-                x, pruned, saved, weights, block_indptr)
+            # the pruned coordinates make up whole blocks (the firm support is one of
+            # blocks): their share of the penalty is the penalty of them alone
+            alone = np.zeros_like(x)
+            alone[pruned] = saved
+            offset = (loss_sum - total[0]) / n + lam * penalty.value(alone)
             local = total
         rho_sum, correlation_S = float(local[1]), local[2:]
     else:
@@ -614,7 +617,7 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
                 return wire.reduce(np.zeros(dim))
 
             direction, _ = support_direction(hessian_times, diagonal, correlation_S,
-                                             rho_sum, point, weights[support], lam, n,
+                                             rho_sum, point, weights_S, lam, n,
                                              intercept, signs, block)
             found = direction is not None
             wire.bcast(np.concatenate(([0.0 if found else -1.0],
@@ -664,18 +667,6 @@ def _support_newton(wire, active, x, b, z, code, lam, n, weights, intercept, cor
         return x, b, 0.0
     return x, take_candidate(x, b, support, candidates[index], intercept), \
         float(STEP_GRID[index])
-
-
-def _pruned_penalty(x, pruned, saved, weights, block_indptr=None):
-    """Omega(x with x[pruned] = saved) - Omega(x) (x with them at zero): sum w_j |saved_j|
-    for L1, the change of the groups' norms for a group penalty (``block_indptr``)."""
-    if block_indptr is None:
-        return float(weights[pruned] @ np.abs(saved))
-    ids = np.arange(x.shape[0], dtype=np.int64)
-    before = x.copy()
-    before[pruned] = saved
-    return float(weights @ (block_norms(before, block_indptr, ids) -
-                            block_norms(x, block_indptr, ids)))
 
 
 def _anchor_without_optimal_zeros(wire, step, x, eta, thresholds, block_indptr=None):
