@@ -11,7 +11,7 @@ from asyncopt.penalties import L1, GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
 import asyncopt.support_newton as support_newton
-from asyncopt.support_newton import (DROP_MARGIN, LINE, MAX_SUPPORT, PROJECTED,
+from asyncopt.support_newton import (DROP_MARGIN, LINE, MAX_SUPPORT, MIN_PRODUCTS, PROJECTED,
                                      STALL_RATIO, STEP_GRID, SUPPORT_CHURN, TRY_EPOCHS,
                                      CHAIN_STEPS, HessianCache, StallWatch, SupportRows,
                                      best_candidate, block_preconditioner, dense_move,
@@ -319,6 +319,34 @@ def test_dense_move_never_models_worse_than_the_path():
         assert np.all((np.sign(first) == np.sign(x)) | (first == 0.0))
         assert kind in (LINE, PROJECTED)
 
+
+
+def test_dense_move_on_a_large_support_is_the_projected_newton_step():
+    """From |S| where the step under MPI goes Hessian-free, dense_move forms no path
+    (LINE) but the projected direction: where the Newton step stays in x's orthant it is
+    that step (against a direct solve), where it crosses, the end point keeps the
+    orthant and models no worse than the Newton step clipped at zero."""
+    k = 4 * MIN_PRODUCTS
+    assert uses_hessian_free(k)
+    rng = np.random.default_rng(3)
+    M = rng.standard_normal((k + 50, k)) / np.sqrt(k)
+    H = M.T @ M + 0.5 * np.eye(k)
+    x = 5.0 + rng.random(k)
+    weights = 0.5 + rng.random(k)
+    corr = weights + 0.1 * rng.standard_normal(k)        # near optimal: a small move
+    kind, vector, predicted = dense_move(H, corr, 0.0, x, weights, 1.0, 1, False)
+    g = -corr + weights
+    assert kind == PROJECTED
+    first = move_candidates(kind, vector, x, k)[0]
+    np.testing.assert_allclose(first, x - np.linalg.solve(H, g), rtol=1e-8, atol=1e-10)
+    assert predicted == pytest.approx(-0.5 * g @ np.linalg.solve(H, g), rel=1e-8)
+    x[:20] = 1e-3                                         # these cross zero
+    kind, vector, predicted = dense_move(H, corr, 0.0, x, weights, 1.0, 1, False)
+    assert kind == PROJECTED
+    first = move_candidates(kind, vector, x, k)[0]
+    assert np.all(first >= 0.0) and np.any(first[:20] == 0.0)
+    clipped = np.maximum(x - np.linalg.solve(H, g), 0.0) - x
+    assert predicted <= g @ clipped + 0.5 * clipped @ H @ clipped + 1e-12
 
 def test_settled_zeros_are_the_non_zeros_far_below_the_threshold():
     corr = np.array([3.0, 0.4, 0.6, -2.0])
