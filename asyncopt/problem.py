@@ -21,8 +21,9 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_margins,
-                             csr_rmatvec, csr_row_sq_norms, csr_select)
+from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_count_in_columns,
+                             csr_keep_columns, csr_margins, csr_rmatvec, csr_row_sq_norms,
+                             csr_select)
 from .losses import (LOGISTIC, SQUARED, generalized_residual, get_loss, loss_derivative,
                      loss_second_derivative, loss_value, mean_loss, mean_neg_conjugate)
 from .penalties import L1, BlockPenalty, contiguous_block_norms
@@ -84,6 +85,39 @@ def dropped_share(column_counts, block_indptr, keep_blocks):
     dropped = ~np.repeat(keep_blocks, np.diff(block_indptr))
     nnz_share = column_counts[dropped].sum() / max(column_counts.sum(), 1)
     return float(nnz_share), float(dropped.mean()) if dropped.size else 0.0
+
+
+UNFROZEN_SHARE = 0.7   # ActiveSet.without_frozen: a view only below this share of entries
+VIEW_SLACK = 1.25      # ... kept while it holds at most this many times the entries needed
+
+
+@dataclass(frozen=True)
+class RowsView:
+    """The rows of an ActiveSet restricted to some of its columns (ids unchanged):
+    ``columns`` (bool per feature) says which, ``entries`` is how many non-zeros those
+    columns hold (the ActiveSet's column_counts; what ``without_frozen`` compares)."""
+
+    columns: np.ndarray
+    entries: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+
+    @classmethod
+    def of(cls, active, columns):
+        keep = columns.astype(np.uint8)
+        count = csr_count_in_columns(active.indptr, active.indices, keep)
+        indptr = np.empty(active.indptr.shape[0], dtype=np.int64)
+        indices = np.empty(count + 1, dtype=active.indices.dtype)
+        data = np.empty(count + 1)
+        csr_keep_columns(active.indptr, active.indices, active.data, keep, indptr, indices,
+                         data)
+        return cls(columns, int(active.column_counts[columns].sum()), indptr,
+                   indices[:count], data[:count])
+
+    def covers(self, x):
+        """Whether every non-zero of x lies in these columns."""
+        return not np.any((x != 0.0) & ~self.columns)
 
 
 def check_finite_data(X, y):
@@ -168,6 +202,7 @@ class ActiveSet:
         self.block_indptr = self.penalty.indptr
         self.feature_block = np.repeat(np.arange(len(blocks)), np.diff(self.block_indptr))
         self.weights = self.penalty.weights
+        self._rows_view = None     # the last RowsView of ``without_frozen``
 
     @property
     def n_features(self):
@@ -205,8 +240,40 @@ class ActiveSet:
         return csr_row_sq_norms(self.indptr, self.data)
 
     def margins(self, x, b, n_threads=1):
-        return csr_margins(self.indptr, self.indices, self.data, x, b,
-                           np.empty(self.y.shape[0]), n_threads)
+        """z = A x + b. When the last ``without_frozen`` view covers x's non-zeros (after
+        an inner epoch on it, x is zero on its other columns) the pass reads that view's
+        entries only: the terms it leaves out are 0 * a_ij."""
+        view = self._rows_view
+        rows = (view.indptr, view.indices, view.data) if view is not None and \
+            view.covers(x) else (self.indptr, self.indices, self.data)
+        return csr_margins(*rows, x, b, np.empty(self.y.shape[0]), n_threads)
+
+    def without_frozen(self, thresholds):
+        """This set for one inner epoch, its rows restricted to the columns of the
+        blocks not frozen at zero (``thresholds`` per block; +inf: frozen for the epoch,
+        ``ddss.freeze_optimal_zeros``), or this set itself when those columns hold more
+        than UNFROZEN_SHARE of the non-zeros. The epoch kernels skip a frozen block and
+        its x is 0, so they take the same steps on either, bit for bit, and read only
+        the entries they use: CTR 200,000 x 100,000 at 1e-3 lam_max, 99% of the
+        features frozen in the fifth epoch and their columns holding 54% of the entries,
+        an epoch took 21 ms against 90 ms.
+
+        The view (a RowsView, a pass over the rows to form) is kept and serves later
+        epochs while its columns cover the unfrozen ones and hold at most VIEW_SLACK
+        times their non-zeros; ``margins`` uses it too. For the inner loop only: the
+        returned set's other attributes are this set's."""
+        moving = np.repeat(np.isfinite(thresholds), np.diff(self.block_indptr))
+        needed = int(self.column_counts[moving].sum())
+        if needed > UNFROZEN_SHARE * int(self.column_counts.sum()):
+            return self
+        view = self._rows_view
+        if view is None or np.any(moving & ~view.columns) or \
+                view.entries > VIEW_SLACK * needed:
+            view = self._rows_view = RowsView.of(self, moving)
+        restricted = copy.copy(self)
+        restricted.indptr, restricted.indices, restricted.data = \
+            view.indptr, view.indices, view.data
+        return restricted
 
     def certificate(self, x, b, z=None, n_threads=1):
         """Refit the intercept, then compute the dual point, P, D and the gap (DESIGN 1).
@@ -244,11 +311,13 @@ class ActiveSet:
         column_map = np.where(feature_keep, np.cumsum(feature_keep) - 1, -1)
         if self.owns_data:
             indptr, indices, data = self.indptr, self.indices, self.data
-        else:
-            indptr, indices, data = self.indptr.copy(), self.indices.copy(), self.data.copy()
-        nnz = csr_compact_columns_(indptr, indices, data, column_map)
-        new = ActiveSet(self.problem, self.blocks[keep_blocks], indptr, indices[:nnz],
-                        data[:nnz], self.column_sq_norms[feature_keep],
+            nnz = csr_compact_columns_(indptr, indices, data, column_map)
+            indices, data = indices[:nnz], data[:nnz]
+        else:     # new arrays of the kept entries alone, not a copy of all compacted
+            indptr, indices, data = csr_select(self.indptr, self.indices, self.data,
+                                               column_map, np.arange(self.y.shape[0]))
+        new = ActiveSet(self.problem, self.blocks[keep_blocks], indptr, indices,
+                        data, self.column_sq_norms[feature_keep],
                         self.column_counts[feature_keep], self.block_row_counts[keep_blocks],
                         self.y, True)
         return new, x[feature_keep], bool(np.any(x[~feature_keep] != 0))

@@ -26,6 +26,94 @@ from asyncopt.penalties import L1, GroupL1
 from asyncopt.problem import intercept_optimum
 from asyncopt.solvers import solve_ddss
 
+
+def _epoch_at_a_certificate(penalty_of, lam_ratio, seed=0):
+    """(active set, x, b, certificate, epoch thresholds with the optimal zeros frozen,
+    weighted mu, eta) of DDSS on CTR-like data after a few epochs."""
+    from asyncopt.data import make_ctr
+    from asyncopt.solvers.ddss import freeze_optimal_zeros
+    X, y = make_ctr(3000, 800, nnz_per_row=12, random_state=seed)[:2]
+    prob = Problem(X, y, "squared", penalty_of(800), 1.0, True)
+    prob = prob.with_lam(lam_ratio * prob.lam_max())
+    partial = solve_ddss(prob, tol=1e-14, max_epochs=3, random_state=seed,
+                         screening=False, support_newton=False)
+    # a new set of the same rows (a solve leaves its last view on the problem's own)
+    active = Problem(X, y, "squared", penalty_of(800), prob.lam, True).full_active_set()
+    x = partial.coef[active.features].copy()
+    cert = active.certificate(x, partial.intercept)
+    n = prob.n_samples
+    eta = 1.0 / (3.0 * active.max_row_sq_norm)
+    reweight = active.reweighting()
+    weighted_mu = -np.repeat(reweight, np.diff(active.block_indptr)) * cert.correlation / n
+    thresholds = freeze_optimal_zeros(x, eta, weighted_mu,
+                                      eta * prob.lam * reweight * active.weights,
+                                      active.penalty.group_indptr)
+    return active, x, cert, thresholds, weighted_mu, eta
+
+
+@pytest.mark.parametrize("penalty_of", [L1, lambda p: GroupL1(p, 4)], ids=["l1", "group"])
+def test_epoch_on_the_unfrozen_rows_is_the_same_epoch(penalty_of):
+    """ActiveSet.without_frozen: the rows restricted to the columns of the blocks not
+    frozen for the epoch are exactly those columns of the data (against scipy's column
+    slice), an epoch of the serial kernels on them takes the same steps bit for bit as on
+    all the rows, and the margins at the new x (read through the view) are the margins
+    over all the rows."""
+    from asyncopt.kernels.linalg import csr_margins
+    from asyncopt.solvers.ddss import epoch_rows
+    from asyncopt.solvers.serial import SerialInnerLoop
+    active, x, cert, thresholds, weighted_mu, eta = _epoch_at_a_certificate(penalty_of, 0.05)
+    rows = active.without_frozen(thresholds)
+    assert rows is not active
+    moving = np.repeat(np.isfinite(thresholds), np.diff(active.block_indptr))
+    assert 0 < np.count_nonzero(moving) < 0.5 * moving.shape[0]
+    full = sp.csr_matrix((active.data, active.indices, active.indptr),
+                         shape=(active.y.shape[0], active.n_features))
+    view = sp.csr_matrix((rows.data, rows.indices, rows.indptr), shape=full.shape)
+    assert view.nnz == full[:, moving].nnz < full.nnz
+    np.testing.assert_array_equal(view.toarray(), (full @ sp.diags(moving * 1.0)).toarray())
+    samples = epoch_rows(np.random.default_rng(0), active.y.shape[0], active.y.shape[0])
+    ends = []
+    for on in (active, rows):
+        w, b = x.copy(), np.array([cert.intercept])
+        SerialInnerLoop().run(on, w, b, 0.1 * eta, cert.z, weighted_mu, 0.0, thresholds,
+                              eta, samples, True)
+        ends.append((w, b[0]))
+    assert np.count_nonzero(ends[0][0] != x) > 0
+    np.testing.assert_array_equal(ends[0][0], ends[1][0])
+    assert ends[0][1] == ends[1][1]
+    w = ends[0][0]
+    np.testing.assert_array_equal(
+        active.margins(w, 0.3),
+        csr_margins(active.indptr, active.indices, active.data, w, 0.3,
+                    np.empty(active.y.shape[0])))
+
+
+def test_unfrozen_rows_view_is_kept_while_it_covers_the_unfrozen_columns():
+    """without_frozen keeps its view while its columns cover the unfrozen ones (the same
+    arrays again, also with fewer unfrozen), forms a new one for a newly unfrozen column,
+    and gives the set itself when the unfrozen columns hold most entries; margins fall
+    back to all the rows for an x outside the view."""
+    active, x, cert, thresholds, _, _ = _epoch_at_a_certificate(L1, 0.05)
+    first = active.without_frozen(thresholds)
+    again = active.without_frozen(thresholds)
+    assert again.indices is first.indices
+    fewer = thresholds.copy()
+    fewer[np.flatnonzero(np.isfinite(thresholds))[-1]] = np.inf
+    assert active.without_frozen(fewer).indices is first.indices
+    frozen = np.flatnonzero(np.isinf(thresholds) & (active.column_counts > 0))
+    more = thresholds.copy()
+    more[frozen[0]] = 1.0
+    grown = active.without_frozen(more)
+    assert grown.indices is not first.indices
+    assert grown.indptr[-1] > first.indptr[-1]
+    assert active.without_frozen(np.ones_like(thresholds)) is active
+    outside = x.copy()
+    outside[frozen[1]] = 1.0
+    full = sp.csr_matrix((active.data, active.indices, active.indptr),
+                         shape=(active.y.shape[0], active.n_features))
+    np.testing.assert_allclose(active.margins(outside, 0.0), full @ outside, rtol=1e-14,
+                               atol=1e-14)
+
 TIGHT = dict(tol=1e-12, max_epochs=5000, random_state=0)
 
 

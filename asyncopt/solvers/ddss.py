@@ -313,8 +313,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                     eta, samples)
             else:
                 staleness_mean, staleness_max = inner_loop.run(
-                    active, x, intercept, eta_intercept, cert.z, weighted_mu, mu_intercept,
-                    thresholds, eta, samples, variance_reduced)
+                    active.without_frozen(thresholds), x, intercept, eta_intercept, cert.z,
+                    weighted_mu, mu_intercept, thresholds, eta, samples, variance_reduced)
             total_steps += n_steps
             epoch += 1
             if not np.all(np.isfinite(x)) or not np.isfinite(intercept[0]):

@@ -496,6 +496,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                                          active.block_indptr)
                 else:
                     kernel = svrg_epoch_l1 if active.penalty.is_l1 else svrg_epoch_group
+                    rows = active.without_frozen(thresholds)
+                    args = (rows.indptr, rows.indices, rows.data, active.y, loss_code)
 
                     def run_batch(local, intercept, samples):
                         kernel(*args, local, intercept, eta_intercept, z, weighted_mu,
