@@ -276,7 +276,7 @@ def test_dense_move_takes_the_projected_direction_where_the_drop_costs_the_path(
     # first, the path reaches only -0.705; the projected direction is the Newton step
     H = np.array([[1.0, -0.9], [-0.9, 1.0]])
     x, corr = np.array([1.0, 1.0]), np.array([0.4, 3.0])
-    kind, vector, predicted = dense_move(H, corr, 0.0, x, np.ones(2), 1.0, 1, False)
+    kind, vector, predicted, _ = dense_move(H, corr, 0.0, x, np.ones(2), 1.0, 1, False)
     g = -corr + 1.0
     newton = x - np.linalg.solve(H, g)
     assert kind == PROJECTED
@@ -289,7 +289,7 @@ def test_dense_move_takes_the_projected_direction_where_the_drop_costs_the_path(
     assert path_predicted == pytest.approx(-0.705) and path_predicted > predicted
     # without the coupling, from x_0 = 0.3 the Newton step (0.3 - 0.6) crosses zero:
     # the model's minimum on the orthant has x_0 = 0 exactly, and both moves reach it
-    kind, vector, _ = dense_move(np.eye(2), corr, 0.0, np.array([0.3, 1.0]), np.ones(2),
+    kind, vector, _, _ = dense_move(np.eye(2), corr, 0.0, np.array([0.3, 1.0]), np.ones(2),
                                  1.0, 1, False)
     best = move_candidates(kind, vector, np.array([0.3, 1.0]), 2)[0]
     assert best[0] == 0.0 and best[1] == pytest.approx(3.0)
@@ -304,19 +304,22 @@ def test_dense_move_never_models_worse_than_the_path():
         x = rng.standard_normal(k)
         corr = rng.standard_normal(k) * 2.0
         weights = 0.5 + rng.random(k)
-        kind, vector, predicted = dense_move(H, corr, 0.0, x, weights, 1.0, 1, False)
+        kind, vector, predicted, signs = dense_move(H, corr, 0.0, x, weights, 1.0, 1, False)
         g = -corr + weights * np.sign(x)
         _, path_predicted, _ = orthant_newton_target(
             H, g, x, k, settled_zeros(corr, 1, 1.0, weights, False))
         if kind is None:
             assert not path_predicted < 0.0
             continue
-        first = move_candidates(kind, vector, x, k)[0]
+        first = move_candidates(kind, vector, x, k, signs)[0]
         move = first - x
-        assert predicted == pytest.approx(g @ move + 0.5 * move @ H @ move, rel=1e-9,
-                                          abs=1e-12)
+        # the loss's quadratic model plus the exact change of the penalty
+        exact = -corr @ move + 0.5 * move @ H @ move + weights @ (np.abs(first) - np.abs(x))
+        assert predicted == pytest.approx(exact, rel=1e-9, abs=1e-12)
         assert predicted <= min(path_predicted, 0.0) + 1e-12
-        assert np.all((np.sign(first) == np.sign(x)) | (first == 0.0))
+        assert np.all(first * signs >= 0.0)           # in the orthant the move reports
+        if kind == LINE:
+            np.testing.assert_array_equal(signs, np.sign(x))
         assert kind in (LINE, PROJECTED)
 
 
@@ -334,17 +337,17 @@ def test_dense_move_on_a_large_support_is_the_projected_newton_step():
     x = 5.0 + rng.random(k)
     weights = 0.5 + rng.random(k)
     corr = weights + 0.1 * rng.standard_normal(k)        # near optimal: a small move
-    kind, vector, predicted = dense_move(H, corr, 0.0, x, weights, 1.0, 1, False)
+    kind, vector, predicted, signs = dense_move(H, corr, 0.0, x, weights, 1.0, 1, False)
     g = -corr + weights
     assert kind == PROJECTED
-    first = move_candidates(kind, vector, x, k)[0]
+    first = move_candidates(kind, vector, x, k, signs)[0]
     np.testing.assert_allclose(first, x - np.linalg.solve(H, g), rtol=1e-8, atol=1e-10)
     assert predicted == pytest.approx(-0.5 * g @ np.linalg.solve(H, g), rel=1e-8)
     x[:20] = 1e-3                                         # these cross zero
-    kind, vector, predicted = dense_move(H, corr, 0.0, x, weights, 1.0, 1, False)
+    kind, vector, predicted, signs = dense_move(H, corr, 0.0, x, weights, 1.0, 1, False)
     assert kind == PROJECTED
-    first = move_candidates(kind, vector, x, k)[0]
-    assert np.all(first >= 0.0) and np.any(first[:20] == 0.0)
+    first = move_candidates(kind, vector, x, k, signs)[0]
+    assert np.all(first * signs >= 0.0) and np.any(first[:20] == 0.0)
     clipped = np.maximum(x - np.linalg.solve(H, g), 0.0) - x
     assert predicted <= g @ clipped + 0.5 * clipped @ H @ clipped + 1e-12
 
@@ -369,8 +372,8 @@ def test_orthant_newton_target_with_dropped_coordinates():
 
 
 def _hessian_free(H, g, start, n_penalized, drop=None):
-    direction, products = hessian_free_direction(lambda v: H @ v, np.diag(H).copy(), g,
-                                                 start, n_penalized, drop)
+    direction, products, _ = hessian_free_direction(lambda v: H @ v, np.diag(H).copy(), g,
+                                                    start, n_penalized, drop)
     return direction, products
 
 
@@ -470,9 +473,9 @@ def test_the_block_preconditioner_halves_cgs_products_on_ctr_like_columns():
     diagonal = np.diag(H).copy()
     positions = preconditioner_coordinates(diagonal[:-1], intercept=True)
     newton = -np.linalg.solve(H, g)
-    jacobi, jacobi_products = hessian_free_direction(lambda v: H @ v, diagonal, g, start,
-                                                     dim - 1, None)
-    block, block_products = hessian_free_direction(
+    jacobi, jacobi_products, _ = hessian_free_direction(lambda v: H @ v, diagonal, g,
+                                                        start, dim - 1, None)
+    block, block_products, _ = hessian_free_direction(
         lambda v: H @ v, diagonal, g, start, dim - 1, None, None,
         (positions, H[np.ix_(positions, positions)]))
     np.testing.assert_allclose(jacobi, newton, atol=1e-8)
@@ -581,6 +584,44 @@ def test_entering_coordinates_are_the_worst_violating_zeros_with_their_sign():
     assert support_newton.entering_limit(100) == 10
     assert support_newton.entering_limit(1000) == 50
     assert support_newton.entering_limit(MAX_SUPPORT - 3) == 3
+
+
+
+def test_entering_coordinates_take_zeros_within_ten_percent_of_violating():
+    x = np.array([0.0, 1.5, 0.0, 0.0])
+    correlation = np.array([3.0, 9.0, -1.85, 1.75])
+    # n lam w = 2: zero 0 violates (1.5x), zero 2 is within 10% (0.925x), zero 3 is not
+    code = support_newton.entering_coordinates(x, correlation, 1, 2.0, np.ones(4), 10)
+    np.testing.assert_array_equal(code, [1.0, -3.0])
+    np.testing.assert_array_equal(
+        support_newton.entering_coordinates(x, correlation, 1, 2.0, np.ones(4), 1), [1.0])
+
+
+def test_a_coordinate_the_model_puts_on_the_other_side_changes_sign():
+    """hessian_free_direction with the penalty: from x_0 = -0.01 with A_0^T rho = 2.5 >
+    n lam w = 2, the step in x's orthant stops at zero, where the model's slope (-4.49)
+    beats the penalty with the other sign: the orthant flips and the direction ends at
+    the new side's minimum, 0.49; the candidates go through zero (short steps move it a
+    little). Without the penalty it stays at zero; dense_move (path and projected)
+    reports the flipped orthant with the projected move."""
+    H, point = np.eye(1), np.array([-0.01])
+    g = np.array([-2.5 + 2.0 * -1.0])
+    direction, _, signs = hessian_free_direction(lambda v: H @ v, np.ones(1), g, point, 1,
+                                                 None, None, None, np.array([2.0]))
+    np.testing.assert_allclose(point + direction, [0.49], rtol=1e-8)
+    np.testing.assert_array_equal(signs, [1.0])
+    direction, _, signs = hessian_free_direction(lambda v: H @ v, np.ones(1), g, point, 1,
+                                                 None)
+    np.testing.assert_allclose(point + direction, [0.0], atol=1e-15)
+    np.testing.assert_array_equal(signs, [-1.0])
+    kind, vector, predicted, signs = dense_move(H, np.array([2.5]), 0.0, point, np.ones(1),
+                                                2.0, 1, False)
+    assert kind == PROJECTED
+    np.testing.assert_array_equal(signs, [1.0])
+    candidates = move_candidates(kind, vector, point, 1, signs)
+    np.testing.assert_allclose(candidates[:, 0], -0.01 + 0.5 * STEP_GRID, rtol=1e-8)
+    # exact: -2.5 * 0.5 + 0.5^2 / 2 + 2 (0.49 - 0.01)
+    assert predicted == pytest.approx(-1.25 + 0.125 + 0.96, rel=1e-8)
 
 
 def _lasso_solution(ref, make_data, seed=4):

@@ -618,9 +618,9 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
                 wire.bcast(np.concatenate(([1.0], v)))
                 return wire.reduce(np.zeros(dim))
 
-            direction, _ = support_direction(hessian_times, diagonal, correlation_S,
-                                             rho_sum, point, weights_S, lam, n,
-                                             intercept, signs, block)
+            direction, _, signs = support_direction(hessian_times, diagonal, correlation_S,
+                                                    rho_sum, point, weights_S, lam, n,
+                                                    intercept, signs, block)
             found = direction is not None
             wire.bcast(np.concatenate(([0.0 if found else -1.0],
                                        direction if found else np.zeros(dim))))
@@ -636,9 +636,12 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         if direction is None:
             x[pruned] = saved
             return x, b, 0.0
+        # the orthant the direction ends in (coordinates whose sign it changed)
+        signs = wire.bcast(signs if server else np.empty(k))
         candidates = move_candidates(PROJECTED, direction, point, k, signs)
     else:
-        move = np.full(1 + dim, -1.0)      # [kind (-1: none), vector]
+        # [kind (-1: none), vector, the orthant of S (L1)]
+        move = np.full(1 + dim + (0 if groups else k), -1.0)
         if server:
             hessian = from_upper_triangle(wire.reduce(np.zeros(dim * (dim + 1) // 2)), dim)
             if groups:
@@ -646,17 +649,21 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
                     hessian, shard_slope(correlation_S, rho_sum, intercept), point, starts,
                     lam * weights_S, n, intercept)
             else:
-                kind, vector, _ = dense_move(hessian, correlation_S, rho_sum, point,
-                                             weights_S, lam, n, intercept, signs)
+                kind, vector, _, signs = dense_move(hessian, correlation_S, rho_sum, point,
+                                                    weights_S, lam, n, intercept, signs)
             if kind is not None and vector is not None:
-                move[0], move[1:] = kind, vector
+                move[0], move[1:1 + dim] = kind, vector
+                if not groups:
+                    move[1 + dim:] = signs
         else:
             wire.reduce(upper_triangle(rows.hessian_sums()))
         move = wire.bcast(move)
         if move[0] < 0:
             x[pruned] = saved
             return x, b, 0.0
-        candidates = move_candidates(int(move[0]), move[1:], point, k, signs)
+        if not groups:
+            signs = move[1 + dim:]
+        candidates = move_candidates(int(move[0]), move[1:1 + dim], point, k, signs)
     sums = wire.reduce(np.zeros(candidates.shape[0] + 1) if server else
                        rows.trial_sums(point, candidates))
     chosen = np.full(1, -1.0)
