@@ -107,10 +107,18 @@ def test_unfrozen_rows_view_is_kept_while_it_covers_the_unfrozen_columns():
     assert grown.indices is not first.indices
     assert grown.indptr[-1] > first.indptr[-1]
     assert active.without_frozen(np.ones_like(thresholds)) is active
-    outside = x.copy()
-    outside[frozen[1]] = 1.0
     full = sp.csr_matrix((active.data, active.indices, active.indptr),
                          shape=(active.y.shape[0], active.n_features))
+    # a view with far fewer columns is formed anew, in the arrays of the last one
+    few = np.full_like(thresholds, np.inf)
+    few[np.flatnonzero(np.isfinite(thresholds))[:2]] = 1.0
+    small = active.without_frozen(few)
+    assert np.shares_memory(small.indices, grown.indices)
+    view = sp.csr_matrix((small.data, small.indices, small.indptr), shape=full.shape)
+    np.testing.assert_array_equal(view.toarray(),
+                                  (full @ sp.diags(np.isfinite(few) * 1.0)).toarray())
+    outside = x.copy()
+    outside[frozen[1]] = 1.0
     np.testing.assert_allclose(active.margins(outside, 0.0), full @ outside, rtol=1e-14,
                                atol=1e-14)
 

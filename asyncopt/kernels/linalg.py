@@ -168,21 +168,22 @@ def csr_compact_columns_(indptr, indices, data, column_map):
 
 
 @njit(cache=True)
-def csr_count_in_columns(indptr, indices, keep):
-    """How many stored entries lie in the columns with keep[j] != 0."""
-    count = 0
-    for k in range(indptr[0], indptr[-1]):
-        count += keep[indices[k]]
-    return count
+def csr_stored_counts(indices, n_cols):
+    """Stored entries per column, explicit zeros included (7 ms for 6,000,000 entries
+    against 27-70 ms for numpy.bincount)."""
+    counts = np.zeros(n_cols, dtype=np.int64)
+    for k in range(indices.shape[0]):
+        counts[indices[k]] += 1
+    return counts
 
 
 @njit(cache=True)
 def csr_keep_columns(indptr, indices, data, keep, out_indptr, out_indices, out_data):
     """Write the rows restricted to the columns with keep[j] != 0 (uint8; column ids kept)
-    into out_indptr (n + 1), out_indices and out_data (room for their count plus one:
-    ``csr_count_in_columns``); returns their count. Branch-free: every entry is written
-    and the position advances by keep[j], 16 ms against 25 ms with a test per entry for
-    CTR 200,000 x 100,000 keeping 46% of 6,000,000 entries."""
+    into out_indptr (n + 1), out_indices and out_data (room for their count plus one);
+    returns their count. Branch-free: every entry is written and the position advances
+    by keep[j], 16 ms against 25 ms with a test per entry for CTR 200,000 x 100,000
+    keeping 46% of 6,000,000 entries."""
     pos = 0
     out_indptr[0] = 0
     for i in range(indptr.shape[0] - 1):
