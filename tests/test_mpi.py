@@ -611,6 +611,45 @@ def test_oversubscription_is_read_from_the_launchers_rank_count(monkeypatch):
     assert Wire(OneRankComm(), oversubscribed=True).oversubscribed
 
 
+def test_a_wait_gives_its_core_away_between_checks_then_sleeps(monkeypatch):
+    """wire.poll: within the spin every check that finds nothing is followed by a
+    sched_yield (a waiting rank leaves its core to one that computes there), the checks
+    after the spin by sleeps of 50 us doubling to MAX_PAUSE, and the wait ends at the
+    first check that finds the message. Every Wire spins, oversubscribed or not."""
+    from asyncopt.solvers import wire
+
+    calls = []
+    monkeypatch.setattr(wire.os, "sched_yield", lambda: calls.append("yield"))
+    monkeypatch.setattr(wire.time, "sleep", lambda seconds: calls.append(seconds))
+
+    def ready_after(checks):
+        count = [0]
+
+        def ready():
+            count[0] += 1
+            calls.append("check")
+            return count[0] > checks
+        return ready
+
+    wire.poll(ready_after(3), spin=60.0)
+    assert calls == ["check", "yield"] * 3 + ["check"]
+    calls.clear()
+    wire.poll(ready_after(6), spin=0.0)
+    sleeps = [c for c in calls if c != "check"]
+    assert "yield" not in calls and len(sleeps) == 6
+    np.testing.assert_allclose(sleeps, [5e-5, 1e-4, 2e-4, 2e-4, 2e-4, 2e-4])
+    assert wire.MAX_PAUSE == 2e-4
+
+    class TwoRankComm:
+        def Get_rank(self):
+            return 0
+
+        def Get_size(self):
+            return 2
+    assert wire.Wire(TwoRankComm(), oversubscribed=True).spin == wire.SPIN_SECONDS
+    assert wire.Wire(TwoRankComm(), oversubscribed=False).spin == wire.SPIN_SECONDS
+
+
 def test_transport_is_auto_shared_or_messages(monkeypatch):
     from asyncopt.solvers.channels import transport_from_env
     monkeypatch.delenv("ASYNCOPT_MPI_TRANSPORT", raising=False)

@@ -5,8 +5,7 @@ only adds the deltas workers send. Ranks 1..l are workers: each holds its own sh
 rows (an ActiveSet of a Problem on those rows) and never the whole data set.
 
 Outer iteration (synchronous, collectives on the communicator, the server contributing
-zeros to the sums; root-centred and without spinning on an oversubscribed node, see
-``wire.Wire``):
+zeros to the sums; root-centred on an oversubscribed node, see ``wire.Wire``):
   1. broadcast [b, x], only where the workers do not hold it already (after a resume from
      a checkpoint, after a rejected epoch): every rank starts at x = 0, b = 0, and each
      inner loop ends with every worker holding exactly the server's x and b
@@ -71,10 +70,10 @@ the epoch: x returns to the snapshot and every rank first halves the move cap (d
 MIN_MOVE_CAP), then the step, for the rest of the run.
 
 Hot-path messages are numpy buffers (in a shared-memory window, or Isend / Irecv), never
-pickles. No rank busy-polls: a wait checks for at most 1 ms, then sleeps between checks
-(50 us growing to 0.2 ms; ``solvers/wire.py``, shared with the torch bridge's MPI
-protocols), and on an oversubscribed node a worker waiting for a reply in the window
-sleeps from the start, so runs with more ranks than cores stay usable.
+pickles. No rank busy-polls: a wait checks for at most 1 ms, giving its core to any rank
+that computes on it after every check (``sched_yield``), then sleeps between checks (50 us
+growing to 0.2 ms; ``solvers/wire.py``, shared with the torch bridge's MPI protocols), so
+runs with more ranks than cores stay usable.
 """
 import os
 import signal

@@ -2,10 +2,10 @@
 server (``solvers/mpi.py``) and the torch bridge's federated rounds, Multi-LoRA server and
 SGR pipeline (``asyncopt.deep``).
 
-Messages are numpy buffers (``Ibcast`` / ``Isend`` / ``Irecv``, never pickles), and every
-wait sleeps instead of spinning for long (:func:`poll`), so runs with more ranks than cores
-(``mpirun -n 9`` on 2 cores) stay usable. :class:`Wire` counts the bytes this rank put on
-and took off the wire, headers included.
+Messages are numpy buffers (``Ibcast`` / ``Isend`` / ``Irecv``, never pickles), and no wait
+holds a core (:func:`poll`: a short spin that yields the core at every check, then sleeps),
+so runs with more ranks than cores (``mpirun -n 9`` on 2 cores) stay usable.
+:class:`Wire` counts the bytes this rank put on and took off the wire, headers included.
 """
 import os
 import time
@@ -22,16 +22,27 @@ def _mpi():
 
 
 def poll(ready, spin=SPIN_SECONDS):
-    """Wait until ``ready()`` is true without holding a core for long: call it in a loop
-    for at most ``spin`` seconds (a reply usually comes within SPIN_SECONDS), then sleep
-    between calls, 50 us doubling to MAX_PAUSE. MPICH moves a message over shared memory
-    only when both ranks call into MPI, so a sleeping rank delays its peer too: sleeps
-    growing to 1 ms and a 0.2 ms spin cost 2-3 ms per round trip and 1 worker took 5.6 s
-    where these take 0.3-0.6 s (CTR 20,000 x 10,000)."""
+    """Wait until ``ready()`` is true without holding a core: call it in a loop for at
+    most ``spin`` seconds (a reply usually comes within SPIN_SECONDS), giving the core
+    away after every call (``sched_yield``: any rank that has work on this core runs
+    first), then sleep between calls, 50 us doubling to MAX_PAUSE.
+
+    A rank that waits thus takes no time from ranks that compute on its core, and still
+    sees a message within microseconds when no one else wants the core. A product of the
+    support Newton step's CG (server -> 2 workers -> server, 8 KB each way, a 0.1 ms
+    product on each worker; benchmarks/README.md) took 0.15 ms a round trip at mpirun
+    -n 3 on 2 cores, against 0.63 ms with waits that sleep from the start (what an
+    oversubscribed node had before) and 1.45 ms with a spin that holds the core; at -n 9,
+    0.86 ms against 4.5 ms and 8.5 ms; at -n 2, 0.064 ms either way with a spin, 0.20 ms
+    asleep. MPICH moves a message over shared memory only when both ranks call into MPI,
+    so a sleeping rank delays its peer too: sleeps growing to 1 ms and a 0.2 ms spin cost
+    2-3 ms per round trip and 1 worker took 5.6 s where these take 0.3-0.6 s (CTR
+    20,000 x 10,000)."""
     deadline = time.perf_counter() + spin
     while time.perf_counter() < deadline:
         if ready():
             return
+        os.sched_yield()
     pause = 5e-5
     while not ready():
         time.sleep(pause)
@@ -77,15 +88,17 @@ class Wire:
     On a node with more ranks than cores (``oversubscribed``: the launcher's count of
     ranks on the node above this process's cores, or pass it) the collectives are
     root-centred point-to-point messages (Isend / Irecv, tags TAG_BCAST / TAG_REDUCE;
-    sums in rank order) and their waits do not spin. MPI's tree collectives pass a
-    message through intermediate ranks, and each hop waits until that rank gets a time
-    slice; ranks spinning in the same collective take the slices the forwarding ranks
-    need. A broadcast and a reduction of 100,000 doubles and an allreduce of one, on 2
-    cores: mpirun -n 9, 40 ms with MPI's collectives (1 ms spin), 25 ms root-centred with
-    the spin, 14 ms root-centred without it; -n 3, 10.6 ms and 3.3 ms. The inner loops'
-    point-to-point waits keep their spin: with a 0.1 ms spin, Dis-DDSS on CTR 200,000 x
-    100,000 with 8 workers took 48-73 epochs against 31-38, and with a server that does
-    not spin, 55-66 epochs and twice the time."""
+    sums in rank order). MPI's tree collectives pass a message through intermediate
+    ranks, and each hop waits until that rank gets a time slice; ranks spinning in the
+    same collective take the slices the forwarding ranks need. A broadcast and a
+    reduction of 100,000 doubles and an allreduce of one, on 2 cores: mpirun -n 9, 40 ms
+    with MPI's collectives (1 ms spin that held the core), 25 ms root-centred with that
+    spin, 14 ms root-centred without; -n 3, 10.6 ms and 3.3 ms. Waits that yield the core
+    while they spin (``poll``, 2026-11-25, another day's machine): -n 9 6.9 ms against
+    9.4 ms without a spin, -n 5 2.2 against 4.3, -n 3 1.7 against 2.1, so every wait
+    spins that way. The inner loops' point-to-point waits spin too: with a 0.1 ms spin,
+    Dis-DDSS on CTR 200,000 x 100,000 with 8 workers took 48-73 epochs against 31-38,
+    and with a server that does not spin, 55-66 epochs and twice the time."""
 
     def __init__(self, comm, oversubscribed=None):
         self.comm = comm
@@ -96,14 +109,14 @@ class Wire:
         if oversubscribed is None:
             oversubscribed = local_ranks(comm) > available_cores()
         self.oversubscribed = bool(oversubscribed)
-        self.spin = 0.0 if self.oversubscribed else SPIN_SECONDS
+        self.spin = SPIN_SECONDS
 
     def bcast(self, buf):
         """Broadcast ``buf`` from rank 0 in place; returns it."""
         if self.oversubscribed:
             self._broadcast_from_root(buf)
         else:
-            wait(self.comm.Ibcast(buf, root=0))
+            wait(self.comm.Ibcast(buf, root=0), self.spin)
         self._count(buf.nbytes, from_root=True)
         return buf
 
@@ -113,7 +126,7 @@ class Wire:
             recv = self._gather_to_root(send, _mpi().SUM)
         else:
             recv = np.empty_like(send) if self.rank == 0 else None
-            wait(self.comm.Ireduce(send, recv, op=_mpi().SUM, root=0))
+            wait(self.comm.Ireduce(send, recv, op=_mpi().SUM, root=0), self.spin)
         self._count(send.nbytes, from_root=False)
         return recv
 
@@ -126,7 +139,7 @@ class Wire:
             recv = self._broadcast_from_root(np.empty_like(send) if recv is None else recv)
         else:
             recv = np.empty_like(send)
-            wait(self.comm.Iallreduce(send, recv, op=op))
+            wait(self.comm.Iallreduce(send, recv, op=op), self.spin)
         self._count(send.nbytes, from_root=False)
         self._count(send.nbytes, from_root=True)
         return recv
