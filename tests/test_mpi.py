@@ -525,11 +525,12 @@ def test_sigterm_checkpoints_the_servers_current_x_mid_epoch(tmp_path):
 
 
     from asyncopt.solvers.checkpoint import load_checkpoint
-    data = _write_libsvm(tmp_path / "sigterm.svm", n=60000, p=120)
+    data = _write_libsvm(tmp_path / "sigterm.svm", n=120000, p=120)
     ckpt = tmp_path / "run.npz"
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    # one step per message: the first epoch takes 60,000 round trips (seconds), so the
-    # signal lands inside it, after the epoch-0 checkpoint (x = 0) and before epoch 1's
+    # one step per message: the first epoch takes 120,000 round trips (~2 s on 2 cores with
+    # waits that yield; 60,000 took 1.1 s), so the signal lands inside it, after the
+    # epoch-0 checkpoint (x = 0) and before epoch 1's
     argv = [MPIRUN, "-n", "3", sys.executable, "-m", "asyncopt.cli.lasso", str(data),
             "--checkpoint", str(ckpt), "--batch", "1", "--quiet"]
     job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -540,7 +541,7 @@ def test_sigterm_checkpoints_the_servers_current_x_mid_epoch(tmp_path):
             time.sleep(0.1)
         first = load_checkpoint(str(ckpt), 120)
         assert len(first[3]) == 1 and not np.any(first[0])
-        time.sleep(1.0)
+        time.sleep(0.3)
         job.send_signal(signal.SIGTERM)
         out, err = job.communicate(timeout=30)
     finally:
