@@ -85,6 +85,19 @@ ENTERING_LEVEL = 0.9     # ... and zeros up to 10% below the condition's bound
 CHAIN_STEPS = 2          # steps in a row at most after a full step (StallWatch.should_chain)
 
 
+@njit(cache=True, inline="always")
+def _insert_sorted(where, value, first, end, q, v):
+    """Insert (q, v) into where[first:end] (sorted) and value[first:end] at q's place,
+    shifting the larger ones up by one (insertion sort's step)."""
+    b = end - 1
+    while b >= first and where[b] > q:
+        where[b + 1] = where[b]
+        value[b + 1] = value[b]
+        b -= 1
+    where[b + 1] = q
+    value[b + 1] = v
+
+
 @njit(cache=True)
 def support_hessian_sums(indptr, indices, data, position, code, z, y, size, intercept):
     """sum_i f''(z_i) [a_iS, 1] [a_iS, 1]^T as a dense (size + intercept) square matrix:
@@ -106,13 +119,7 @@ def support_hessian_sums(indptr, indices, data, position, code, z, y, size, inte
         for k in range(indptr[i], indptr[i + 1]):
             q = position[indices[k]]
             if q >= 0:
-                b = m - 1
-                while b >= 0 and where[b] > q:
-                    where[b + 1] = where[b]
-                    value[b + 1] = value[b]
-                    b -= 1
-                where[b + 1] = q
-                value[b + 1] = data[k]
+                _insert_sorted(where, value, 0, m, q, data[k])
                 m += 1
         for a in range(m):
             va = weight * value[a]
@@ -323,6 +330,67 @@ def candidate_loss_sums(indptr, indices, data, position, code, z, y, moves, size
     return out
 
 
+@njit(cache=True)
+def restricted_rows(indptr, indices, data, position, code, z, y):
+    """The rows restricted to S, each entry's column replaced by its position in S
+    (``position[j]``, -1 outside S) and sorted by it within the row (insertion, a no-op
+    on rows stored in column order), with each row's f''(z_i): (indptr, positions,
+    data, weights). What products with the Hessian from the rows read."""
+    n = indptr.shape[0] - 1
+    count = 0
+    for k in range(indptr[n]):
+        if position[indices[k]] >= 0:
+            count += 1
+    out_indptr = np.empty(n + 1, dtype=np.int64)
+    positions = np.empty(count, dtype=np.int32)
+    values = np.empty(count)
+    weights = np.empty(n)
+    at = 0
+    out_indptr[0] = 0
+    for i in range(n):
+        first = at
+        for k in range(indptr[i], indptr[i + 1]):
+            q = position[indices[k]]
+            if q >= 0:
+                _insert_sorted(positions, values, first, at, q, data[k])
+                at += 1
+        out_indptr[i + 1] = at
+        weights[i] = loss_second_derivative(code, z[i], y[i])
+    return out_indptr, positions, values, weights
+
+
+@njit(cache=True)
+def restricted_hessian_times(indptr, positions, data, weights, v, size, intercept):
+    """sum_i f''(z_i) [a_iS, 1] [a_iS, 1]^T v in one pass over the ``restricted_rows``
+    (each row's margin along v, then its share of the product), without the Hessian."""
+    out = np.zeros(v.shape[0])
+    for i in range(indptr.shape[0] - 1):
+        along = v[size] if intercept else 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            along += data[k] * v[positions[k]]
+        along *= weights[i]
+        if along != 0.0:
+            for k in range(indptr[i], indptr[i + 1]):
+                out[positions[k]] += data[k] * along
+            if intercept:
+                out[size] += along
+    return out
+
+
+@njit(cache=True)
+def restricted_curvatures(indptr, positions, data, weights, moves, size, intercept):
+    """sum_i f''(z_i) ([a_iS, 1]^T m)^2 for every row m of ``moves``, from the
+    ``restricted_rows``: m^T H m without the Hessian."""
+    out = np.zeros(moves.shape[0])
+    for i in range(indptr.shape[0] - 1):
+        for s in range(moves.shape[0]):
+            along = moves[s, size] if intercept else 0.0
+            for k in range(indptr[i], indptr[i + 1]):
+                along += data[k] * moves[s, positions[k]]
+            out[s] += weights[i] * along * along
+    return out
+
+
 def shard_slope(correlation_S, rho_sum, intercept):
     """sum_i f'(z_i) [a_iS, 1] over a shard's rows from its certificate's sums: -[A_S^T
     rho, sum rho] (rho = -f'(z)); the intercept's entry only when it is fitted."""
@@ -396,6 +464,7 @@ class SupportRows:
         self.cache = cache if code == SQUARED else None
         self.ids = None if self.cache is None else active.features[support]
         self._hessian = None
+        self._restricted = None
 
     def hessian_sums(self):
         """sum_i f''(z_i) [a_iS, 1] [a_iS, 1]^T (``support_hessian_sums``), formed on the
@@ -420,6 +489,24 @@ class SupportRows:
         product from the rows (a pass over them)."""
         return symmetric_times(self.hessian_sums(), v)
 
+    def restricted(self):
+        """These rows restricted to S with their f'' (``restricted_rows``), formed on the
+        first call: what products from the rows read."""
+        if self._restricted is None:
+            active = self.active
+            self._restricted = restricted_rows(active.indptr, active.indices, active.data,
+                                               self.position, self.code, self.z,
+                                               active.y)
+        return self._restricted
+
+    def hessian_times_from_rows(self, v):
+        """The Hessian sum times v in a pass over the rows restricted to S, with no
+        Hessian formed (``restricted_hessian_times``): for supports whose Hessian would
+        be too large to form, whose products cost a pass each instead of a dense
+        product."""
+        return restricted_hessian_times(*self.restricted(), np.asarray(v, np.float64),
+                                        self.size, self.intercept)
+
     def hessian_diagonal(self):
         """The diagonal of the Hessian sum (CG's preconditioner)."""
         return np.diag(self.hessian_sums()).copy()
@@ -435,8 +522,9 @@ class SupportRows:
         Squared loss: sum_i f(z_i + [a_iS, 1]^T m) = sum_i f(z_i) + g^T m + m^T H m / 2
         exactly, g the ``slope`` the certificate gave and H the Hessian sum the step has
         formed, so no pass over the rows at all: CTR 200,000 x 100,000, |S| ~1,100, 2
-        workers, 0.10 s a step with ``candidate_loss_sums``. Logistic loss:
-        ``candidate_loss_sums``."""
+        workers, 0.10 s a step with ``candidate_loss_sums``; where the step formed no
+        Hessian (its products came from the rows), m^T H m from the rows restricted to S
+        (``restricted_curvatures``). Logistic loss: ``candidate_loss_sums``."""
         active = self.active
         moves = np.vstack([candidates - point, np.zeros((1, point.shape[0]))])
         if self.code != SQUARED:
@@ -444,7 +532,11 @@ class SupportRows:
                                        self.position, self.code, self.z, active.y, moves,
                                        self.size, self.intercept)
         at_point = mean_loss(self.code, self.z, active.y) * self.z.shape[0]
-        curvature = np.einsum("ij,ij->i", moves @ self.hessian_sums(), moves)
+        if self._hessian is None and self._restricted is not None:
+            curvature = restricted_curvatures(*self._restricted, moves, self.size,
+                                              self.intercept)
+        else:
+            curvature = np.einsum("ij,ij->i", moves @ self.hessian_sums(), moves)
         return at_point + moves @ self.slope + 0.5 * curvature
 
 
@@ -480,15 +572,15 @@ def product_budget(dim):
     return max(MIN_PRODUCTS, (dim + 1) // 4)
 
 
-def _conjugate_gradient(apply, rhs, precondition, start, limit):
+def _conjugate_gradient(apply, rhs, precondition, start, limit, tolerance=CG_TOLERANCE):
     """Preconditioned conjugate gradients for apply(d) = rhs from ``start``
     (``precondition(r)`` = M^-1 r): at most ``limit`` products, until the residual is
-    below CG_TOLERANCE times the right-hand side's norm or a direction of no positive
+    below ``tolerance`` times the right-hand side's norm or a direction of no positive
     curvature. Returns (d, products)."""
     d = start.copy()
     residual = rhs - apply(d) if np.any(d) else rhs.copy()
     products = int(np.any(start))
-    goal = CG_TOLERANCE * np.linalg.norm(rhs)
+    goal = tolerance * np.linalg.norm(rhs)
     z = precondition(residual)
     p = z.copy()
     rz = float(residual @ z)

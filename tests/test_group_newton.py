@@ -45,8 +45,8 @@ def _model_by_proximal_gradient(hessian, gradient, point, sizes, lam_weights, in
     return u
 
 
-@pytest.mark.parametrize("intercept", [True, False])
-def test_model_minimum_is_that_of_an_independent_proximal_gradient_solve(intercept):
+def _small_model(intercept):
+    """A model of 6 groups of sizes 1-5 (two nearly equal columns, a zero group)."""
     rng = np.random.default_rng(0)
     sizes = np.array([3, 1, 4, 2, 5, 3])
     k = int(sizes.sum())
@@ -59,7 +59,31 @@ def test_model_minimum_is_that_of_an_independent_proximal_gradient_solve(interce
     gradient = rng.standard_normal(dim) * 0.5
     point = rng.standard_normal(dim)
     point[3:4] = 0.0                  # a zero group
-    lam_weights = 0.4 * np.sqrt(sizes)
+    return sizes, hessian, gradient, point, 0.4 * np.sqrt(sizes)
+
+
+def _hessian_free(hessian, gradient, point, starts, lam_weights, intercept, budget=5000):
+    """hessian_free_group_minimum given what the workers would reduce of ``hessian``,
+    counting the products it asks for."""
+    k = int(starts[-1])
+    calls = []
+
+    def times(v):
+        calls.append(1)
+        return hessian @ v
+    blocks = [hessian[a:b, a:b] for a, b in zip(starts[:-1], starts[1:])]
+    column, corner = (hessian[:k, k], hessian[k, k]) if intercept else (None, 0.0)
+    out = group_newton.hessian_free_group_minimum(times, blocks, column, corner, gradient,
+                                                  point, starts, lam_weights, intercept,
+                                                  budget)
+    assert out[3] == len(calls) <= budget
+    return out
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+def test_model_minimum_is_that_of_an_independent_proximal_gradient_solve(intercept):
+    sizes, hessian, gradient, point, lam_weights = _small_model(intercept)
+    k = int(sizes.sum())
     starts = group_starts(sizes)
     target, predicted, optimality = group_model_minimum(hessian, gradient, point, starts,
                                                         lam_weights, intercept)
@@ -79,6 +103,107 @@ def test_model_minimum_is_that_of_an_independent_proximal_gradient_solve(interce
                         for g in zero)
     assert model_optimality(gradient[:k] + hessian[:k] @ (expected - point), expected[:k],
                             starts, lam_weights) <= 1e-6
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+def test_hessian_free_model_minimum_is_the_proximal_gradient_solution(intercept):
+    """From products and the diagonal blocks alone (two nearly equal columns, a group
+    starting at zero): the FISTA solution of the full model, a group exactly at zero where
+    FISTA's is, and the predicted change m(target) - m(point)."""
+    sizes, hessian, gradient, point, lam_weights = _small_model(intercept)
+    starts = group_starts(sizes)
+    target, predicted, optimality, _ = _hessian_free(hessian, gradient, point, starts,
+                                                     lam_weights, intercept)
+    expected = _model_by_proximal_gradient(hessian, gradient, point, sizes, lam_weights,
+                                           intercept)
+    np.testing.assert_allclose(target, expected, rtol=0, atol=1e-7)
+    dense, dense_predicted, _ = group_model_minimum(hessian, gradient, point, starts,
+                                                    lam_weights, intercept)
+    assert predicted == pytest.approx(dense_predicted, rel=1e-10)
+    zero = [g for g in range(len(sizes)) if not np.any(target[starts[g]:starts[g + 1]])]
+    assert zero == [g for g in range(len(sizes))
+                    if not np.any(dense[starts[g]:starts[g + 1]])]
+    assert zero and optimality <= 1e-6
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_hessian_free_model_on_many_groups_matches_the_dense_model(loss, make_data):
+    """A problem's own model on 120 groups of 3 (the Hessian of the loss at a perturbed
+    point, intercept eliminated or not): groups that must leave, zero groups that must
+    enter; the Hessian-free target has the dense model's value to 1e-10 of the change."""
+    X, y = make_data.random_data(3, 300, 360, loss, fmt="csr", density=0.05)
+    rng = np.random.default_rng(3)
+    intercept = loss == "squared"
+    k = 360
+    A = X.toarray()
+    if intercept:
+        A = np.column_stack([A, np.ones(300)])
+    z = A @ np.r_[rng.standard_normal(k) * (rng.random(k) < 0.3), np.zeros(int(intercept))]
+    if loss == "squared":
+        second, first = np.ones(300), z - y
+    else:
+        e = np.exp(-np.abs(z))
+        second, first = e / (1 + e) ** 2, -y / (1 + np.exp(y * z))
+    hessian = A.T @ (second[:, None] * A) / 300
+    gradient = A.T @ first / 300
+    point = np.r_[rng.standard_normal(k) * (rng.random(k) < 0.3), np.zeros(int(intercept))]
+    starts = group_starts(np.full(120, 3))
+    zero = np.flatnonzero([not np.any(point[a:b]) for a, b in zip(starts[:-1], starts[1:])])
+    # half the largest slope of a zero group: some zero groups violate at the point
+    lam_weights = 0.5 * max(np.linalg.norm(gradient[3 * g:3 * g + 3]) for g in zero) * \
+        np.ones(120)
+    target, predicted, _, _ = _hessian_free(hessian, gradient, point, starts, lam_weights,
+                                            intercept)
+    dense, dense_predicted, _ = group_model_minimum(hessian, gradient, point, starts,
+                                                    lam_weights, intercept)
+    assert dense_predicted < 0.0
+    assert abs(predicted - dense_predicted) <= 1e-10 * abs(dense_predicted)
+    norms = [np.linalg.norm(target[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+    was = [np.linalg.norm(point[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+    assert any(w > 0 and v == 0 for w, v in zip(was, norms))       # some left
+    assert any(w == 0 and v > 0 for w, v in zip(was, norms))       # some entered
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+def test_group_hessian_blocks_are_the_hessians_blocks_column_and_corner(intercept):
+    """What a worker reduces for the Hessian-free group model: the diagonal blocks of its
+    Hessian sum on S's groups (sizes 1-4), the intercept's column and corner."""
+    from asyncopt.support_newton import SupportRows
+    rng = np.random.default_rng(9)
+    X = sp.random(80, 30, density=0.3, random_state=9, format="csr")
+    y = rng.standard_normal(80)
+
+    class Shard:
+        indptr, indices, data, n_features = X.indptr, X.indices, X.data, 30
+        features = np.arange(30)
+    Shard.y = y
+    support = np.array([2, 3, 4, 8, 9, 15, 16, 17, 18, 25])
+    starts = group_starts(np.array([3, 2, 4, 1]))
+    rows = SupportRows(Shard, 1, rng.standard_normal(80), support, intercept, None)
+    values = group_newton.group_hessian_blocks(rows, starts)
+    hessian = rows.hessian_sums()
+    blocks, column, corner = group_newton.split_group_blocks(values, starts, intercept)
+    for g, block in enumerate(blocks):
+        a, b = starts[g], starts[g + 1]
+        np.testing.assert_allclose(block, hessian[a:b, a:b], rtol=1e-12, atol=1e-14)
+    assert values.shape[0] == 9 + 4 + 16 + 1 + (11 if intercept else 0)
+    if intercept:
+        np.testing.assert_allclose(column, hessian[:10, 10], rtol=1e-12)
+        assert corner == pytest.approx(hessian[10, 10], rel=1e-12)
+    else:
+        assert column is None and corner == 0.0
+
+
+def test_stacked_block_products_are_the_block_diagonal_product():
+    import scipy.linalg
+    rng = np.random.default_rng(2)
+    starts = group_starts(np.array([2, 3, 2, 1, 3]))
+    blocks = [rng.standard_normal((m, m)) for m in np.diff(starts)]
+    v = rng.standard_normal(11)
+    stacks = group_newton.stack_blocks(blocks, starts)
+    assert sorted(len(groups) for groups, _, _ in stacks) == [1, 2, 2]
+    np.testing.assert_allclose(group_newton.stacked_times(stacks, v),
+                               scipy.linalg.block_diag(*blocks) @ v, rtol=1e-13)
 
 
 def test_entering_groups_are_the_worst_violating_zero_groups_within_max_support(

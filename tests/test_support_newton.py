@@ -128,6 +128,40 @@ def test_support_rows_products_diagonal_and_losses_are_the_dense_ones(loss, inte
     assert got[-1] == pytest.approx(np.sum(ref.loss_values(loss, z, y)), rel=1e-13)
 
 
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+@pytest.mark.parametrize("intercept", [True, False])
+def test_products_and_trial_losses_from_the_rows_need_no_hessian(loss, intercept, ref):
+    """SupportRows' products from the rows restricted to S (rows stored out of column
+    order, rows with no entry in S) equal the dense Hessian's, and without a Hessian
+    formed the squared loss's trial sums come from the rows and are exact."""
+    rng = np.random.default_rng(6)
+    X = sp.random(90, 40, density=0.2, random_state=6, format="csr")
+    X.indices[X.indptr[3]:X.indptr[4]] = X.indices[X.indptr[3]:X.indptr[4]][::-1].copy()
+    X.data[X.indptr[3]:X.indptr[4]] = X.data[X.indptr[3]:X.indptr[4]][::-1].copy()
+    y = np.where(rng.random(90) < 0.5, -1.0, 1.0) if loss == "logistic" \
+        else rng.standard_normal(90)
+    z = rng.standard_normal(90)
+    support = np.array([1, 2, 7, 11, 20, 33, 39])
+    code = 0 if loss == "squared" else 1
+    rho = -ref.loss_derivatives(loss, z, y)
+    slope = support_newton.shard_slope(X[:, support].T @ rho, np.sum(rho), intercept)
+    rows = SupportRows(_Shard(X, y), code, z, support, intercept, slope)
+    B = X[:, support].toarray()
+    assert np.any(~B.any(axis=1))                       # rows with nothing in S
+    if intercept:
+        B = np.column_stack([B, np.ones(90)])
+    gram = B.T @ (_second_derivative(loss, z)[:, None] * B)
+    v = rng.standard_normal(B.shape[1])
+    np.testing.assert_allclose(rows.hessian_times_from_rows(v), gram @ v, rtol=1e-12,
+                               atol=1e-12)
+    point = rng.standard_normal(B.shape[1])
+    candidates = point + rng.standard_normal((len(STEP_GRID), B.shape[1]))
+    got = rows.trial_sums(point, candidates)
+    assert rows._hessian is None                       # no Hessian was formed
+    want = [np.sum(ref.loss_values(loss, z + B @ (c - point), y)) for c in candidates]
+    np.testing.assert_allclose(got[:-1], want, rtol=1e-12)
+
+
 def test_symmetric_times_is_the_product_with_the_symmetric_matrix():
     rng = np.random.default_rng(8)
     a = rng.standard_normal((40, 40))

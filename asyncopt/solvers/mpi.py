@@ -25,7 +25,8 @@ zeros to the sums; root-centred on an oversubscribed node, see ``wire.Wire``):
   5. after an epoch that cut the certified gap by less than half, the support Newton
      step instead of an epoch (``_support_newton``: the workers reduce the Hessian on the
      non-zeros of x, or its products with the vectors of the server's CG, and their
-     losses at the candidate steps; for a group penalty always the Hessian,
+     losses at the candidate steps; for a group penalty the Hessian, or above
+     MAX_SUPPORT coordinates its diagonal blocks and products from the rows,
      ``group_newton.py``), then a new certificate; a full step that left violating zeros
      is followed at once by another (``StallWatch.should_chain``).
 Inner loop (asynchronous): a worker runs ``batch`` sparse prox-SVRG steps on its copy of x
@@ -93,7 +94,10 @@ from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, 
 from ..penalties import block_norms
 from ..problem import dropped_share
 from ..screening import BestDual, gap_safe_keep, gap_safe_radius
-from ..group_newton import entering_groups, group_move, group_support_point
+from ..group_newton import (HESSIAN_FREE_MAX_SUPPORT, HESSIAN_FREE_PRODUCTS,
+                            entering_groups, group_hessian_blocks, group_move,
+                            group_support_point, group_uses_hessian_free,
+                            hessian_free_group_minimum, split_group_blocks)
 from ..support_newton import (LINE, PROJECTED, STEP_GRID, HessianCache, StallWatch,
                               SupportRows, best_candidate, dense_move, entering_coordinates,
                               entering_limit, firm_support, from_upper_triangle,
@@ -258,8 +262,10 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
         epoch = start_from[2][-1]["epoch"] + 1
     first_epoch = epoch
     best = BestDual() if server else None   # the run's certified G = P - the largest D
-    watch = StallWatch() if server and support_newton and not saga else None
+    watch = StallWatch(None if penalty.is_l1 else HESSIAN_FREE_MAX_SUPPORT) \
+        if server and support_newton and not saga else None
     newton_from, newton_t = None, 0.0     # the gap a Newton step started from, its t
+    newton_products = 0                   # the Hessian products the step took (server)
     firm = None       # the server's firm support of x (``firm_support``), for the watch
     hessian_cache = None if server else HessianCache()   # the worker's last step's H
     freezing = prox_svrg_epochs(variance_reduced, saga, dense)
@@ -343,7 +349,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                           "messages": messages, "message_bytes": message_bytes,
                           "intercept": b, "step_factor": step_factor,
                           "move_cap": move_cap, "damping_power": damping_power,
-                          "newton_step": newton_t, "support_changes": churn,
+                          "newton_step": newton_t, "newton_products": newton_products,
+                          "support_changes": churn,
                           "transport": channel.name}
                 history.append(record)
                 progress.update(record)
@@ -386,7 +393,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                                 epoch, certified, int(np.count_nonzero(firm)), churn,
                                 tol * reference):
                             status, newton_from = NEWTON, certified
-                newton_t = 0.0
+                newton_t, newton_products = 0.0, 0
                 dropped = np.flatnonzero(~keep)
                 control[:] = status, dropped.shape[0]
             control = wire.bcast(control)
@@ -426,11 +433,10 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 pen = penalty.restricted(blocks)
                 x = x[feature_keep]
             if status == NEWTON:
-                x, b, newton_t = _support_newton(wire, active, x, b, z, loss_code, lam, n,
-                                                 pen, fit_intercept, correlation,
-                                                 float((total if server else local)[1]),
-                                                 firm, float(total[0]) if server else 0.0,
-                                                 hessian_cache, column_sq)
+                x, b, newton_t, newton_products = _support_newton(
+                    wire, active, x, b, z, loss_code, lam, n, pen, fit_intercept,
+                    correlation, float((total if server else local)[1]), firm,
+                    float(total[0]) if server else 0.0, hessian_cache, column_sq)
             if status in (RECERTIFY, NEWTON):
                 snapshot = None
                 continue
@@ -541,7 +547,9 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         step);
     every rank forms the same candidates from it, the workers reduce their losses at
     them and the server broadcasts the one taken (-1: none). Returns (x, b, t), the same
-    on every rank. ``correlation`` (A^T rho) and ``rho_sum`` (sum rho) are this rank's:
+    on every rank, and the Hessian-vector products the server's solve took (0 on the
+    workers and where the Hessian was reduced; the record's ``newton_products``).
+    ``correlation`` (A^T rho) and ``rho_sum`` (sum rho) are this rank's:
     the server's over all rows, a worker's over its own (the slope of its trial losses,
     ``shard_slope``); ``firm`` (x's firm support), ``loss_sum`` (sum f at x) and
     ``column_sq`` (||A_:j||^2 over the active features) the server's.
@@ -554,13 +562,20 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
 
     ``penalty``: the one on the active blocks (L1 or group). For a group penalty S is the
     coordinates of x's non-zero groups and of the zero groups that most violate the
-    optimality condition (``group_newton.entering_groups``, broadcast as group numbers),
-    the workers always reduce their shares of the Hessian (the group
-    model needs H itself: ``group_newton.group_move``), and the server broadcasts the
-    model's minimiser as the target of a LINE move."""
+    optimality condition (``group_newton.entering_groups``, broadcast as group numbers;
+    |S| up to HESSIAN_FREE_MAX_SUPPORT), and the server broadcasts the model's minimiser
+    as the target of a LINE move. Up to MAX_SUPPORT coordinates the workers reduce their
+    shares of the Hessian (``group_newton.group_move``); above
+    (``group_uses_hessian_free``), their shares' diagonal group blocks and intercept
+    column (``group_newton.group_hessian_blocks``), then the products the server's model
+    (``hessian_free_group_minimum``) asks for, each from a pass over their rows
+    restricted to S (``SupportRows.hessian_times_from_rows``), and their trial losses
+    come from those rows too: no worker forms the Hessian (CTR 200,000 x 100,000, groups
+    of 5, 1e-3 lam_max: |S| = 3,440, 47 MB a worker)."""
     server = wire.rank == 0
     weights, block_indptr = penalty.weights, penalty.group_indptr
     groups = block_indptr is not None
+    used = {"products": 0}      # Hessian-vector products the server's solve asked for
     pruned = _server_vector(wire, pruned_coordinates(x, firm, always=groups).astype(
         np.float64) if server else None).astype(np.int64)
     saved = x[pruned].copy()
@@ -569,7 +584,8 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         z = active.margins(x, b)
     if groups:
         entering = _server_vector(wire, entering_groups(
-            x, correlation, n, lam, weights, block_indptr) if server else None)
+            x, correlation, n, lam, weights, block_indptr, HESSIAN_FREE_MAX_SUPPORT)
+            if server else None)
         support, point, starts, chosen_groups = group_support_point(
             x, b, intercept, block_indptr, entering)
         signs, weights_S = None, weights[chosen_groups]
@@ -603,40 +619,55 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
     rows = None if server else SupportRows(active, code, z, support, intercept,
                                            shard_slope(correlation_S, rho_sum, intercept),
                                            cache)
-    if not groups and uses_hessian_free(k):
+    if groups and group_uses_hessian_free(k):
+        # the numbers of H the model reads (diagonal blocks, the intercept's column),
+        # then products from the workers' rows; the server broadcasts the target
+        n_blocks = int(np.sum(np.diff(starts) ** 2)) + (k + 1 if intercept else 0)
+        solve = None
+        if server:
+            blocks, column, corner = split_group_blocks(
+                wire.reduce(np.zeros(n_blocks)) / n, starts, intercept)
+            slope_S = shard_slope(correlation_S, rho_sum, intercept) / n
+
+            def solve(hessian_times):
+                moved, predicted, _, used["products"] = hessian_free_group_minimum(
+                    lambda v: hessian_times(v) / n, blocks, column, corner, slope_S,
+                    point, starts, lam * weights_S, intercept, HESSIAN_FREE_PRODUCTS)
+                return moved if predicted < 0.0 else None
+        else:
+            wire.reduce(group_hessian_blocks(rows, starts))
+        target = _product_loop(wire, dim, solve,
+                               None if server else rows.hessian_times_from_rows)
+        if target is None:
+            x[pruned] = saved
+            return x, b, 0.0, used["products"]
+        candidates = move_candidates(LINE, target, point, k)
+    elif not groups and uses_hessian_free(k):
         positions = wire.bcast(
             preconditioner_coordinates(column_sq[support], intercept).astype(np.float64)
             if server else np.empty(preconditioner_size(k, intercept))).astype(np.int64)
         block_size = positions.shape[0] * (positions.shape[0] + 1) // 2
+        solve, ending = None, {}
         if server:
             sums = wire.reduce(np.zeros(dim + block_size))
             diagonal = sums[:dim]
             block = (positions, from_upper_triangle(sums[dim:], positions.shape[0]))
 
-            def hessian_times(v):
-                wire.bcast(np.concatenate(([1.0], v)))
-                return wire.reduce(np.zeros(dim))
-
-            direction, _, signs = support_direction(hessian_times, diagonal, correlation_S,
-                                                    rho_sum, point, weights_S, lam, n,
-                                                    intercept, signs, block)
-            found = direction is not None
-            wire.bcast(np.concatenate(([0.0 if found else -1.0],
-                                       direction if found else np.zeros(dim))))
+            def solve(hessian_times):
+                direction, used["products"], ending["signs"] = support_direction(
+                    hessian_times, diagonal, correlation_S, rho_sum, point, weights_S,
+                    lam, n, intercept, signs, block)
+                return direction
         else:
             wire.reduce(np.concatenate((rows.hessian_diagonal(),
                                         rows.hessian_block(positions))))
-            while True:
-                message = wire.bcast(np.empty(1 + dim))
-                if message[0] != 1.0:
-                    direction = message[1:] if message[0] == 0.0 else None
-                    break
-                wire.reduce(rows.hessian_times(message[1:]))
+        direction = _product_loop(wire, dim, solve,
+                                  None if server else rows.hessian_times)
         if direction is None:
             x[pruned] = saved
-            return x, b, 0.0
+            return x, b, 0.0, used["products"]
         # the orthant the direction ends in (coordinates whose sign it changed)
-        signs = wire.bcast(signs if server else np.empty(k))
+        signs = wire.bcast(ending["signs"] if server else np.empty(k))
         candidates = move_candidates(PROJECTED, direction, point, k, signs)
     else:
         # [kind (-1: none), vector, the orthant of S (L1)]
@@ -659,7 +690,7 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         move = wire.bcast(move)
         if move[0] < 0:
             x[pruned] = saved
-            return x, b, 0.0
+            return x, b, 0.0, used["products"]
         if not groups:
             signs = move[1 + dim:]
         candidates = move_candidates(int(move[0]), move[1:1 + dim], point, k, signs)
@@ -672,9 +703,32 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
     index = int(wire.bcast(chosen)[0])
     if index < 0:
         x[pruned] = saved
-        return x, b, 0.0
+        return x, b, 0.0, used["products"]
     return x, take_candidate(x, b, support, candidates[index], intercept), \
-        float(STEP_GRID[index])
+        float(STEP_GRID[index]), used["products"]
+
+
+def _product_loop(wire, dim, solve, answer):
+    """The server's ``solve(hessian_times)`` (None on the workers), the workers answering
+    the products it asks for: for each, the server broadcasts [1, v] and they reduce
+    their shares ``answer(v)`` (H_shard v); [0, vector] ends the loop with the vector
+    ``solve`` returned, [-1, ...] with None. Returns that vector, or None, on every
+    rank."""
+    if solve is not None:
+        def hessian_times(v):
+            wire.bcast(np.concatenate(([1.0], v)))
+            return wire.reduce(np.zeros(dim))
+
+        result = solve(hessian_times)
+        found = result is not None
+        wire.bcast(np.concatenate(([0.0 if found else -1.0],
+                                   result if found else np.zeros(dim))))
+        return result
+    while True:
+        message = wire.bcast(np.empty(1 + dim))
+        if message[0] != 1.0:
+            return message[1:] if message[0] == 0.0 else None
+        wire.reduce(answer(message[1:]))
 
 
 def _anchor_without_optimal_zeros(wire, step, x, eta, thresholds, block_indptr=None):
