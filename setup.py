@@ -14,6 +14,7 @@ INSTALL_REQUIRES = [
     "scipy>=1.10",
     "numba>=0.58",
     "scikit-learn>=1.3",
+    "threadpoolctl>=3.1",
 ]
 # Optional: asyncopt.deep (the torch bridge) needs PyTorch; the rest of asyncopt does not.
 EXTRAS_REQUIRE = {"deep": ["torch>=2.4"]}

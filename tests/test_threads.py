@@ -165,3 +165,41 @@ def test_lasso_path_on_threads_matches_serial():
         assert p.certificate(coefs_t[:, k]).primal == pytest.approx(
             p.certificate(coefs[:, k]).primal, rel=1e-6)
     assert np.all(gaps_t <= 1e-10 * problem.null_objective())
+
+
+def test_blas_pools_are_limited_while_threads_or_ranks_compute(monkeypatch):
+    """cores.blas_threads: inside, every BLAS library's pool has the limit; after, what it
+    had before. solve_ddss on T threads runs with cores // T BLAS threads (OpenBLAS's idle
+    workers spin on the cores the solver's threads use), on one thread with the pools
+    left alone."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from asyncopt import cores
+    from asyncopt.solvers.ddss import solve_ddss
+
+    def blas_pools():
+        return [pool["num_threads"] for pool in threadpool_info()
+                if pool["user_api"] == "blas"]
+
+    assert cores.blas_threads_beside(1) is None
+    assert cores.blas_threads_beside(3, cores=16) == 5
+    assert cores.blas_threads_beside(9, cores=2) == 1
+    with threadpool_limits(limits=2, user_api="blas"):
+        assert blas_pools() and set(blas_pools()) == {2}
+        with cores.blas_threads(1):
+            assert set(blas_pools()) == {1}
+        assert set(blas_pools()) == {2}
+        with cores.blas_threads(None):
+            assert set(blas_pools()) == {2}
+        rng = np.random.default_rng(0)
+        X = sp.random(300, 40, density=0.2, random_state=0, format="csr")
+        problem = Problem(X, X @ rng.standard_normal(40), "squared", lam=1.0)
+        problem = problem.with_lam(0.1 * problem.lam_max())
+        monkeypatch.setattr(cores, "available_cores", lambda: 4)
+        for threads, expected in ((2, {2}), (4, {1}), (1, {2})):
+            seen = []
+            solve_ddss(problem, tol=1e-8, max_epochs=3, random_state=0,
+                       inner_loop=ThreadsInnerLoop(n_jobs=threads),
+                       callback=lambda record: seen.append(set(blas_pools())))
+            assert seen and all(pools == expected for pools in seen)
+        assert set(blas_pools()) == {2}

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..cores import blas_threads, blas_threads_beside
 from ..kernels.linalg import csr_rmatvec
 from ..penalties import contiguous_block_norms
 from ..screening import BestDual, screen_active_set
@@ -222,7 +223,9 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
         group_support_newton_step
     hessian_cache = HessianCache()
     firm_before = None     # x's firm support (``firm_support``) before the last epoch
-    with ProgressLine(verbose, label=label) as progress:
+    # one BLAS thread per core each of the inner loop's threads has (``cores.blas_threads``)
+    with ProgressLine(verbose, label=label) as progress, \
+            blas_threads(blas_threads_beside(n_threads)):
         while True:
             intercept[0] = cert.intercept
             best.offer_certificate(cert)

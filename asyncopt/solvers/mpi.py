@@ -76,6 +76,7 @@ that computes on it after every check (``sched_yield``), then sleeps between che
 growing to 0.2 ms; ``solvers/wire.py``, shared with the torch bridge's MPI protocols), so
 runs with more ranks than cores stay usable.
 """
+import contextlib
 import os
 import signal
 import threading
@@ -83,6 +84,7 @@ import time
 
 import numpy as np
 
+from ..cores import blas_threads, blas_threads_beside
 from ..kernels.linalg import csr_rmatvec
 from ..kernels.messages import (ChangeLog, add_weighted_delta, apply_reply, bitmap_words,
                                 decode_index, encode_index, index_length, take_delta,
@@ -109,7 +111,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import (SolverResult, epoch_rows, l1_prox_svrg, optimal_zeros,
                    prox_svrg_epochs, worth_compacting)
 from .channels import open_channel
-from .wire import Wire, _mpi
+from .wire import Wire, _mpi, local_ranks
 
 MOVE_CAP, MIN_MOVE_CAP = 1.9, 0.45
 MAX_DAMPING_POWER, CALM_EPOCHS = 4.0, 4
@@ -283,6 +285,10 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
         restore_handler = _checkpoint_on_sigterm(checkpoint, live, history, penalty, p, lam)
     in_sync = not (resuming or warm)   # whether every worker holds the server's x and b
     channel = open_channel(comm, wire, x.shape[0], HEADER, REPLY_HEADER, transport)
+    # one BLAS thread per core a rank has on its node: spinning BLAS pools take the cores
+    # the ranks compute on (``cores.blas_threads``)
+    blas = contextlib.ExitStack()
+    blas.enter_context(blas_threads(blas_threads_beside(local_ranks(comm))))
     try:
         while True:
             if not in_sync:
@@ -513,6 +519,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 x, b = _work_inner(channel, active.y.shape[0], x, b, run_batch, rng, batch)
             epoch += 1
     finally:
+        blas.close()
         progress.close()
         if restore_handler is not None:
             restore_handler()

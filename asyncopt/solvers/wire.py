@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 
+from ..cores import available_cores
+
 SPIN_SECONDS, MAX_PAUSE = 1e-3, 2e-4
 TAG_BCAST, TAG_REDUCE = 1001, 1002
 
@@ -69,14 +71,6 @@ def local_ranks(comm):
         if value.isdigit():
             return int(value)
     return comm.Get_size()
-
-
-def available_cores():
-    """Cores this process may run on (its affinity mask where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 class Wire:
