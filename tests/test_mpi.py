@@ -59,12 +59,15 @@ def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, lo
     assert all(b["dual"] == max(a["dual"], b["dual_at_x"])
                for a, b in zip(history, history[1:]))
     # the staleness damping power rises only at an epoch that ended with a larger gap than
-    # it started from, and once risen stays within 2..4
+    # it started from (the gap at x's own dual point, what the server adapts it on; the
+    # certified gap, at the best dual point so far, can fall in the same epoch), and once
+    # risen stays within 2..4
     powers = [h["damping_power"] for h in history]
     assert set(powers) <= {1.0, 2.0, 3.0, 4.0}
+    at_x = [h["primal"] - h["dual_at_x"] for h in history]
     for k in range(1, len(history)):
         if powers[k] > powers[k - 1]:
-            assert powers[k] == powers[k - 1] + 1 and history[k]["gap"] > history[k - 1]["gap"]
+            assert powers[k] == powers[k - 1] + 1 and at_x[k] > at_x[k - 1]
         elif powers[k] < powers[k - 1]:
             assert powers[k] == powers[k - 1] - 1 >= 2
 
