@@ -34,14 +34,19 @@ The candidates are x + t (target - x) for t in STEP_GRID, judged by their exact 
 (``SupportRows.trial_sums``; ``best_candidate`` with the groups' norms), as for L1.
 
 Under MPI the workers reduce their shares of H on S ((|S| + 1)(|S| + 2) / 2 numbers each)
-and the server broadcasts the target (``solvers/mpi.py``). Above MAX_SUPPORT coordinates
-(``group_uses_hessian_free``) they reduce only H's diagonal group blocks and its column on
-the intercept (``group_hessian_blocks``) and answer products, each a pass over their rows
-restricted to S, and the server finds the target without H
-(``hessian_free_group_minimum``: block moves, then Newton-CG on the non-zero groups with
-the blocks' inverses as preconditioner). Dis-DDSS on CTR 200,000 x 100,000, groups of 5,
-1e-3 lam_max, 2 workers (|S| = 3,365-3,650, beyond the dense step's reach there): steps
-of 20-120 products at ~7 ms each, 1.3-2.8 s to 1e-6 against 4.2 s in 30 epochs without.
+and the server broadcasts the target (``solvers/mpi.py``).
+
+Above MAX_SUPPORT coordinates (``group_uses_hessian_free``; every backend) no Hessian is
+formed. H's diagonal group blocks and its column on the intercept come from one pass over
+the rows restricted to S (``group_hessian_blocks``; under MPI each worker reduces its
+share), each product from another such pass (``SupportRows.hessian_times_from_rows``),
+and the target from ``hessian_free_group_minimum``: block moves, then Newton-CG on the
+non-zero groups with the blocks' inverses as preconditioner. Supports up to
+HESSIAN_FREE_MAX_SUPPORT. CTR 200,000 x 100,000, groups of 5, to 1e-6:
+  - Dis-DDSS at 1e-3 lam_max, 2 workers (|S| = 3,365-3,650, where the dense step did not
+    reach under MPI): steps of 20-120 products at ~7 ms each, 1.3-2.8 s against 4.2 s in
+    30 epochs without;
+  - serial DDSS at 1e-4 lam_max (|S| = 4,475): 2.64-2.73 s against 4.54-5.03 s.
 """
 import math
 
@@ -55,8 +60,7 @@ from .support_newton import (ENTERING_MIN, ENTERING_SHARE, MAX_SUPPORT, RIDGE, S
                              linear_candidates, prune_for_step, shard_slope,
                              take_candidate, violating_zeros)
 
-GROUP_MAX_SUPPORT = 4000  # |S| above which the step is not tried on one process
-HESSIAN_FREE_MAX_SUPPORT = 8000   # ... under MPI, where it is Hessian-free above 2,000
+HESSIAN_FREE_MAX_SUPPORT = 8000   # |S| above which the group step is not tried
 HESSIAN_FREE_PRODUCTS = 400       # products a Hessian-free group model takes at most
 MODEL_ROUNDS = 6          # (descent, Newton) rounds at most
 DESCENT_PASSES = 20       # block coordinate descent passes per round
@@ -319,13 +323,17 @@ def group_model_minimum(hessian, gradient, point, starts, lam_weights, intercept
 
 
 def group_uses_hessian_free(support_size):
-    """Whether the group step under MPI finds its target from Hessian-vector products
-    (``hessian_free_group_minimum``, the workers' products from their rows) rather than
-    from the Hessian itself (``group_model_minimum``): above MAX_SUPPORT coordinates,
-    where the Hessian is over 16 MB a worker to form and send (CTR 200,000 x 100,000,
-    groups of 5, 1e-3 lam_max: |S| = 3,440, 47 MB), and where its dense model took
-    1.5 s on the server. Below, the dense model stays: its block coordinate descent
-    copes with a9a's nearly equal columns (supports of 330-725)."""
+    """Whether the group step finds its target from Hessian-vector products, each a pass
+    over the rows restricted to S (``hessian_free_group_minimum``; under MPI the workers'
+    products), rather than from the Hessian itself (``group_model_minimum``): above
+    MAX_SUPPORT coordinates, on every backend. There the Hessian is over 16 MB a worker
+    to form and send (CTR 200,000 x 100,000, groups of 5, 1e-3 lam_max: |S| = 3,440,
+    47 MB) and its dense model took 1.5 s. Serial DDSS to 1e-6 on that problem: 1.62-1.72 s
+    against 1.90-4.10 s with the dense step (the same 5 epochs); at 1e-4 lam_max (|S| =
+    4,475, where the dense step, up to 4,000 on one process, was not tried) 2.64-2.73 s
+    in 9 epochs against 4.54-5.03 s in 19-21. Below, the dense model stays: its block
+    coordinate descent copes with a9a's nearly equal columns (supports of 330-1,300),
+    where the model from products does not (benchmarks/README.md)."""
     return support_size > MAX_SUPPORT
 
 
@@ -628,6 +636,21 @@ def group_move(hessian_sum, slope_sum, point, starts, lam_weights, n, intercept)
     return target if predicted < 0.0 else None
 
 
+def hessian_free_group_move(block_sums, hessian_sum_times, slope_sum, point, starts,
+                            lam_weights, n, intercept):
+    """The target of the step from the summed numbers of ``group_hessian_blocks`` and
+    products with the summed Hessian (``hessian_sum_times``) over all rows:
+    ``hessian_free_group_minimum`` on them scaled by 1/n, at most HESSIAN_FREE_PRODUCTS
+    products; None when the model predicts no decrease."""
+    blocks, column, corner = split_group_blocks(np.asarray(block_sums) / n, starts,
+                                                intercept)
+    target, predicted, _, _ = hessian_free_group_minimum(
+        lambda v: hessian_sum_times(v) / n, blocks, column, corner,
+        np.asarray(slope_sum) / n, point, starts, lam_weights, intercept,
+        HESSIAN_FREE_PRODUCTS)
+    return target if predicted < 0.0 else None
+
+
 def group_support_newton_step(active, cert, x, cache=None):
     """The step on one process (serial and threads backends) for a group penalty:
     ``cert`` is the certificate at (x, cert.intercept) on ``active``; ``cache``: the run's
@@ -639,7 +662,7 @@ def group_support_newton_step(active, cert, x, cache=None):
     block_indptr = active.block_indptr
     pruned, saved, offset, cert = prune_for_step(active, cert, x, block_indptr)
     entering = entering_groups(x, cert.correlation, n, lam, active.weights, block_indptr,
-                               GROUP_MAX_SUPPORT)
+                               HESSIAN_FREE_MAX_SUPPORT)
     support, point, starts, groups = group_support_point(x, cert.intercept, intercept,
                                                          block_indptr, entering)
     k = support.shape[0]
@@ -649,8 +672,13 @@ def group_support_newton_step(active, cert, x, cache=None):
         slope = shard_slope(cert.correlation[support], rho_sum, intercept)
         rows = SupportRows(active, code, cert.z, support, intercept, slope, cache)
         weights = active.weights[groups]
-        target = group_move(rows.hessian_sums(), slope, point, starts, lam * weights, n,
-                            intercept)
+        if group_uses_hessian_free(k):
+            target = hessian_free_group_move(
+                group_hessian_blocks(rows, starts), rows.hessian_times_from_rows, slope,
+                point, starts, lam * weights, n, intercept)
+        else:
+            target = group_move(rows.hessian_sums(), slope, point, starts, lam * weights,
+                                n, intercept)
         if target is not None:
             candidates = linear_candidates(point, target)
             index, _ = best_candidate(rows.trial_sums(point, candidates), n, lam, weights,

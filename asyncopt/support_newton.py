@@ -980,8 +980,9 @@ class StallWatch:
     1 / STALL_RATIO (or, given the goal, that left it more than TRY_EPOCHS epochs from
     it), that changed at most SUPPORT_CHURN |S| of x's firm support S (``firm_support``;
     the backends count the changes and pass |S|), with 1 <= |S| <= ``max_support``
-    (default MAX_SUPPORT; the group step on one process: GROUP_MAX_SUPPORT). After a try
-    that did not cut the gap to STALL_RATIO times what it was, the next try waits 2, 4, 8...
+    (default MAX_SUPPORT; the group step: group_newton.HESSIAN_FREE_MAX_SUPPORT). After a
+    try that did not cut the gap to STALL_RATIO times what it was, the next try waits 2, 4,
+    8...
     epochs (each try costs a pass over the data and a Hessian over S or up to
     ``product_budget`` products with it, under MPI sums from every worker).
 

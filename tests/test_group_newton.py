@@ -256,13 +256,20 @@ def _group_problem(make_data, loss, fit_intercept, seed=4, ratio=0.2):
     return X, y, base.with_lam(ratio * base.lam_max())
 
 
+@pytest.mark.parametrize("hessian_free", [False, True])
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
 @pytest.mark.parametrize("fit_intercept", [True, False])
-def test_ddss_with_the_group_step_certifies_in_far_fewer_epochs(loss, fit_intercept, ref,
-                                                                make_data):
+def test_ddss_with_the_group_step_certifies_in_far_fewer_epochs(loss, fit_intercept,
+                                                                hessian_free, ref,
+                                                                make_data, monkeypatch):
+    """hessian_free: the step's target from products with the rows restricted to S, with
+    no Hessian formed (taken above MAX_SUPPORT coordinates, forced here)."""
     X, y, problem = _group_problem(make_data, loss, fit_intercept)
     plain = solve_ddss(problem, tol=1e-10, random_state=0, max_epochs=3000,
                        support_newton=False)
+    if hessian_free:
+        monkeypatch.setattr(group_newton, "group_uses_hessian_free", lambda size: True)
+        monkeypatch.setattr(group_newton, "group_move", None)        # never the dense one
     res = solve_ddss(problem, tol=1e-10, random_state=0, max_epochs=3000)
     assert plain.converged and res.converged
     assert any(h["newton_step"] > 0 for h in res.history)

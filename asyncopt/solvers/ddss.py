@@ -27,7 +27,7 @@ from ..cores import blas_threads, blas_threads_beside
 from ..kernels.linalg import csr_rmatvec
 from ..penalties import contiguous_block_norms
 from ..screening import BestDual, screen_active_set
-from ..group_newton import GROUP_MAX_SUPPORT, group_support_newton_step
+from ..group_newton import HESSIAN_FREE_MAX_SUPPORT, group_support_newton_step
 from ..support_newton import (HessianCache, StallWatch, firm_support, support_newton_step,
                               violating_zeros)
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -218,7 +218,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     if saga:
         memory = -cert.rho
     watch = None if not support_newton or saga else \
-        StallWatch(None if problem.penalty.is_l1 else GROUP_MAX_SUPPORT)
+        StallWatch(None if problem.penalty.is_l1 else HESSIAN_FREE_MAX_SUPPORT)
     newton_step = support_newton_step if problem.penalty.is_l1 else \
         group_support_newton_step
     hessian_cache = HessianCache()
