@@ -534,6 +534,7 @@ def hessian_free_group_minimum(hessian_times, blocks, column, corner, gradient, 
             break
         norms = contiguous_block_norms(u, starts)
         move, changes = _block_prox_moves(slope, u, norms, stacks, lipschitz, lam_weights)
+        block_moved = False
         if np.any(move):
             product = reduced_times(move)
             joint, scale = min((change_of(a * move, a * product), a) for a in STEP_GRID)
@@ -546,9 +547,12 @@ def hessian_free_group_minimum(hessian_times, blocks, column, corner, gradient, 
             if joint < 0.0:
                 u, slope, total = u + scale * move, slope + scale * product, total + joint
                 norms = contiguous_block_norms(u, starts)
+                block_moved = True
         nonzero = norms > 0.0
         if not np.any(nonzero) or products[0] >= budget:
-            continue
+            if block_moved:
+                continue
+            break
         free = np.flatnonzero(np.repeat(nonzero, sizes))
         unit = u / np.repeat(np.where(nonzero, norms, 1.0), sizes)
         grad = (slope + lam_sizes * unit)[free]
@@ -568,7 +572,7 @@ def hessian_free_group_minimum(hessian_times, blocks, column, corner, gradient, 
         direction, _ = _conjugate_gradient(apply, -grad, precondition,
                                            np.zeros(free.shape[0]),
                                            budget - products[0] - 1,
-                                           min(1e-2, grad_norm / first_norm))
+                                           min(1e-2, grad_norm / max(first_norm, 1e-300)))
         step = np.zeros(k)
         step[free] = direction
         decrement = float(grad @ direction)

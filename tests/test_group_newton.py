@@ -371,3 +371,18 @@ def test_the_group_step_prunes_groups_outside_the_firm_support(ref, make_data,
     assert len(firm) < indptr.shape[0] - 1 - 2      # some groups were pruned
     assert all(not np.any(x[indptr[g]:indptr[g + 1]]) for g in zero_groups)
     assert active.certificate(x, moved[0]).gap <= 1e-9 * problem.null_objective()
+
+
+def test_hessian_free_model_ends_where_no_block_can_move():
+    """A zero group whose slope exceeds its threshold but whose Hessian block is zero (no
+    row has its features) cannot enter by a block step, and no group is non-zero: the
+    model returns at once instead of looping, with the point as its target."""
+    starts = group_starts(np.array([2, 2]))
+    hessian = np.zeros((4, 4))
+    hessian[2:, 2:] = np.eye(2)
+    gradient = np.array([3.0, 0.0, 0.1, 0.0])
+    point = np.zeros(4)
+    target, predicted, optimality, products = _hessian_free(
+        hessian, gradient, point, starts, np.ones(2), False, budget=50)
+    np.testing.assert_array_equal(target, point)
+    assert predicted == 0.0 and optimality > 1.0 and products < 50
