@@ -368,18 +368,30 @@ def _group_hessian_blocks(indptr, positions, data, weights, starts, group_of, of
             out[column + size] += w
 
 
+def _block_offsets(starts):
+    """Where each group's m_k x m_k block starts among ``group_hessian_blocks``' numbers
+    (and, last, where the intercept's column starts)."""
+    sizes = np.diff(starts)
+    return np.concatenate(([0], np.cumsum(sizes * sizes))).astype(np.int64)
+
+
+def group_blocks_length(starts, intercept):
+    """How many numbers ``group_hessian_blocks`` gives: sum_k m_k^2, plus |S| + 1 with an
+    intercept (what every rank knows without being told)."""
+    return int(_block_offsets(starts)[-1]) + (int(starts[-1]) + 1 if intercept else 0)
+
+
 def group_hessian_blocks(rows, starts):
     """From a shard's SupportRows: its Hessian sum's diagonal blocks on S's groups
     (``starts``; each m_k x m_k block row-major, one after another), then, when the
     intercept is fitted, the Hessian's column on it over S and its corner: the numbers
-    of H that ``hessian_free_group_minimum`` reads, sum_k m_k^2 + |S| + 1 of them (no
+    of H that ``hessian_free_group_minimum`` reads (``group_blocks_length`` of them; no
     column or corner without an intercept). One pass over the rows restricted to S."""
     sizes = np.diff(starts)
-    offsets = np.concatenate(([0], np.cumsum(sizes * sizes))).astype(np.int64)
     group_of = np.repeat(np.arange(sizes.shape[0]), sizes)
-    out = np.zeros(int(offsets[-1]) + (rows.size + 1 if rows.intercept else 0))
+    out = np.zeros(group_blocks_length(starts, rows.intercept))
     _group_hessian_blocks(*rows.restricted(), np.asarray(starts, np.int64), group_of,
-                          offsets, rows.size, rows.intercept, out)
+                          _block_offsets(starts), rows.size, rows.intercept, out)
     return out
 
 
@@ -387,7 +399,7 @@ def split_group_blocks(values, starts, intercept):
     """``group_hessian_blocks``' numbers -> (the list of diagonal blocks, the intercept's
     column over S or None, its corner)."""
     sizes = np.diff(starts)
-    offsets = np.concatenate(([0], np.cumsum(sizes * sizes))).astype(np.int64)
+    offsets = _block_offsets(starts)
     blocks = [values[offsets[k]:offsets[k + 1]].reshape(m, m) for k, m in enumerate(sizes)]
     if not intercept:
         return blocks, None, 0.0
@@ -642,17 +654,18 @@ def group_move(hessian_sum, slope_sum, point, starts, lam_weights, n, intercept)
 
 def hessian_free_group_move(block_sums, hessian_sum_times, slope_sum, point, starts,
                             lam_weights, n, intercept):
-    """The target of the step from the summed numbers of ``group_hessian_blocks`` and
-    products with the summed Hessian (``hessian_sum_times``) over all rows:
-    ``hessian_free_group_minimum`` on them scaled by 1/n, at most HESSIAN_FREE_PRODUCTS
-    products; None when the model predicts no decrease."""
+    """(the target of the step, the products it took) from the summed numbers of
+    ``group_hessian_blocks`` and products with the summed Hessian
+    (``hessian_sum_times``) over all rows: ``hessian_free_group_minimum`` on them scaled
+    by 1/n, at most HESSIAN_FREE_PRODUCTS products; the target None when the model
+    predicts no decrease."""
     blocks, column, corner = split_group_blocks(np.asarray(block_sums) / n, starts,
                                                 intercept)
-    target, predicted, _, _ = hessian_free_group_minimum(
+    target, predicted, _, products = hessian_free_group_minimum(
         lambda v: hessian_sum_times(v) / n, blocks, column, corner,
         np.asarray(slope_sum) / n, point, starts, lam_weights, intercept,
         HESSIAN_FREE_PRODUCTS)
-    return target if predicted < 0.0 else None
+    return (target if predicted < 0.0 else None), products
 
 
 def group_support_newton_step(active, cert, x, cache=None):
@@ -677,7 +690,7 @@ def group_support_newton_step(active, cert, x, cache=None):
         rows = SupportRows(active, code, cert.z, support, intercept, slope, cache)
         weights = active.weights[groups]
         if group_uses_hessian_free(k):
-            target = hessian_free_group_move(
+            target, _ = hessian_free_group_move(
                 group_hessian_blocks(rows, starts), rows.hessian_times_from_rows, slope,
                 point, starts, lam * weights, n, intercept)
         else:

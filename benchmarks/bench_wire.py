@@ -36,8 +36,6 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 MODES = ("yield", "sleep", "hold")
-RANK_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-            "NUMBA_NUM_THREADS": "1"}
 
 
 def _set_mode(wire_module, wire, mode):
@@ -111,7 +109,7 @@ def main(argv=None):
     if args.rank_side:
         return rank_side(args)
 
-    from benchmarks._mpi_run import find_mpirun
+    from benchmarks._mpi_run import RANK_ENV, find_mpirun
     from benchmarks.common import RESULTS_DIR, format_table, machine_info, write_json
 
     mpirun = find_mpirun(args.mpirun)

@@ -96,10 +96,10 @@ from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, 
 from ..penalties import block_norms
 from ..problem import dropped_share
 from ..screening import BestDual, gap_safe_keep, gap_safe_radius
-from ..group_newton import (HESSIAN_FREE_MAX_SUPPORT, HESSIAN_FREE_PRODUCTS,
-                            entering_groups, group_hessian_blocks, group_move,
+from ..group_newton import (HESSIAN_FREE_MAX_SUPPORT, entering_groups,
+                            group_blocks_length, group_hessian_blocks, group_move,
                             group_support_point, group_uses_hessian_free,
-                            hessian_free_group_minimum, split_group_blocks)
+                            hessian_free_group_move)
 from ..support_newton import (LINE, PROJECTED, STEP_GRID, HessianCache, StallWatch,
                               SupportRows, best_candidate, dense_move, entering_coordinates,
                               entering_limit, firm_support, from_upper_triangle,
@@ -629,18 +629,16 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
     if groups and group_uses_hessian_free(k):
         # the numbers of H the model reads (diagonal blocks, the intercept's column),
         # then products from the workers' rows; the server broadcasts the target
-        n_blocks = int(np.sum(np.diff(starts) ** 2)) + (k + 1 if intercept else 0)
         solve = None
         if server:
-            blocks, column, corner = split_group_blocks(
-                wire.reduce(np.zeros(n_blocks)) / n, starts, intercept)
-            slope_S = shard_slope(correlation_S, rho_sum, intercept) / n
+            block_sums = wire.reduce(np.zeros(group_blocks_length(starts, intercept)))
 
             def solve(hessian_times):
-                moved, predicted, _, used["products"] = hessian_free_group_minimum(
-                    lambda v: hessian_times(v) / n, blocks, column, corner, slope_S,
-                    point, starts, lam * weights_S, intercept, HESSIAN_FREE_PRODUCTS)
-                return moved if predicted < 0.0 else None
+                target, used["products"] = hessian_free_group_move(
+                    block_sums, hessian_times,
+                    shard_slope(correlation_S, rho_sum, intercept), point, starts,
+                    lam * weights_S, n, intercept)
+                return target
         else:
             wire.reduce(group_hessian_blocks(rows, starts))
         target = _product_loop(wire, dim, solve,

@@ -54,11 +54,12 @@ def main(out, loss, method, groups, options=(), batch=None, seed=0, n=400, p=150
     if "no-newton" in options:
         flags["support_newton"] = False
     if "hessian-free" in options:
+        import asyncopt.group_newton as group_newton
         import asyncopt.solvers.mpi as mpi
         import asyncopt.support_newton as support_newton
         mpi.uses_hessian_free = lambda support_size: True
         mpi.group_uses_hessian_free = lambda support_size: True
-        support_newton.MIN_PRODUCTS = mpi.HESSIAN_FREE_PRODUCTS = 2000
+        support_newton.MIN_PRODUCTS = group_newton.HESSIAN_FREE_PRODUCTS = 2000
     result = solve_mpi(comm, shard, penalty, p, full.loss.code, lam, True, tol=1e-8,
                        max_epochs=100 if method == "ddss_naive" else 3000, **flags,
                        batch=batch, random_state=0)
