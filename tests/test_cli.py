@@ -159,6 +159,29 @@ def test_cli_default_a9a(prog, capsys):
     assert "a9a" in out and "123" in out
 
 
+def test_cli_data_flag_is_the_positional_data(tmp_path, capsys):
+    data = write_libsvm(tmp_path / "small.svm")
+    runs = {}
+    for name, argv in {"positional": [data], "flag": ["--data", data],
+                       "both": [data, "--data", data]}.items():
+        status, out, err = run_main("asyncopt-lasso", [*argv, "--quiet", "--backend",
+                                                       "serial", "--tol", "1e-10"], capsys)
+        assert status == 0, err
+        runs[name] = [line for line in out.splitlines() if "objective" in line
+                      or "data " in line]
+    assert "small.svm: 80 x 12" in runs["flag"][0]
+    assert runs["flag"] == runs["positional"] == runs["both"]
+
+
+def test_cli_two_data_files_is_a_usage_error(tmp_path, capsys):
+    first = write_libsvm(tmp_path / "first.svm")
+    second = write_libsvm(tmp_path / "second.svm", seed=1)
+    status, out, err = run_main("asyncopt-lasso", [first, "--data", second], capsys)
+    assert status == 2
+    assert_one_line_error(err, "asyncopt-lasso")
+    assert "first.svm" in err and "second.svm" in err
+
+
 # -- user errors: one line, no traceback ----------------------------------------
 
 @pytest.mark.parametrize("prog", PROGS)

@@ -416,12 +416,13 @@ def _write_libsvm(path, n=300, p=40, seed=0, bad_line=None):
 
 def test_cli_workers_read_their_byte_range_and_match_the_serial_run(tmp_path):
     data = _write_libsvm(tmp_path / "d.svm")
-    common = [str(data), "--quiet", "--tol", "1e-9", "--max-epochs", "2000"]
-    proc = _cli(4, *common, "--save-coef", str(tmp_path / "mpi.npz"))
+    common = ["--quiet", "--tol", "1e-9", "--max-epochs", "2000"]
+    # the headline form, mpirun -n 9 asyncopt-lasso --data big.svm
+    proc = _cli(4, "--data", str(data), *common, "--save-coef", str(tmp_path / "mpi.npz"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "d.svm: 300 x 40" in proc.stdout
     env = dict(os.environ, PYTHONPATH=ROOT)
-    serial = subprocess.run([sys.executable, "-m", "asyncopt.cli.lasso", *common,
+    serial = subprocess.run([sys.executable, "-m", "asyncopt.cli.lasso", str(data), *common,
                              "--backend", "serial", "--save-coef", str(tmp_path / "s.npz")],
                             env=env, capture_output=True, text=True, timeout=240)
     assert serial.returncode == 0, serial.stderr[-2000:]

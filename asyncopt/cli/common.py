@@ -53,6 +53,17 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     def error(self, message):  # noqa: D401 - argparse API
         raise CliUsageError(message)
 
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, with the data file given either as the positional DATA or as
+        ``--data PATH`` (both: an error unless they name the same file) in ``data``."""
+        parsed = super().parse_args(args, namespace)
+        positional = vars(parsed).pop("data_positional", None)
+        if positional is not None:
+            if parsed.data is not None and parsed.data != positional:
+                self.error(f"two data files: {positional!r} and --data {parsed.data!r}")
+            parsed.data = positional
+        return parsed
+
 
 # -- argument types -----------------------------------------------------------
 
@@ -101,9 +112,12 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
                "(2 for command-line mistakes). Set ASYNCOPT_DEBUG=1 for tracebacks.",
     )
     p.add_argument(
-        "data", nargs="?", default=None, metavar="DATA",
-        help="LIBSVM file to read; default: the embedded a9a (Adult) data set",
+        "data_positional", nargs="?", default=None, metavar="DATA",
+        help="LIBSVM file to read (plain, .gz, .bz2 or .xz); default: the embedded a9a "
+             "(Adult) data set",
     )
+    p.add_argument("--data", default=None, metavar="PATH",
+                   help="the LIBSVM file, as a flag (the same as DATA)")
     reg = p.add_mutually_exclusive_group()
     reg.add_argument("--alpha", type=_positive_float, default=None,
                      help="regularization strength alpha (> 0)")
