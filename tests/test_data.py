@@ -329,8 +329,13 @@ def test_load_a9a():
     assert set(np.unique(X.data)) == {1.0}
     _, y01 = load_a9a(labels="01")
     np.testing.assert_array_equal(y01, (y + 1) / 2)
-    # the embedded file's numpy parse against scikit-learn's parser (load_libsvm's)
+    # the binary form it is read from (a9a.npz) against the embedded LIBSVM text, parsed
+    # with numpy and with scikit-learn's parser (load_libsvm's)
     from importlib import resources
+    from asyncopt.data.embedded import a9a_from_text
+    X_text, y_text = a9a_from_text()
+    assert_same_csr(X, X_text)
+    np.testing.assert_array_equal(y01, y_text)
     X_sk, y_sk = load_libsvm(str(resources.files("asyncopt.data").joinpath("a9a.svm.xz")),
                              n_features=123, zero_based=False)
     assert_same_csr(X, X_sk)
