@@ -332,7 +332,12 @@ def test_load_a9a():
     # the binary form it is read from (a9a.npz) against the embedded LIBSVM text, parsed
     # with numpy and with scikit-learn's parser (load_libsvm's)
     from importlib import resources
-    from asyncopt.data.embedded import a9a_from_text
+    from asyncopt.data.embedded import A9A_ARRAYS, a9a_arrays_from_text, a9a_from_text
+    with resources.files("asyncopt.data").joinpath(A9A_ARRAYS).open("rb") as f, \
+            np.load(f) as stored:
+        for name, array in a9a_arrays_from_text().items():   # the file's recipe
+            np.testing.assert_array_equal(stored[name], array)
+            assert stored[name].dtype == array.dtype
     X_text, y_text = a9a_from_text()
     assert_same_csr(X, X_text)
     np.testing.assert_array_equal(y01, y_text)

@@ -44,7 +44,9 @@ class CliUsageError(Exception):
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are a single line and do not exit.
+    """The command lines' ArgumentParser: errors are a single line and do not exit,
+    and the data file may be given as the positional DATA or as ``--data PATH``
+    (``parse_args`` puts it in ``data``).
 
     ``error`` raises :class:`CliUsageError`; :func:`run_main` prints it as
     ``prog: error: message`` and returns 2.  ``--help`` still exits 0.
