@@ -74,6 +74,16 @@ def test_the_benchmark_script_reaches_celers_objective_on_prepared_shards(
     assert history[-1]["primal"] == payload["primal"]
     # the support Newton step over the shards (group_newton.py for groups of 5)
     assert any(h["newton_step"] > 0 for h in history)
+    # each record's phase seconds: the inner loop and the Newton step since the last
+    # record, where there was one, and the certificate before it, all within that span
+    for before, record in zip(history, history[1:]):
+        ran_inner = record["inner_steps"] > before["inner_steps"]
+        assert (record["inner_s"] > 0) == ran_inner
+        assert not (record["newton_s"] > 0 and ran_inner)
+        assert record["newton_s"] > 0 or record["newton_step"] == 0
+        assert 0 < record["certificate_s"] and record["inner_s"] + record["newton_s"] + \
+            record["certificate_s"] <= record["time"] - before["time"]
+    assert history[0]["inner_s"] == history[0]["newton_s"] == 0.0
 
 
 def test_bench_wire_times_every_way_of_waiting(tmp_path):

@@ -268,6 +268,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
         if server and support_newton and not saga else None
     newton_from, newton_t = None, 0.0     # the gap a Newton step started from, its t
     newton_products = 0                   # the Hessian products the step took (server)
+    # the server's wall seconds in the inner loop and the Newton step since the last
+    # record (the record's inner_s and newton_s; certificate_s is timed in the loop)
+    phases = {"inner_s": 0.0, "newton_s": 0.0}
     firm = None       # the server's firm support of x (``firm_support``), for the watch
     hessian_cache = None if server else HessianCache()   # the worker's last step's H
     freezing = prox_svrg_epochs(variance_reduced, saga, dense)
@@ -291,6 +294,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     blas.enter_context(blas_threads(blas_threads_beside(local_ranks(comm))))
     try:
         while True:
+            certificate_start = time.perf_counter()
             if not in_sync:
                 state = wire.bcast(np.concatenate(([b], x)))
                 b, x = float(state[0]), state[1:].copy()
@@ -357,7 +361,10 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                           "move_cap": move_cap, "damping_power": damping_power,
                           "newton_step": newton_t, "newton_products": newton_products,
                           "support_changes": churn,
-                          "transport": channel.name}
+                          "transport": channel.name,
+                          "certificate_s": time.perf_counter() - certificate_start,
+                          **phases}
+                phases = dict.fromkeys(phases, 0.0)
                 history.append(record)
                 progress.update(record)
                 if checkpoint is not None:
@@ -439,10 +446,12 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 pen = penalty.restricted(blocks)
                 x = x[feature_keep]
             if status == NEWTON:
+                newton_start = time.perf_counter()
                 x, b, newton_t, newton_products = _support_newton(
                     wire, active, x, b, z, loss_code, lam, n, pen, fit_intercept,
                     correlation, float((total if server else local)[1]), firm,
                     float(total[0]) if server else 0.0, hessian_cache, column_sq)
+                phases["newton_s"] += time.perf_counter() - newton_start
             if status in (RECERTIFY, NEWTON):
                 snapshot = None
                 continue
@@ -481,12 +490,14 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 snapshot = (x.copy(), b, primal, gap, firm)
                 live.update(x=x, b=b, blocks=blocks)
                 per_batch = _lipschitz(loss_code) * batch
+                inner_start = time.perf_counter()
                 x, b, steps, staleness, msgs, mbytes = _serve_inner(
                     channel, x, b, size - 1,
                     overshoot_weights(eta * per_batch * column_sq / n, size - 1, move_cap),
                     float(overshoot_weights(eta_intercept * per_batch, size - 1, move_cap)),
                     damping_power,
                     pen.weights > 0 if l1_epochs else None)
+                phases["inner_s"] += time.perf_counter() - inner_start
                 steps_total += steps
                 messages, message_bytes = msgs, mbytes
             else:
