@@ -214,6 +214,9 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=None,
                         help="local steps per message (solve_mpi's default_batch: "
                              "n / (m workers), m = 2.5 workers up to 4, else 25)")
+    parser.add_argument("--messages", type=int, default=None,
+                        help="messages per worker per epoch: batch = n / (M workers) "
+                             "(instead of default_batch's M; --batch wins)")
     parser.add_argument("--no-support-newton", action="store_true",
                         help="Dis-DDSS without the support Newton step (an ablation)")
     parser.add_argument("--no-warm-up", action="store_true")
@@ -232,7 +235,7 @@ def main(argv=None):
     from asyncopt.solvers.methods import solver_flags
     from asyncopt.losses import get_loss
     from asyncopt.problem import Problem
-    from asyncopt.solvers.mpi import distributed_lam_max, solve_mpi
+    from asyncopt.solvers.mpi import default_batch, distributed_lam_max, solve_mpi
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -262,10 +265,14 @@ def main(argv=None):
     comm.Barrier()
     t_warm = time.perf_counter() - t0
 
+    batch = args.batch
+    if batch is None:
+        batch = max(1, n // (args.messages * (size - 1))) if args.messages else \
+            default_batch(n, size - 1)
     t0, cpu0 = time.perf_counter(), time.process_time()
     result = solve_mpi(comm, shard, penalty, p, code, lam, args.fit_intercept,
                        tol=args.tol, max_epochs=args.max_epochs, random_state=args.seed,
-                       max_time=args.max_time, batch=args.batch, label=args.method,
+                       max_time=args.max_time, batch=batch, label=args.method,
                        **flags)
     t_solve, cpu_solve = time.perf_counter() - t0, time.process_time() - cpu0
     timings = comm.gather({"rank": rank, "rows": rows, "load_s": t_load,
@@ -279,7 +286,8 @@ def main(argv=None):
             "lam_ratio": args.lam_ratio, "lam_max": lam_max, "lam": lam,
             "group_size": args.group_size,
             "n_samples": n, "n_features": p, "nnz": nnz, "tol": args.tol,
-            "max_time": args.max_time, "seed": args.seed, "batch": args.batch,
+            "max_time": args.max_time, "seed": args.seed, "batch": batch,
+            "messages": args.messages,
             "converged": bool(result.converged), "epochs": int(result.n_iter),
             "gap": float(result.gap), "primal": float(result.primal),
             "support": int(np.count_nonzero(result.coef)), "intercept": float(result.intercept),

@@ -69,12 +69,33 @@ def bytes_to(run, level):
     return None
 
 
-def run_mpi(spec, method, workers, target, cap, seed, args, workdir, epoch_estimate=None):
+PHASES = ("certificate_s", "inner_s", "newton_s")
+
+
+def phase_timeline(history):
+    """The server's clock per record (solve_mpi's ``certificate_s``, ``inner_s``,
+    ``newton_s``, with the time, gap, epoch, Newton products and staleness): where a run's
+    time went, epoch by epoch; [] for a history without them."""
+    keys = ("epoch", "time", "rel_gap", "n_active", "coef_nnz", "newton_step",
+            "newton_products", "staleness_mean") + PHASES
+    return [{key: r.get(key) for key in keys} for r in history if "inner_s" in r]
+
+
+def phase_totals(timeline):
+    """Each phase's seconds summed over a ``phase_timeline`` (and the products)."""
+    totals = {key: float(sum(r[key] for r in timeline)) for key in PHASES}
+    totals["newton_products"] = int(sum(r["newton_products"] or 0 for r in timeline))
+    return totals
+
+
+def run_mpi(spec, method, workers, target, cap, seed, args, workdir, epoch_estimate=None,
+            extra_args=()):
     """One mpirun of ``method`` on ``spec``: a SolverRun whose curve is the history and
-    whose extra holds the bytes, epochs, staleness and the ranks' timings."""
+    whose extra holds the bytes, epochs, staleness, the ranks' timings and the server's
+    phase timeline. ``extra_args``: more _mpi_run.py flags."""
     out = os.path.join(workdir, f"{spec['name']}_{method}_{seed}.json")
     timeout = 3 * cap + 180 + 3 * (epoch_estimate or 0.0)
-    extra = ["--group-size", str(spec["group_size"])]
+    extra = ["--group-size", str(spec["group_size"])] + list(extra_args)
     if method == "ddss_nonewton":
         method, extra = "ddss", extra + ["--no-support-newton"]
     payload, wall, error = launch(workers + 1, out, data=spec["data"], loss=spec["loss"],
@@ -105,7 +126,9 @@ def run_mpi(spec, method, workers, target, cap, seed, args, workdir, epoch_estim
         step_factor=float(last["step_factor"]),
         rejected_epochs=int(sum(1 for a, b in zip(history, history[1:])
                                 if b["step_factor"] < a["step_factor"])),
-        ranks=payload["ranks"])
+        ranks=payload["ranks"], timeline=phase_timeline(history), batch=payload["batch"])
+    if run.extra["timeline"]:
+        run.extra["phase_totals"] = phase_totals(run.extra["timeline"])
     if epoch_estimate is not None:
         run.extra["estimated_epoch_seconds"] = epoch_estimate
     return run, payload

@@ -120,6 +120,7 @@ def not_offered(solver, spec):
 DATA_DESCRIPTION = {
     "ctr": "make_ctr(200_000, 100_000, nnz_per_row=30, random_state=0)",
     "ctr_small": "make_ctr(20_000, 10_000, nnz_per_row=30, random_state=0)",
+    "ctr_tall": "make_ctr(1_600_000, 100_000, nnz_per_row=30, random_state=0)",
     "a9a_d2": "load_a9a(degree=2)",
     "a9a_d2_small": "load_a9a(degree=2), first 5,000 rows",
     "a9a_d3": "load_a9a(degree=3)",
@@ -129,6 +130,8 @@ DATA_DESCRIPTION = {
 def load_data(key):
     if key == "ctr":
         X, y, _ = make_ctr(200_000, 100_000, nnz_per_row=30, random_state=0)
+    elif key == "ctr_tall":
+        X, y, _ = make_ctr(1_600_000, 100_000, nnz_per_row=30, random_state=0)
     elif key == "ctr_small":
         X, y, _ = make_ctr(20_000, 10_000, nnz_per_row=30, random_state=0)
     elif key == "a9a_d2":

@@ -3,11 +3,15 @@
 machine has the cores) threads; speed-up t(1) / t(k) against the ideal k.
 
     cd /work/main && PYTHONPATH=. .venv/bin/python benchmarks/bench_speedup.py [--quick]
-        [--workers 1 2 4 8] [--threads 1 2] [--time-cap S] [--repeat N]
+        [--tall] [--workers 1 2 4 8] [--threads 1 2] [--time-cap S] [--repeat N]
+        [--messages M]
 
 Problem: Lasso with intercept at lam = 1e-3 lam_max on make_ctr(200_000, 100_000,
 nnz_per_row=30, random_state=0) (bench_serial's ctr_lasso_1e-3); --quick:
-make_ctr(20_000, 10_000, ...), 30 s cap, about 2-3 minutes.
+make_ctr(20_000, 10_000, ...), 30 s cap, about 2-3 minutes; --tall: make_ctr(1_600_000,
+100_000, ...), the same features with 8 times the rows (each of 8 workers then holds as
+many rows as 1 worker of the default problem). On a machine without MPI (a bare many-core
+one) benchmarks/run_speedup_bare.sh installs the mpich and mpi4py wheels first.
 
 Dis-DDSS: one ``mpirun -n K+1 python benchmarks/_mpi_run.py`` per worker count and round
 (bench_distributed.run_mpi); the solve time is the history's time at the first record with
@@ -20,7 +24,11 @@ inner_loop=ThreadsInnerLoop(T)) in this process, the time read off its history t
 No communication (``no_communication_times``; --no-ceiling skips it): k forked processes
 each run 8 epochs of the serial solver on worker i's row block at once, no messages at
 all: t(1) / t(k) is what these cores give k processes whatever the protocol costs; the
-table's "no comm." rows and the 2-worker target line show it.
+table's "no comm." rows and the target lines show it. The "1 block" rows run the first of
+the k blocks alone (what the work itself splits into k), and ``core_probe`` gives k
+processes the same fixed arithmetic or streaming reads (what the machine's k cores give).
+A table shows where Dis-DDSS's solve went on the server's clock (certificates, inner
+loops, Newton steps; solve_mpi's record fields certificate_s, inner_s, newton_s).
 
 Targets: Dis-DDSS 2 workers >= 1.6x faster than 1 worker; -n 9 (8 workers) within 3x of
 -n 3's time (solve and whole mpirun); 8 workers >= 6x faster than 1 on a 16-core machine
@@ -33,6 +41,7 @@ import tempfile
 import time
 
 import numpy as np
+from numba import njit
 
 # the repository root, after PYTHONPATH (so PYTHONPATH can point at another asyncopt tree)
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -63,7 +72,8 @@ def key_of(family, k):
 
 def run_dis(spec, workers, target, cap, rep, args, workdir, cores):
     """One Dis-DDSS mpirun on ``workers`` workers (bench_distributed.run_mpi)."""
-    run, _ = run_mpi(spec, "ddss", workers, target, cap, rep, args, workdir)
+    run, _ = run_mpi(spec, "ddss", workers, target, cap, rep, args, workdir,
+                     extra_args=["--messages", str(args.messages)] if args.messages else ())
     run.solver = key_of("dis", workers)
     run.extra.update(k=workers, n_ranks=workers + 1, oversubscribed=workers + 1 > cores)
     ranks = run.extra.get("ranks")
@@ -118,6 +128,20 @@ def _shard_epochs(X, y, spec, lam, lo, hi, epochs, barrier, queue):
     queue.put(time.perf_counter() - t0)
 
 
+def _blocks_at_once(context, X, y, spec, lam, blocks, epochs):
+    """Seconds of the slowest of len(blocks) forked ``_shard_epochs`` children, one per
+    (lo, hi) row block, started together."""
+    barrier, queue = context.Barrier(len(blocks)), context.Queue()
+    children = [context.Process(target=_shard_epochs, args=(
+        X, y, spec, lam, lo, hi, epochs, barrier, queue)) for lo, hi in blocks]
+    for child in children:
+        child.start()
+    slowest = max(queue.get(timeout=600) for _ in children)
+    for child in children:
+        child.join()
+    return slowest
+
+
 def no_communication_times(X, y, spec, lam, counts, epochs, repeat):
     """What the machine gives k processes with nothing to communicate: for each k in
     ``counts``, k forked processes each run ``epochs`` epochs of the serial solver
@@ -125,26 +149,80 @@ def no_communication_times(X, y, spec, lam, counts, epochs, repeat):
     contiguous row block Dis-DDSS worker i holds, started together; the time of k is that
     of the slowest. t(1) / t(k) bounds what k workers can gain on these cores whatever the
     protocol costs (memory bandwidth and caches are shared; more processes than cores
-    share the cores). Best of ``repeat`` rounds. {k: seconds}."""
+    share the cores). Also the first of those k blocks run alone: t(1) / that is what
+    the work itself splits into k (the per-epoch work over the features, O(p) whatever
+    the rows, does not), and that / t(k) what running k at once costs on this machine.
+    Best of ``repeat`` rounds. ({k: seconds at once}, {k: seconds of one block alone}).
+    """
     import multiprocessing
     from benchmarks._mpi_run import worker_rows
     context = multiprocessing.get_context("fork")
-    times = {}
+    at_once, alone = {}, {}
     for _ in range(max(1, repeat)):
         for k in counts:
-            barrier, queue = context.Barrier(k), context.Queue()
-            children = []
-            for i in range(k):
-                lo, hi = worker_rows(X.shape[0], k, i)
-                children.append(context.Process(target=_shard_epochs, args=(
-                    X, y, spec, lam, lo, hi, epochs, barrier, queue)))
-            for child in children:
-                child.start()
-            slowest = max(queue.get(timeout=600) for _ in children)
-            for child in children:
-                child.join()
-            times[k] = min(times.get(k, slowest), slowest)
-    return times
+            blocks = [worker_rows(X.shape[0], k, i) for i in range(k)]
+            t = _blocks_at_once(context, X, y, spec, lam, blocks, epochs)
+            at_once[k] = min(at_once.get(k, t), t)
+            t = t if k == 1 else _blocks_at_once(context, X, y, spec, lam, blocks[:1],
+                                                  epochs)
+            alone[k] = min(alone.get(k, t), t)
+    return at_once, alone
+
+
+@njit(cache=False)
+def _compute_kernel(n):
+    """4 independent multiply-add chains, n steps each: the core's arithmetic, no
+    memory traffic."""
+    a, b, c, d = 1.0, 2.0, 3.0, 4.0
+    for _ in range(n):
+        a = a * 0.9999999 + 1e-7
+        b = b * 0.9999999 + 1e-7
+        c = c * 0.9999999 + 1e-7
+        d = d * 0.9999999 + 1e-7
+    return a + b + c + d
+
+
+def _probe_child(kind, size, barrier, queue):
+    """Child of ``core_probe``: one fixed piece of work of ``kind``, timed once every
+    child is ready."""
+    data = np.ones(size) if kind == "memory" else None
+    barrier.wait()
+    t0 = time.perf_counter()
+    if kind == "memory":
+        for _ in range(8):
+            data.sum()
+    else:
+        _compute_kernel(size)
+    queue.put(time.perf_counter() - t0)
+
+
+def core_probe(counts, repeat, compute_steps=50_000_000, memory_doubles=16_000_000):
+    """What k processes at once get of this machine, apart from any solver: k forked
+    processes each run the same fixed work, ``compute`` (``_compute_kernel``: arithmetic
+    in registers) or ``memory`` (8 sums over an array of 128 MB: streaming reads), and
+    the throughput of k is k t(1) / t(k), t the slowest child, best of ``repeat`` rounds.
+    A machine whose k cores are k real cores gives ~k for compute; cores that share
+    their physical core (hyperthreads, a busy host) give less. {kind: {k: throughput}}."""
+    import multiprocessing
+    context = multiprocessing.get_context("fork")
+    _compute_kernel(10)                     # compiled once, before the forks
+    out = {}
+    for kind, size in (("compute", compute_steps), ("memory", memory_doubles)):
+        seconds = {}
+        for _ in range(max(1, repeat)):
+            for k in counts:
+                barrier, queue = context.Barrier(k), context.Queue()
+                children = [context.Process(target=_probe_child,
+                                            args=(kind, size, barrier, queue))
+                            for _ in range(k)]
+                for child in children:
+                    child.start()
+                slowest = max(queue.get(timeout=600) for _ in children)
+                for child in children:
+                    child.join()
+                seconds[k] = min(seconds.get(k, slowest), slowest)
+        out[kind] = {k: k * seconds[min(seconds)] / seconds[k] for k in counts}
+    return out
 
 
 def round_summary(run, rep):
@@ -162,11 +240,17 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="CTR 20k x 10k instead of 200k x 100k, 30 s cap: a 2-3 minute "
                              "smoke test")
+    parser.add_argument("--tall", action="store_true",
+                        help="CTR 1,600,000 x 100,000 (ctr_tall: 8 times the rows, the "
+                             "same features): rows for 8 workers to split")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8], metavar="K",
                         help="MPI worker counts (mpirun -n K+1; default 1 2 4 8)")
     parser.add_argument("--threads", type=int, nargs="+", default=None, metavar="T",
                         help="Sha-DDSS thread counts (default: those of 1 2 4 8 that do not "
                              "exceed the cores, at least 1 2)")
+    parser.add_argument("--messages", type=int, default=None, metavar="M",
+                        help="Dis-DDSS messages per worker per epoch (batch n / (M k); "
+                             "default: solve_mpi's default_batch)")
     parser.add_argument("--no-mpi", action="store_true", help="skip the Dis-DDSS runs")
     parser.add_argument("--no-threads", action="store_true", help="skip the Sha-DDSS runs")
     parser.add_argument("--no-ceiling", action="store_true",
@@ -192,6 +276,11 @@ def main(argv=None):
     target = args.target
     spec = next(s for s in problem_specs(args.quick) if s["name"] == PROBLEM)
     stem = "bench_speedup_quick" if args.quick else "bench_speedup"
+    if args.tall:
+        if args.quick:
+            parser.error("--tall and --quick exclude each other")
+        spec = dict(spec, name=PROBLEM.replace("ctr", "ctr_tall"), data="ctr_tall")
+        stem = "bench_speedup_tall"
     json_path = args.output or os.path.join(RESULTS_DIR, stem + ".json")
     png_path = os.path.splitext(json_path)[0] + ".png"
 
@@ -203,7 +292,9 @@ def main(argv=None):
         f"{info['mpirun']}, " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
     log(f"{PROBLEM}: {DATA_DESCRIPTION[spec['data']]}, lam = {spec['lam_ratio']:g} lam_max; "
         f"target gap <= {target:g} * P(0), cap {cap:g} s, repeat {args.repeat}; "
-        f"Dis-DDSS workers {workers} (ranks {[w + 1 for w in workers]}), Sha-DDSS threads "
+        f"Dis-DDSS workers {workers} (ranks {[w + 1 for w in workers]}"
+        + (f", {args.messages} messages per worker per epoch" if args.messages else "")
+        + f"), Sha-DDSS threads "
         f"{threads}")
     over = [f"-n {w + 1}" for w in workers if w + 1 > cores] + \
         [f"{t} threads" for t in threads if t > cores]
@@ -227,12 +318,17 @@ def main(argv=None):
                     P0=problem.zero_certificate().primal)
         log(f"data {X.shape}, nnz {X.nnz:,}, P(0) = {meta['P0']:.6g} "
             f"({time.perf_counter() - t0:.1f} s)")
-    ceiling = {}
+    ceiling, alone, probe = {}, {}, {}
     if ceiling_counts:       # forks: before this process starts any thread
-        ceiling = no_communication_times(X, y, spec, problem.lam, ceiling_counts,
-                                         args.ceiling_epochs, args.repeat)
+        ceiling, alone = no_communication_times(X, y, spec, problem.lam, ceiling_counts,
+                                                args.ceiling_epochs, args.repeat)
         log(f"no communication, {args.ceiling_epochs} epochs on each block: " + ", ".join(
-            f"{k} at once {t:.2f} s" for k, t in ceiling.items()))
+            f"{k} at once {t:.2f} s (one alone {alone[k]:.2f} s)"
+            for k, t in ceiling.items()))
+        probe = core_probe(ceiling_counts, args.repeat)
+        log("the machine, k processes at once (throughput k t(1) / t(k)): " + "; ".join(
+            f"{kind} " + ", ".join(f"{k}: {v:.2f}" for k, v in values.items())
+            for kind, values in probe.items()))
     if threads:
         warm_up_threads(threads, spec["fit_intercept"])
 
@@ -263,7 +359,7 @@ def main(argv=None):
             run.extra["best_mpirun_wall_s"] = min(walls)
         run.extra["rounds"] = rounds[key]
     report(best, workers, threads, cap, target, args, info, meta, cores, json_path,
-           png_path, time.perf_counter() - t_start, ceiling)
+           png_path, time.perf_counter() - t_start, ceiling, alone, probe)
     return 0
 
 
@@ -353,9 +449,33 @@ def targets_report(best, cap, cores, free_speedup=None):
             lines.append(f"{what}: not measurable here ({cores} cores < 9 ranks; measured "
                          f"{shown}, oversubscribed)")
         else:
+            free = (f"; with no communication at all the machine gives 8 processes "
+                    f"{free_speedup[8]:.2f}x" if 1 in free_speedup and 8 in free_speedup
+                    else "")
             add(label, what, v, shown, kind, ">=", 6,
-                "" if cores >= 16 else f" [{cores} cores, not 16]")
+                ("" if cores >= 16 else f" [{cores} cores, not 16]") + free)
     return lines, out
+
+
+def phase_rows(best, workers):
+    """(header, rows): per worker count, the best round's solve seconds and how the
+    server's clock split them (``bench_distributed.phase_totals``); None without any."""
+    rows = []
+    for k in workers:
+        run = best.get(key_of("dis", k))
+        totals = run.extra.get("phase_totals") if run is not None else None
+        if not totals:
+            continue
+        epochs = run.extra.get("epochs") or 1
+        solve = run.extra["timeline"][-1]["time"]
+        rows.append([k, run.extra.get("batch", "-"), f"{solve:.3f}",
+                     f"{totals['certificate_s']:.3f}", f"{totals['inner_s']:.3f}",
+                     f"{totals['inner_s'] / epochs * 1e3:.1f}", f"{totals['newton_s']:.3f}",
+                     totals["newton_products"], epochs])
+    if not rows:
+        return None
+    return (["workers", "batch", "solve s", "certificate s", "inner s", "inner ms/epoch", "Newton s",
+             "products", "epochs"], rows)
 
 
 def table_rows(best, workers, threads, cap):
@@ -388,16 +508,23 @@ def table_rows(best, workers, threads, cap):
 
 
 def report(best, workers, threads, cap, target, args, info, meta, cores, json_path,
-           png_path, seconds, ceiling=None):
-    ceiling = ceiling or {}
+           png_path, seconds, ceiling=None, alone=None, probe=None):
+    ceiling, alone, probe = ceiling or {}, alone or {}, probe or {}
     # t(first count) / t(k) of the no-communication runs, as speedups() for the solvers
     free_speedup = {k: ceiling[min(ceiling)] / t for k, t in ceiling.items()}
+    alone_speedup = {k: ceiling[min(ceiling)] / t for k, t in alone.items()}
     header, rows = table_rows(best, workers, threads, cap)
     for k, t in ceiling.items():
         rows.append(["no comm.", k, f"{k} process" + "es" * (k > 1),
                      "yes" if k > cores else "no", f"{t:.2f}", f"{free_speedup[k]:.2f}",
                      f"{k / min(ceiling):g}", args.ceiling_epochs, "-", "-", "-", "-"])
+    for k, t in alone.items():
+        if k > min(alone):
+            rows.append(["1 block", k, "1 process", "no", f"{t:.2f}",
+                         f"{alone_speedup[k]:.2f}", f"{k / min(alone):g}",
+                         args.ceiling_epochs, "-", "-", "-", "-"])
     table = format_table(header, rows)
+    phases = phase_rows(best, workers)
     target_lines, met = targets_report(best, cap, cores, free_speedup)
     dis = next((r for k, r in best.items() if k.startswith("dis@") and "lam" in r.extra),
                None)
@@ -406,14 +533,26 @@ def report(best, workers, threads, cap, target, args, info, meta, cores, json_pa
         f"the whole mpirun (best of rounds), start-up: mpirun wall - slowest rank's solve; "
         f"os.cpu_count() = {cores}\n")
     log(table)
+    if phases:
+        log("\nwhere Dis-DDSS's solve went (server clock, best round; certificate: the "
+            "synchronous part of every outer iteration, inner: the asynchronous inner "
+            "loops, Newton: the support Newton steps with their Hessian products)\n")
+        log(format_table(*phases))
+    if probe:
+        log("\nthe machine: k processes at once, each the same fixed work (throughput "
+            "k t(1) / t(k); ideal k): " + "; ".join(
+                f"{kind} " + ", ".join(f"{k}: {v:.2f}" for k, v in values.items())
+                for kind, values in probe.items()))
     log("\ntargets" + (" (quick sizes: not the 200,000 x 100,000 problem)" if args.quick
-                       else "") + ":")
+                       else " (--tall: CTR 1,600,000 x 100,000, not the problem they name)"
+                       if args.tall else "") + ":")
     for line in target_lines:
         log("  " + line)
     payload = {
         "benchmark": "bench_speedup", "quick": args.quick, "complete": True,
         "target_rel_gap": target, "time_cap_s": cap, "repeat": args.repeat,
         "cpu_count": cores, "workers": workers, "threads": threads,
+        "messages_per_worker": args.messages,
         "n_ranks": [w + 1 for w in workers],
         "oversubscribed": {key: bool(r.extra.get("oversubscribed")) for key, r in best.items()},
         "machine": info, "total_seconds": seconds, "problem": meta,
@@ -424,8 +563,14 @@ def report(best, workers, threads, cap, target, args, info, meta, cores, json_pa
         "targets": met, "targets_text": target_lines,
         "no_communication": {"epochs": args.ceiling_epochs,
                              "seconds": {str(k): t for k, t in ceiling.items()},
-                             "speedup": {str(k): v for k, v in free_speedup.items()}}
+                             "speedup": {str(k): v for k, v in free_speedup.items()},
+                             "one_block_alone_seconds": {str(k): t for k, t in alone.items()},
+                             "one_block_alone_speedup": {str(k): v for k, v in
+                                                         alone_speedup.items()}}
         if ceiling else None,
+        "core_probe": {kind: {str(k): v for k, v in values.items()}
+                       for kind, values in probe.items()} or None,
+        "phases": {"header": phases[0], "rows": phases[1]} if phases else None,
         "method": {
             "dis": "mpirun -n k+1 python benchmarks/_mpi_run.py --method ddss (bench_distributed"
                    ".run_mpi): shards of contiguous rows, warm-up solve, barrier, solve_mpi(tol="
@@ -445,7 +590,12 @@ def report(best, workers, threads, cap, target, args, info, meta, cores, json_pa
                                 "ceiling epochs of the serial solver (screening off) on "
                                 "worker i's row block, started together; seconds of the "
                                 "slowest, best of the rounds; rows 'no comm.' (s to target "
-                                "column: those seconds, not a solve to the target)",
+                                "column: those seconds, not a solve to the target); rows "
+                                "'1 block': the first of the k blocks alone",
+            "core_probe": "core_probe: k forked processes each run the same arithmetic "
+                          "(compute) or streaming reads of 128 MB (memory); k t(1) / t(k)",
+            "phases": "solve_mpi's certificate_s, inner_s, newton_s summed over the best "
+                      "round's records (bench_distributed.phase_totals)",
         },
     }
     if dis is not None:

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# bench_speedup on a bare many-core machine that has python3 with numpy, scipy and numba but
+# no MPI: installs the mpich and mpi4py wheels found in WHEELS (pip download them where
+# there is a registry), warms numba's cache with a --quick run, then runs the benchmark.
+#
+#   WHEELS=.whl OUT=/some/dir bash benchmarks/run_speedup_bare.sh [extra bench_speedup args]
+#
+# Writes OUT/bench_speedup.json (+ .png) and OUT/log.txt.
+set -uo pipefail
+WHEELS=${WHEELS:-.whl}
+OUT=${OUT:-benchmarks/results}
+PREFIX=${PREFIX:-/tmp/mpi-prefix}
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --ignore-installed \
+    --prefix "$PREFIX" "$WHEELS"/*.whl || exit 3
+PYV=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+export PYTHONPATH="$PREFIX/lib/python$PYV/site-packages:$PWD"
+export LD_LIBRARY_PATH="$PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+MPIRUN="$PREFIX/bin/mpirun"
+nproc
+lscpu | grep -Ei "model name|^CPU\(s\)|thread|socket|numa node"
+python3 -c "import numpy, scipy, numba, mpi4py; print('numpy', numpy.__version__,
+'scipy', scipy.__version__, 'numba', numba.__version__, 'mpi4py', mpi4py.__version__)"
+"$MPIRUN" -n 2 python3 -c "from mpi4py import MPI; c = MPI.COMM_WORLD
+print(c.Get_rank(), MPI.Get_library_version().splitlines()[0])" || exit 4
+python3 -m compileall -q asyncopt
+t0=$(date +%s)
+timeout 200 python3 benchmarks/bench_speedup.py --quick --no-ceiling --threads 1 2 \
+    --workers 1 8 --mpirun "$MPIRUN" --output "$OUT/bench_speedup_quick.json" \
+    > "$OUT/log_quick.txt" 2>&1
+echo "warm-up (--quick, numba compile): rc $? in $(( $(date +%s) - t0 )) s"
+tail -n 12 "$OUT/log_quick.txt"
+timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_speedup.py --mpirun "$MPIRUN" \
+    --output "$OUT/bench_speedup.json" "$@" 2>&1 | tee "$OUT/log.txt"
