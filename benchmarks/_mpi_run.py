@@ -235,7 +235,9 @@ def main(argv=None):
     from asyncopt.solvers.methods import solver_flags
     from asyncopt.losses import get_loss
     from asyncopt.problem import Problem
+    from asyncopt.cores import available_cores
     from asyncopt.solvers.mpi import default_batch, distributed_lam_max, solve_mpi
+    from asyncopt.solvers.wire import local_ranks
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -268,7 +270,7 @@ def main(argv=None):
     batch = args.batch
     if batch is None:
         batch = max(1, n // (args.messages * (size - 1))) if args.messages else \
-            default_batch(n, size - 1)
+            default_batch(n, size - 1, local_ranks(comm) > available_cores())
     t0, cpu0 = time.perf_counter(), time.process_time()
     result = solve_mpi(comm, shard, penalty, p, code, lam, args.fit_intercept,
                        tol=args.tol, max_epochs=args.max_epochs, random_state=args.seed,

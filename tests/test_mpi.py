@@ -114,6 +114,20 @@ class _QueueChannel:
         return End()
 
 
+def test_default_batch_sends_fewer_messages_where_every_rank_has_a_core():
+    """default_batch: n / (m l) steps a message, m = ceil(2.5 l) up to 4 workers either
+    way; beyond, m = 25 on an oversubscribed node and m = 10 where the server answers at
+    once (each reply costs the server a pass over what the others changed)."""
+    from asyncopt.solvers.mpi import default_batch
+    n = 200_000
+    for workers, messages in ((1, 3), (2, 5), (4, 10)):
+        assert default_batch(n, workers, True) == default_batch(n, workers, False) == \
+            n // (messages * workers)
+    assert default_batch(n, 8, True) == n // (25 * 8) == 1000
+    assert default_batch(n, 8, False) == n // (10 * 8) == 2500
+    assert default_batch(50, 8, False) == 1        # at least one step a message
+
+
 def test_inner_loop_one_pass_per_worker_and_every_worker_ends_on_the_servers_x():
     """_serve_inner / _work_inner over an in-process channel, one worker slower (5 ms a
     batch) than the other: each makes exactly one pass over its shard in batches of

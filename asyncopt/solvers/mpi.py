@@ -205,7 +205,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     if fewest < 1:
         raise ValueError(f"more workers ({size - 1}) than rows ({n}): every worker needs "
                          "at least one row")
-    batch = default_batch(n, size - 1) if batch is None else int(batch)
+    batch = default_batch(n, size - 1, wire.oversubscribed) if batch is None else int(batch)
     p = n_features
     # only the server uses the column norms (overshoot weights, the screening test) and
     # the stored non-zeros per column (the compaction rule); counts travel as int32, and
@@ -823,11 +823,22 @@ def overshoot_weights(contraction, n_workers, move_cap):
     return np.minimum(1.0, move_cap / np.maximum(n_workers * -np.expm1(-contraction), 1e-300))
 
 
-def default_batch(n, n_workers):
+def default_batch(n, n_workers, oversubscribed=True):
     """Local steps per message: n / (m l) with m = ceil(2.5 l) messages per worker per
-    epoch for up to 4 workers and m = 25 beyond. Few messages hide the round trip (the
-    server of an oversubscribed node answers late); many keep the deltas of l workers from
-    compounding. Measured on CTR 200,000 x 100,000 to gap 1e-6 (2 cores): 1 worker 0.96 s
+    epoch for up to 4 workers, and beyond m = 25 on a node with more ranks than cores
+    (``oversubscribed``), m = 10 where every rank has a core. Few messages hide the round
+    trip (the server of an oversubscribed node answers late); many keep the deltas of l
+    workers from compounding.
+
+    With a core per rank the server answers at once, and it is the server that each
+    message costs: every reply carries the coordinates the other workers changed since
+    (most of x on CTR). CTR 200,000 x 100,000 at 1e-3 lam_max, 8 workers on 16 cores
+    (bench_speedup, 2026-11-26): an inner loop took 24.5-26.6 ms an epoch with m = 25
+    against 10.7 ms with m = 10 and 8.9-11.8 ms with m = 5, and the solve 0.42-0.53 s
+    (7 epochs each) against 0.36 s (7 epochs) with m = 10, 0.31-0.37 s (5-8) with m = 5
+    and 0.77 s (12) with m = 3.
+
+    Measured on CTR 200,000 x 100,000 to gap 1e-6 (2 cores): 1 worker 0.96 s
     with m = 3 against 1.40 s with m = 50; with ``overshoot_weights`` and the staleness
     damping (2026-11-22), 2 workers 1.37-1.91 s with m = 5 against 1.69-2.01 s with
     m = 10 (18-20 epochs either way; m = 3 took 44 epochs once); 4 workers 3.4-3.5 s with
@@ -841,7 +852,8 @@ def default_batch(n, n_workers):
     active set is small a batch takes ~2 ms, shorter than a round trip on shared cores, so
     fewer, longer batches hide it.) At least one step per message (4 workers with 50-step
     batches on 400 rows stalled a group Lasso at gap 6e-4)."""
-    messages = int(np.ceil(2.5 * n_workers)) if n_workers <= 4 else 25
+    messages = int(np.ceil(2.5 * n_workers)) if n_workers <= 4 else \
+        25 if oversubscribed else 10
     return max(1, n // (messages * n_workers))
 
 
