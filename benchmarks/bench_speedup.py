@@ -128,18 +128,26 @@ def _shard_epochs(X, y, spec, lam, lo, hi, epochs, barrier, queue):
     queue.put(time.perf_counter() - t0)
 
 
-def _blocks_at_once(context, X, y, spec, lam, blocks, epochs):
-    """Seconds of the slowest of len(blocks) forked ``_shard_epochs`` children, one per
-    (lo, hi) row block, started together."""
-    barrier, queue = context.Barrier(len(blocks)), context.Queue()
-    children = [context.Process(target=_shard_epochs, args=(
-        X, y, spec, lam, lo, hi, epochs, barrier, queue)) for lo, hi in blocks]
+def _slowest_at_once(context, target, arg_lists):
+    """Seconds of the slowest of len(arg_lists) forked children ``target(*args, barrier,
+    queue)``, which start their timed work together (the barrier) and put its seconds on
+    the queue."""
+    barrier, queue = context.Barrier(len(arg_lists)), context.Queue()
+    children = [context.Process(target=target, args=(*args, barrier, queue))
+                for args in arg_lists]
     for child in children:
         child.start()
     slowest = max(queue.get(timeout=600) for _ in children)
     for child in children:
         child.join()
     return slowest
+
+
+def _blocks_at_once(context, X, y, spec, lam, blocks, epochs):
+    """Seconds of the slowest of len(blocks) ``_shard_epochs`` children, one per (lo, hi)
+    row block, started together."""
+    return _slowest_at_once(context, _shard_epochs,
+                            [(X, y, spec, lam, lo, hi, epochs) for lo, hi in blocks])
 
 
 def no_communication_times(X, y, spec, lam, counts, epochs, repeat):
@@ -211,15 +219,7 @@ def core_probe(counts, repeat, compute_steps=50_000_000, memory_doubles=16_000_0
         seconds = {}
         for _ in range(max(1, repeat)):
             for k in counts:
-                barrier, queue = context.Barrier(k), context.Queue()
-                children = [context.Process(target=_probe_child,
-                                            args=(kind, size, barrier, queue))
-                            for _ in range(k)]
-                for child in children:
-                    child.start()
-                slowest = max(queue.get(timeout=600) for _ in children)
-                for child in children:
-                    child.join()
+                slowest = _slowest_at_once(context, _probe_child, [(kind, size)] * k)
                 seconds[k] = min(seconds.get(k, slowest), slowest)
         out[kind] = {k: k * seconds[min(seconds)] / seconds[k] for k in counts}
     return out
@@ -474,8 +474,8 @@ def phase_rows(best, workers):
                      totals["newton_products"], epochs])
     if not rows:
         return None
-    return (["workers", "batch", "solve s", "certificate s", "inner s", "inner ms/epoch", "Newton s",
-             "products", "epochs"], rows)
+    return (["workers", "batch", "solve s", "certificate s", "inner s", "inner ms/epoch",
+             "Newton s", "products", "epochs"], rows)
 
 
 def table_rows(best, workers, threads, cap):

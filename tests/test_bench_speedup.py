@@ -1,0 +1,47 @@
+"""benchmarks/bench_speedup.py end to end on its --quick problem (1 and 2 workers, 1
+thread): every run reaches the target, the server's phase seconds account for the solve
+they split, and the no-communication, one-block and machine rows are there. A change to
+_mpi_run.py once broke every Dis-DDSS run of the benchmark and only a device run showed
+it."""
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks._mpi_run import find_mpirun  # noqa: E402
+
+pytest.importorskip("mpi4py")
+pytestmark = pytest.mark.skipif(find_mpirun() is None,
+                                reason="no mpirun (pip install mpich)")
+
+
+def test_bench_speedup_quick_reports_where_each_solve_went(tmp_path):
+    from benchmarks import bench_speedup
+    out = tmp_path / "speedup.json"
+    assert bench_speedup.main(["--quick", "--workers", "1", "2", "--threads", "1",
+                               "--repeat", "1", "--ceiling-epochs", "2", "--no-plot",
+                               "--output", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    runs = payload["runs"]
+    assert set(runs) == {"dis@1", "dis@2", "sha@1"}
+    assert all(run["reached"] and run["error"] is None for run in runs.values())
+    for key in ("dis@1", "dis@2"):
+        extra = runs[key]["extra"]
+        assert extra["batch"] >= 1 and extra["timeline"]
+        solve = extra["timeline"][-1]["time"]
+        totals = extra["phase_totals"]
+        spent = totals["certificate_s"] + totals["inner_s"] + totals["newton_s"]
+        # the records' phases cover the solve but for the steps' broadcasts between them
+        assert 0.5 * solve <= spent <= solve
+        assert totals["inner_s"] > 0 and totals["certificate_s"] > 0
+    assert [row[0] for row in payload["phases"]["rows"]] == [1, 2]
+    ceiling = payload["no_communication"]
+    assert set(ceiling["seconds"]) == set(ceiling["one_block_alone_seconds"]) == {"1", "2"}
+    assert ceiling["one_block_alone_seconds"]["1"] == ceiling["seconds"]["1"]
+    for kind in ("compute", "memory"):
+        assert payload["core_probe"][kind]["1"] == 1.0
+        assert payload["core_probe"][kind]["2"] > 0
