@@ -213,7 +213,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch", type=int, default=None,
                         help="local steps per message (solve_mpi's default_batch: "
-                             "n / (m workers), m = 2.5 workers up to 4, else 25)")
+                             "n / (m workers), m = 2.5 workers up to 4, else 10, or 25 "
+                             "on an oversubscribed node)")
     parser.add_argument("--messages", type=int, default=None,
                         help="messages per worker per epoch: batch = n / (M workers) "
                              "(instead of default_batch's M; --batch wins)")
@@ -235,9 +236,7 @@ def main(argv=None):
     from asyncopt.solvers.methods import solver_flags
     from asyncopt.losses import get_loss
     from asyncopt.problem import Problem
-    from asyncopt.cores import available_cores
-    from asyncopt.solvers.mpi import default_batch, distributed_lam_max, solve_mpi
-    from asyncopt.solvers.wire import local_ranks
+    from asyncopt.solvers.mpi import distributed_lam_max, solve_mpi
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -268,9 +267,8 @@ def main(argv=None):
     t_warm = time.perf_counter() - t0
 
     batch = args.batch
-    if batch is None:
-        batch = max(1, n // (args.messages * (size - 1))) if args.messages else \
-            default_batch(n, size - 1, local_ranks(comm) > available_cores())
+    if batch is None and args.messages:
+        batch = max(1, n // (args.messages * (size - 1)))
     t0, cpu0 = time.perf_counter(), time.process_time()
     result = solve_mpi(comm, shard, penalty, p, code, lam, args.fit_intercept,
                        tol=args.tol, max_epochs=args.max_epochs, random_state=args.seed,
@@ -288,7 +286,8 @@ def main(argv=None):
             "lam_ratio": args.lam_ratio, "lam_max": lam_max, "lam": lam,
             "group_size": args.group_size,
             "n_samples": n, "n_features": p, "nnz": nnz, "tol": args.tol,
-            "max_time": args.max_time, "seed": args.seed, "batch": batch,
+            "max_time": args.max_time, "seed": args.seed,
+            "batch": result.history[-1]["batch"],
             "messages": args.messages,
             "converged": bool(result.converged), "epochs": int(result.n_iter),
             "gap": float(result.gap), "primal": float(result.primal),

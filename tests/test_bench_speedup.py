@@ -29,9 +29,12 @@ def test_bench_speedup_quick_reports_where_each_solve_went(tmp_path):
     runs = payload["runs"]
     assert set(runs) == {"dis@1", "dis@2", "sha@1"}
     assert all(run["reached"] and run["error"] is None for run in runs.values())
-    for key in ("dis@1", "dis@2"):
+    from asyncopt.solvers.mpi import default_batch
+    for key, workers in (("dis@1", 1), ("dis@2", 2)):
         extra = runs[key]["extra"]
-        assert extra["batch"] >= 1 and extra["timeline"]
+        # the solver's own batch, read off its history
+        assert extra["batch"] == default_batch(payload["problem"]["n_samples"], workers)
+        assert extra["timeline"]
         solve = extra["timeline"][-1]["time"]
         totals = extra["phase_totals"]
         spent = totals["certificate_s"] + totals["inner_s"] + totals["newton_s"]

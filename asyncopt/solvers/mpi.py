@@ -361,7 +361,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                           "move_cap": move_cap, "damping_power": damping_power,
                           "newton_step": newton_t, "newton_products": newton_products,
                           "support_changes": churn,
-                          "transport": channel.name,
+                          "transport": channel.name, "batch": batch,
                           "certificate_s": time.perf_counter() - certificate_start,
                           **phases}
                 phases = dict.fromkeys(phases, 0.0)
