@@ -141,7 +141,8 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
     p.add_argument("--batch", type=_positive_int, default=None, metavar="B",
                    help="under mpirun: local steps a worker takes between two messages "
                         "(default n / (m workers): m = 2.5 workers messages per worker per "
-                        "epoch up to 4 workers, else 25)")
+                        "epoch up to 4 workers, else 10, or 25 when the node has fewer "
+                        "cores than ranks)")
     p.add_argument("--no-screening", action="store_true",
                    help="disable gap-safe screening")
     p.add_argument("--no-intercept", action="store_true",
