@@ -5,6 +5,11 @@
 #
 #   WHEELS=.whl OUT=/some/dir bash benchmarks/run_speedup_bare.sh [extra bench_speedup args]
 #
+# The wheels, fetched where a registry is reachable (for that machine's Python, here 3.12):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux1_x86_64 \
+#       -d .whl mpich==5.0.2 mpi4py==4.1.2
+#
 # Writes OUT/bench_speedup.json (+ .png) and OUT/log.txt.
 set -uo pipefail
 WHEELS=${WHEELS:-.whl}
