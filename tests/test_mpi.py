@@ -114,6 +114,21 @@ class _QueueChannel:
         return End()
 
 
+def test_squared_conjugate_from_two_sums_is_the_per_sample_conjugate():
+    """The squared loss's certificate needs no second round: sum_i f*(-rho_i / s) from
+    sum rho^2 and sum y rho (``squared_conjugate_sum``) equals the per-sample sum that
+    mean_neg_conjugate takes, at every scale s >= 1 the server may pick."""
+    from asyncopt.losses import SQUARED, mean_neg_conjugate
+    from asyncopt.solvers.mpi import squared_conjugate_sum
+    rng = np.random.default_rng(11)
+    for n in (1, 7, 500):
+        rho, y = rng.standard_normal(n), 3.0 + rng.standard_normal(n)
+        for scale in (1.0, 1.7, 40.0):
+            want = -mean_neg_conjugate(SQUARED, rho / scale, y) * n
+            got = squared_conjugate_sum(rho @ rho, y @ rho, scale)
+            assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
 def test_default_batch_sends_fewer_messages_where_every_rank_has_a_core():
     """default_batch: n / (m l) steps a message, m = ceil(2.5 l) up to 4 workers either
     way; beyond, m = 25 on an oversubscribed node and m = 10 where the server answers at

@@ -12,9 +12,12 @@ zeros to the sums; root-centred on an oversubscribed node, see ``wire.Wire``):
      (``_serve_inner``);
   2. refit the intercept: squared loss, b += sum(y - z) / n; logistic, Newton steps on
      the reduced sums of f' and f'';
-  3. reduce [sum f, A^T rho] to the server, which forms the dual scaling s and broadcasts
-     it; reduce sum f*(-rho / s): the server has P, D and the gap, and stops on the gap at
-     the best dual point so far (``screening.BestDual``: G = P - the largest D);
+  3. reduce [sum f, sum rho, A^T rho] to the server, which forms the dual scaling s;
+     logistic loss: it broadcasts s and they reduce sum f*(-rho / s); squared loss: the
+     same reduction carried sum rho^2 and sum y rho, from which the server has that sum
+     at any s (``squared_conjugate_sum``), so there is no second round. The server has
+     P, D and the gap, and stops on the gap at the best dual point so far
+     (``screening.BestDual``: G = P - the largest D);
   4. the server decides (stop, screen, step), broadcasts [status, number of blocks removed]
      and, when there are any, their positions among the active blocks, then the epoch's
      anchor, the reweighted full gradient (under DDSS only where x is not a zero, or a zero
@@ -119,6 +122,18 @@ STOP, INNER, RECERTIFY, REJECT, NEWTON = 0, 1, 2, 3, 4
 WARM = "warm"       # the server starts from coef_init (solve_mpi)
 HEADER = 4          # [version, steps, intercept delta, last] in front of a delta's values
 REPLY_HEADER = 4    # [control, version, b, full] in front of a reply's values
+
+
+CERTIFICATE_SUMS = 4    # the scalars ahead of A^T rho in a certificate's reduction
+
+
+def squared_conjugate_sum(rho_sq, y_rho, scale):
+    """sum_i f*(-theta_i) for the squared loss at theta = rho / scale, from sum rho^2 and
+    sum y rho: f*(u) = u^2 / 2 + u y gives sum rho^2 / (2 s^2) - sum y rho / s. The workers
+    send both sums in the certificate's one reduction, so the server finds D at any scale
+    with no second round (the scale's broadcast and the conjugate's reduction that other
+    losses need)."""
+    return rho_sq / (2.0 * scale * scale) - y_rho / scale
 
 
 def _intercept_refit(wire, code, z, y, b, n):
@@ -308,24 +323,32 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             if fit_intercept:
                 b = _intercept_refit(wire, loss_code, z, y, b, n)
             rho = generalized_residual(loss_code, z, y, np.empty_like(z))
-            local = np.zeros(2 + x.shape[0])
+            # [sum f, sum rho, sum rho^2, sum y rho, A^T rho]
+            local = np.zeros(CERTIFICATE_SUMS + x.shape[0])
             if not server:
                 local[0] = mean_loss(loss_code, z, y) * z.shape[0]
                 local[1] = np.sum(rho)
-                local[2:] = csr_rmatvec(active.indptr, active.indices, active.data, rho,
-                                        active.n_features)
+                if loss_code == SQUARED:
+                    local[2], local[3] = rho @ rho, y @ rho
+                local[CERTIFICATE_SUMS:] = csr_rmatvec(active.indptr, active.indices,
+                                                       active.data, rho, active.n_features)
             total = wire.reduce(local)
             # A^T rho over the server's all rows, a worker's own (a Newton step's trials)
-            correlation = (total if server else local)[2:]
+            correlation = (total if server else local)[CERTIFICATE_SUMS:]
             scale = np.zeros(1)
             if server:
                 block_corr = block_norms(correlation, pen.indptr, pen.ids)
                 dual_norm = float(np.max(block_corr / pen.weights, initial=0.0))
                 scale[0] = max(1.0, dual_norm / (n * lam))
-            scale = float(wire.bcast(scale)[0])
-            conj = np.array([0.0 if server or not z.shape[0]
-                             else -mean_neg_conjugate(loss_code, rho / scale, y) * z.shape[0]])
-            conj_total = wire.reduce(conj)
+            if loss_code == SQUARED:
+                scale = float(scale[0])
+                conj_total = None if not server else \
+                    [squared_conjugate_sum(total[2], total[3], scale)]
+            else:
+                scale = float(wire.bcast(scale)[0])
+                conj = np.array([0.0 if server or not z.shape[0] else
+                                 -mean_neg_conjugate(loss_code, rho / scale, y) * z.shape[0]])
+                conj_total = wire.reduce(conj)
             control = np.zeros(2)
             if server:
                 primal = total[0] / n + lam * pen.value(x)
