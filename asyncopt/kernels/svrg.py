@@ -134,22 +134,40 @@ def finish_intercept(intercept, b, delta, shared):
         intercept[0] = b
 
 
+CLOCK_SYNC = 32
+
+
 @njit(cache=True, inline="always")
-def tick(clock, seen, staleness, track):
-    """With ``track``: add this step's delay clock[0] - seen to staleness = [sum, max] and
-    advance the shared clock."""
+def tick(clock, last, pending, staleness, track, force):
+    """With ``track``: one more step of this thread; every CLOCK_SYNC of them (or with
+    ``force``, at the end of its slice) it adds them to the shared ``clock`` and charges
+    the steps the other threads added since its last visit (clock[0] - last) to
+    staleness = [sum of tau, max]: each step's tau counts the other threads' steps that
+    finished between its read of x and its write, and the steps of one window cover it
+    back to back, so those steps are the window's sum of tau exactly (up to the other
+    threads' own windows) and an upper bound on any one tau in it. A clock written at
+    every step moved its cache line between the cores at every step: CTR 200,000 x
+    100,000, 2 threads, an epoch took 18.6 ms against 16.7 ms with private clocks.
+    Returns (last, pending)."""
     if track:
-        now = clock[0]
-        staleness[0] += now - seen
-        staleness[1] = max(staleness[1], now - seen)
-        clock[0] = now + 1
+        pending += 1
+        if pending == CLOCK_SYNC or force:
+            now = clock[0]
+            others = now - last
+            staleness[0] += others
+            staleness[1] = max(staleness[1], others)
+            last = now + pending
+            clock[0] = last
+            pending = 0
+    return last, pending
 
 
 def _make_epoch_kernels(track_staleness):
     """The L1 and group epoch kernels; with track_staleness (a compile-time constant, so
     the serial kernels carry no trace of it) every step also measures its delay tau: the
     steps other threads finished on the shared ``clock`` between this step's read of x and
-    its write (Assumption 3), accumulated as staleness = [sum tau, max tau].
+    its write (Assumption 3), accumulated as staleness = [sum tau, max tau] a window of
+    CLOCK_SYNC steps at a time (``tick``).
 
     The tracked kernels are the ones threads run together, so they also share the
     intercept: each keeps a private b and every INTERCEPT_SYNC steps adds its accumulated
@@ -168,9 +186,10 @@ def _make_epoch_kernels(track_staleness):
                  weighted_mu, mu_intercept, thresholds, eta, samples, variance_reduced,
                  clock, staleness):
         b, delta = intercept[0], 0.0
-        for t in range(samples.shape[0]):
+        last, pending = (clock[0] if track_staleness else 0), 0
+        n_steps = samples.shape[0]
+        for t in range(n_steps):
             i = samples[t]
-            seen = clock[0] if track_staleness else 0
             z = row_margin(indptr, indices, data, x, b, i)
             diff = gradient_difference(code, z, z_snap[i], y[i], variance_reduced)
             for k in range(indptr[i], indptr[i + 1]):
@@ -181,7 +200,8 @@ def _make_epoch_kernels(track_staleness):
             b, delta = step_intercept(intercept, b, delta,
                                       eta_intercept * (diff + mu_intercept), t,
                                       track_staleness)
-            tick(clock, seen, staleness, track_staleness)
+            last, pending = tick(clock, last, pending, staleness, track_staleness,
+                                 t == n_steps - 1)
         finish_intercept(intercept, b, delta, track_staleness)
 
     @njit(cache=True, nogil=True)
@@ -191,9 +211,10 @@ def _make_epoch_kernels(track_staleness):
         scratch, stamp, touched = scatter_buffers(x.shape[0], block_indptr)
         old, new, local_ids = block_buffers(block_indptr)
         b, delta = intercept[0], 0.0
-        for t in range(samples.shape[0]):
+        last, pending = (clock[0] if track_staleness else 0), 0
+        n_steps = samples.shape[0]
+        for t in range(n_steps):
             i = samples[t]
-            seen = clock[0] if track_staleness else 0
             z = row_margin(indptr, indices, data, x, b, i)
             diff = gradient_difference(code, z, z_snap[i], y[i], variance_reduced)
             n_touched = scatter_row(indptr, indices, data, i, diff, scratch, feature_block,
@@ -210,7 +231,8 @@ def _make_epoch_kernels(track_staleness):
             b, delta = step_intercept(intercept, b, delta,
                                       eta_intercept * (diff + mu_intercept), t,
                                       track_staleness)
-            tick(clock, seen, staleness, track_staleness)
+            last, pending = tick(clock, last, pending, staleness, track_staleness,
+                                 t == n_steps - 1)
         finish_intercept(intercept, b, delta, track_staleness)
 
     return epoch_l1, epoch_group

@@ -55,8 +55,9 @@ class ThreadsInnerLoop:
             thresholds, eta, samples, variance_reduced):
         """Update x and intercept in place; returns the staleness (mean, max) over all
         steps: tau = steps other threads finished between a step's read of x and its write,
-        counted on a shared step clock (a racy counter: a count lost to a race only makes
-        tau look smaller by one)."""
+        counted on a shared step clock a window of CLOCK_SYNC steps at a time
+        (``kernels.svrg.tick``: the mean as it is, the max an upper bound; a racy counter,
+        so a count lost to a race only makes tau look smaller)."""
         if self.kernel == "native":
             return self._run_native(active, x, intercept, eta_intercept, z_snap, weighted_mu,
                                     mu_intercept, thresholds, eta, samples,
@@ -66,11 +67,13 @@ class ThreadsInnerLoop:
                                     mu_intercept, thresholds, eta, samples,
                                     variance_reduced)
         clock = np.zeros(1, dtype=np.int64)
-        staleness = np.zeros((self.n_jobs, 2), dtype=np.int64)
+        # a 64-byte row per thread: counters of two threads on one cache line would move
+        # it between their cores at every window
+        staleness = np.zeros((self.n_jobs, 8), dtype=np.int64)
         self._on_threads(
             lambda t, rows, own: self._serial.run(
                 active, x, intercept, eta_intercept, z_snap, weighted_mu, mu_intercept,
-                thresholds, eta, rows, variance_reduced, clock, staleness[t]),
+                thresholds, eta, rows, variance_reduced, clock, staleness[t, :2]),
             samples, [])
         mean = float(staleness[:, 0].sum()) / max(len(samples), 1)
         return mean, int(staleness[:, 1].max())
