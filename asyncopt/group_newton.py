@@ -668,10 +668,10 @@ def hessian_free_group_move(block_sums, hessian_sum_times, slope_sum, point, sta
     return (target if predicted < 0.0 else None), products
 
 
-def group_support_newton_step(active, cert, x, cache=None):
+def group_support_newton_step(active, cert, x, cache=None, n_threads=1):
     """The step on one process (serial and threads backends) for a group penalty:
     ``cert`` is the certificate at (x, cert.intercept) on ``active``; ``cache``: the run's
-    HessianCache. Moves x in place and returns (b, t), or returns None (x untouched) when
+    HessianCache; ``n_threads``: the threads that form the Hessian. Moves x in place and returns (b, t), or returns None (x untouched) when
     no trial lowers P (``support_newton.support_newton_step`` for L1)."""
     problem = active.problem
     n, lam, code = problem.n_samples, problem.lam, problem.loss.code
@@ -687,7 +687,8 @@ def group_support_newton_step(active, cert, x, cache=None):
     if k:
         rho_sum = float(np.sum(cert.rho))
         slope = shard_slope(cert.correlation[support], rho_sum, intercept)
-        rows = SupportRows(active, code, cert.z, support, intercept, slope, cache)
+        rows = SupportRows(active, code, cert.z, support, intercept, slope, cache,
+                           n_threads)
         weights = active.weights[groups]
         if group_uses_hessian_free(k):
             target, _ = hessian_free_group_move(

@@ -65,6 +65,7 @@ from numba import njit
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 from scipy.linalg.blas import dsymv
 
+from .kernels.linalg import run_in_parallel
 from .losses import SQUARED, loss_second_derivative, loss_value, mean_loss
 from .penalties import contiguous_block_norms
 
@@ -98,7 +99,7 @@ def _insert_sorted(where, value, first, end, q, v):
     value[b + 1] = v
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def support_hessian_sums(indptr, indices, data, position, code, z, y, size, intercept):
     """sum_i f''(z_i) [a_iS, 1] [a_iS, 1]^T as a dense (size + intercept) square matrix:
     ``position[j]`` is feature j's index in S (-1 when j is not in S).
@@ -134,6 +135,31 @@ def support_hessian_sums(indptr, indices, data, position, code, z, y, size, inte
         for c in range(a + 1, dim):
             out[c, a] = out[a, c]
     return out
+
+
+PARALLEL_HESSIAN_BYTES = 2 ** 28   # the threads' partial Hessians take at most this
+
+
+def parallel_hessian_sums(indptr, indices, data, position, code, z, y, size, intercept,
+                          n_threads=1):
+    """``support_hessian_sums`` on ``n_threads`` threads: each forms the sum over a
+    contiguous block of the rows holding about the same share of the stored entries, and
+    the blocks' matrices are added. The threads' partial matrices take at most
+    PARALLEL_HESSIAN_BYTES together (fewer threads for a larger S)."""
+    n = indptr.shape[0] - 1
+    dim = size + 1 if intercept else size
+    threads = int(max(1, min(n_threads, n, PARALLEL_HESSIAN_BYTES // max(8 * dim * dim, 1))))
+    if threads == 1:
+        return support_hessian_sums(indptr, indices, data, position, code, z, y, size,
+                                    intercept)
+    cuts = np.searchsorted(indptr, np.linspace(indptr[0], indptr[-1], threads + 1))
+    cuts = np.maximum.accumulate(np.clip(cuts, 0, n))
+    cuts[0], cuts[-1] = 0, n
+    parts = run_in_parallel([
+        lambda lo=lo, hi=hi: support_hessian_sums(indptr[lo:hi + 1], indices, data, position,
+                                                  code, z[lo:hi], y[lo:hi], size, intercept)
+        for lo, hi in zip(cuts[:-1], cuts[1:])])
+    return np.sum(parts, axis=0)
 
 
 def orthant(values, signs=None):
@@ -454,10 +480,12 @@ class SupportRows:
     (formed once: at most MAX_SUPPORT + 1 rows), products with it, and the losses at
     candidate points. Vectors over S carry the intercept last when it is fitted.
     ``slope``: sum_i f'(z_i) [a_iS, 1] over these rows (``shard_slope``); ``cache``: a
-    HessianCache of this shard's previous step (squared loss)."""
+    HessianCache of this shard's previous step (squared loss); ``n_threads``: the threads
+    that form the Hessian (``parallel_hessian_sums``)."""
 
-    def __init__(self, active, code, z, support, intercept, slope, cache=None):
+    def __init__(self, active, code, z, support, intercept, slope, cache=None, n_threads=1):
         self.active, self.code, self.z, self.slope = active, code, z, slope
+        self.n_threads = n_threads
         self.position = np.full(active.n_features, -1, dtype=np.int64)
         self.position[support] = np.arange(support.shape[0])
         self.size, self.intercept = support.shape[0], bool(intercept)
@@ -477,7 +505,7 @@ class SupportRows:
             self._hessian = None if self.cache is None else \
                 self.cache.extended(self.ids, self.intercept, args)
             if self._hessian is None:
-                self._hessian = support_hessian_sums(*args)
+                self._hessian = parallel_hessian_sums(*args, self.n_threads)
             if self.cache is not None:
                 self.cache.keep(self.ids, self.intercept, self._hessian)
         return self._hessian
@@ -1078,11 +1106,11 @@ def prune_for_step(active, cert, x, block_indptr=None):
     return pruned, saved, offset, cert
 
 
-def support_newton_step(active, cert, x, cache=None):
+def support_newton_step(active, cert, x, cache=None, n_threads=1):
     """The step on one process (serial and threads backends): ``cert`` is the certificate
     at (x, cert.intercept) on ``active`` (an ActiveSet with an L1 penalty); ``cache``: the
-    run's HessianCache. Moves x in place and returns (b, t), or returns None (x
-    untouched) when no trial lowers P."""
+    run's HessianCache; ``n_threads``: the threads that form the Hessian. Moves x in
+    place and returns (b, t), or returns None (x untouched) when no trial lowers P."""
     problem = active.problem
     n, lam, code = problem.n_samples, problem.lam, problem.loss.code
     intercept = problem.fit_intercept
@@ -1095,7 +1123,7 @@ def support_newton_step(active, cert, x, cache=None):
     weights = active.weights[support]
     rows = SupportRows(active, code, cert.z, support, intercept,
                        shard_slope(cert.correlation[support], float(np.sum(cert.rho)),
-                                   intercept), cache)
+                                   intercept), cache, n_threads)
     kind, vector, _, signs = dense_move(rows.hessian_sums(), cert.correlation[support],
                                         float(np.sum(cert.rho)), point, weights, lam, n,
                                         intercept, signs)

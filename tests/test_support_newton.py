@@ -52,6 +52,23 @@ def test_support_hessian_sums_is_the_weighted_gram_of_the_support(loss, intercep
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("n_threads", [1, 2, 3, 7])
+@pytest.mark.parametrize("intercept", [True, False])
+def test_parallel_hessian_sums_add_the_row_blocks_to_the_whole_sum(n_threads, intercept):
+    """parallel_hessian_sums: the threads' blocks of rows (rows with no entry, more
+    threads than some blocks can fill) sum to support_hessian_sums over all rows."""
+    rng = np.random.default_rng(12)
+    X = sp.random(9, 40, density=0.3, random_state=12, format="csr")
+    X = sp.vstack([X, sp.csr_matrix((3, 40)), X]).tocsr()          # empty rows between
+    y, z = rng.standard_normal(X.shape[0]), rng.standard_normal(X.shape[0])
+    support = np.array([0, 2, 3, 8, 13, 21, 34, 39])
+    position = np.full(40, -1, dtype=np.int64)
+    position[support] = np.arange(support.shape[0])
+    args = (X.indptr, X.indices, X.data, position, 1, z, y, support.shape[0], intercept)
+    np.testing.assert_allclose(support_newton.parallel_hessian_sums(*args, n_threads),
+                               support_hessian_sums(*args), rtol=1e-13, atol=1e-14)
+
+
 class _Shard:
     """The ActiveSet fields SupportRows reads."""
 

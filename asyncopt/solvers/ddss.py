@@ -241,7 +241,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                                      tol * reference):
                 while True:
                     gap_before = best.gap(cert.primal)
-                    moved = newton_step(active, cert, x, hessian_cache)
+                    moved = newton_step(active, cert, x, hessian_cache, n_threads)
                     if moved is not None:
                         cert = active.certificate(x, moved[0], n_threads=n_threads)
                         intercept[0] = cert.intercept
