@@ -2,6 +2,7 @@
 that shrink with screening. Each case starts `mpirun -n K` on tests/mpi/solve_shards.py."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -658,6 +659,58 @@ def test_oversubscription_is_read_from_the_launchers_rank_count(monkeypatch):
     monkeypatch.delenv("MPI_LOCALNRANKS")
     assert not Wire(OneRankComm()).oversubscribed      # one rank: the communicator's size
     assert Wire(OneRankComm(), oversubscribed=True).oversubscribed
+
+
+def test_every_rank_agrees_on_root_centred_collectives(monkeypatch):
+    """A job across machines can put more ranks than cores on one node only: a rank there
+    and a rank on a roomy node must still pick the same collectives (root-centred sends
+    never meet an Ibcast), so the flag is the MAX over the communicator."""
+    from mpi4py import MPI
+    from asyncopt.solvers.wire import Wire, available_cores
+
+    class TwoNodeComm:
+        """Rank 0 of two, the other rank's flag given."""
+
+        def __init__(self, other):
+            self.other, self.seen = other, []
+
+        def Get_rank(self):
+            return 0
+
+        def Get_size(self):
+            return 2
+
+        def allreduce(self, value, op=None):
+            self.seen.append(op)
+            return max(value, self.other)
+
+    monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
+    monkeypatch.setenv("MPI_LOCALNRANKS", str(available_cores()))     # this node: room
+    comm = TwoNodeComm(other=1)
+    assert Wire(comm).oversubscribed and comm.seen == [MPI.MAX]
+    assert not Wire(TwoNodeComm(other=0)).oversubscribed
+    monkeypatch.setenv("MPI_LOCALNRANKS", str(available_cores() + 1))  # this node: full
+    assert Wire(TwoNodeComm(other=0)).oversubscribed
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None or (os.cpu_count() or 1) < 2,
+                    reason="needs taskset and 2 cores")
+def test_a_job_whose_ranks_see_different_room_still_runs(tmp_path):
+    """mpirun -n 1 taskset -c 0 ... : -n 1 ...: the server sees 2 ranks on 1 core
+    (oversubscribed), the worker 2 ranks on its cores (not), as on two machines of a
+    hostfile. Before the ranks agreed on the flag, the server's root-centred sends never
+    met the worker's Ibcast and the job hung."""
+    out = tmp_path / "result.json"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    command = [sys.executable, SCRIPT, str(out), "squared", "ddss", "1"]
+    proc = subprocess.run([MPIRUN, "-n", "1", "taskset", "-c", "0", *command, ":",
+                           "-n", "1", *command], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["converged"]
+    assert abs(result["objective"] - result["serial_objective"]) <= \
+        1e-6 * abs(result["serial_objective"])
 
 
 def test_a_wait_gives_its_core_away_between_checks_then_sleeps(monkeypatch):

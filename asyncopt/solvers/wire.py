@@ -80,7 +80,8 @@ class Wire:
     reduction once per contributing rank, an allreduce as both).
 
     On a node with more ranks than cores (``oversubscribed``: the launcher's count of
-    ranks on the node above this process's cores, or pass it) the collectives are
+    ranks on the node above this process's cores on any rank of ``comm``, agreed in the
+    constructor, which every rank calls together; or pass it) the collectives are
     root-centred point-to-point messages (Isend / Irecv, tags TAG_BCAST / TAG_REDUCE;
     sums in rank order). MPI's tree collectives pass a message through intermediate
     ranks, and each hop waits until that rank gets a time slice; ranks spinning in the
@@ -102,6 +103,12 @@ class Wire:
         self.received = 0
         if oversubscribed is None:
             oversubscribed = local_ranks(comm) > available_cores()
+            if self.size > 1:
+                # every rank must run the same collectives: one node with more ranks
+                # than cores makes all of them root-centred (a job across machines can
+                # mix such a node with others, and ranks that disagreed would deadlock,
+                # root-centred sends meeting Ibcast)
+                oversubscribed = comm.allreduce(int(oversubscribed), op=_mpi().MAX)
         self.oversubscribed = bool(oversubscribed)
         self.spin = SPIN_SECONDS
 
