@@ -671,8 +671,9 @@ def hessian_free_group_move(block_sums, hessian_sum_times, slope_sum, point, sta
 def group_support_newton_step(active, cert, x, cache=None, n_threads=1):
     """The step on one process (serial and threads backends) for a group penalty:
     ``cert`` is the certificate at (x, cert.intercept) on ``active``; ``cache``: the run's
-    HessianCache; ``n_threads``: the threads that form the Hessian. Moves x in place and returns (b, t), or returns None (x untouched) when
-    no trial lowers P (``support_newton.support_newton_step`` for L1)."""
+    HessianCache; ``n_threads``: the threads that form the Hessian. Moves x in place and
+    returns (b, t), or returns None (x untouched) when no trial lowers P
+    (``support_newton.support_newton_step`` for L1)."""
     problem = active.problem
     n, lam, code = problem.n_samples, problem.lam, problem.loss.code
     intercept = problem.fit_intercept

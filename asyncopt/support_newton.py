@@ -65,7 +65,7 @@ from numba import njit
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 from scipy.linalg.blas import dsymv
 
-from .kernels.linalg import run_in_parallel
+from .kernels.linalg import row_ranges, run_in_parallel
 from .losses import SQUARED, loss_second_derivative, loss_value, mean_loss
 from .penalties import contiguous_block_norms
 
@@ -142,23 +142,21 @@ PARALLEL_HESSIAN_BYTES = 2 ** 28   # the threads' partial Hessians take at most 
 
 def parallel_hessian_sums(indptr, indices, data, position, code, z, y, size, intercept,
                           n_threads=1):
-    """``support_hessian_sums`` on ``n_threads`` threads: each forms the sum over a
-    contiguous block of the rows holding about the same share of the stored entries, and
-    the blocks' matrices are added. The threads' partial matrices take at most
-    PARALLEL_HESSIAN_BYTES together (fewer threads for a larger S)."""
+    """``support_hessian_sums`` on ``n_threads`` threads: each forms the sum over its
+    contiguous block of the rows (``kernels.linalg.row_ranges``, as the threads'
+    certificate passes split them), and the blocks' matrices are added. The threads'
+    partial matrices take at most PARALLEL_HESSIAN_BYTES together (fewer threads for a
+    larger S)."""
     n = indptr.shape[0] - 1
     dim = size + 1 if intercept else size
     threads = int(max(1, min(n_threads, n, PARALLEL_HESSIAN_BYTES // max(8 * dim * dim, 1))))
     if threads == 1:
         return support_hessian_sums(indptr, indices, data, position, code, z, y, size,
                                     intercept)
-    cuts = np.searchsorted(indptr, np.linspace(indptr[0], indptr[-1], threads + 1))
-    cuts = np.maximum.accumulate(np.clip(cuts, 0, n))
-    cuts[0], cuts[-1] = 0, n
     parts = run_in_parallel([
         lambda lo=lo, hi=hi: support_hessian_sums(indptr[lo:hi + 1], indices, data, position,
                                                   code, z[lo:hi], y[lo:hi], size, intercept)
-        for lo, hi in zip(cuts[:-1], cuts[1:])])
+        for lo, hi in row_ranges(n, threads)])
     return np.sum(parts, axis=0)
 
 
