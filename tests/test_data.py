@@ -330,7 +330,7 @@ def test_load_a9a():
     _, y01 = load_a9a(labels="01")
     np.testing.assert_array_equal(y01, (y + 1) / 2)
     # the binary form it is read from (a9a.npz) against the embedded LIBSVM text, parsed
-    # with numpy and with scikit-learn's parser (load_libsvm's)
+    # with numpy and with load_libsvm's parser (kernels.parse)
     from importlib import resources
     from asyncopt.data.embedded import A9A_ARRAYS, a9a_arrays_from_text, a9a_from_text
     with resources.files("asyncopt.data").joinpath(A9A_ARRAYS).open("rb") as f, \
