@@ -44,6 +44,16 @@ def find_mpirun(explicit=None):
     return here if os.path.exists(here) else shutil.which("mpirun")
 
 
+def rank_environment():
+    """os.environ with the repository root appended to PYTHONPATH and RANK_ENV's one
+    thread per rank (unless set): the environment of every benchmark mpirun."""
+    path = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, PYTHONPATH=(path + os.pathsep if path else "") + ROOT)
+    for key, value in RANK_ENV.items():
+        env.setdefault(key, value)
+    return env
+
+
 def worker_rows(n, n_workers, worker):
     """(lo, hi): the contiguous rows lo..hi-1 of worker ``worker`` (0-based), the blocks of
     np.array_split(range(n), n_workers)."""
@@ -101,12 +111,8 @@ def launch(n_ranks, out, *, data, loss, lam_ratio, fit_intercept, method, tol, m
            "--method", method, "--tol", repr(float(tol)), "--max-time", repr(float(max_time)),
            "--seed", str(seed)] + (["--fit-intercept"] if fit_intercept else []) + \
         list(extra_args)
-    path = os.environ.get("PYTHONPATH")
-    env = dict(os.environ, PYTHONPATH=(path + os.pathsep if path else "") + ROOT)
-    for key, value in RANK_ENV.items():
-        env.setdefault(key, value)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, env=rank_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)

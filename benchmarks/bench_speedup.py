@@ -21,6 +21,11 @@ cores are marked oversubscribed. Sha-DDSS: solve_ddss(problem, tol,
 inner_loop=ThreadsInnerLoop(T)) in this process, the time read off its history the same way.
 --repeat N: best of N (rounds interleaved).
 
+Command runs (``run_command``; --no-command skips them): the same problem written once as a
+LIBSVM file and solved by ``mpirun -n K+1 asyncopt-lasso FILE --alpha-ratio R --tol T``,
+timed whole: the wall time a user waits, start-up and each worker's parse of its byte range
+included (the table's "command s").
+
 No communication (``no_communication_times``; --no-ceiling skips it): k forked processes
 each run 8 epochs of the serial solver on worker i's row block at once, no messages at
 all: t(1) / t(k) is what these cores give k processes whatever the protocol costs; the
@@ -31,7 +36,7 @@ A table shows where Dis-DDSS's solve went on the server's clock (certificates, i
 loops, Newton steps; solve_mpi's record fields certificate_s, inner_s, newton_s).
 
 Targets: Dis-DDSS 2 workers >= 1.6x faster than 1 worker; -n 9 (8 workers) within 3x of
--n 3's time (solve and whole mpirun); 8 workers >= 6x faster than 1 on a 16-core machine
+-n 3's time (solve, whole mpirun, whole command); 8 workers >= 6x faster than 1 on a 16-core machine
 ("not measurable here" with fewer than 9 cores).
 """
 import argparse
@@ -46,7 +51,7 @@ from numba import njit
 # the repository root, after PYTHONPATH (so PYTHONPATH can point at another asyncopt tree)
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._mpi_run import RANK_ENV, find_mpirun  # noqa: E402
+from benchmarks._mpi_run import RANK_ENV, find_mpirun, rank_environment  # noqa: E402
 from benchmarks.bench_distributed import (add_common_arguments, load_results,  # noqa: E402
                                           run_mpi, save_figure)
 from benchmarks.bench_serial import (DATA_DESCRIPTION, _check, _yes_no, load_data,  # noqa: E402
@@ -82,6 +87,51 @@ def run_dis(spec, workers, target, cap, rep, args, workdir, cores):
         # warm-up, the final gather and exit
         run.extra["startup_s"] = run.extra["mpirun_wall_s"] - max(r["solve_s"] for r in ranks)
     return run
+
+
+def write_command_data(spec, workdir):
+    """The problem's rows as a LIBSVM file in workdir (one-based, 17 significant digits),
+    for the command runs; its path."""
+    from sklearn.datasets import dump_svmlight_file
+    X, y = load_data(spec["data"])
+    path = os.path.join(workdir, spec["data"] + ".svm")
+    dump_svmlight_file(X, y, path, zero_based=False)
+    return path
+
+
+def run_command(svm_path, spec, workers, target, cap, rep, args, workdir):
+    """One ``mpirun -n K+1 asyncopt-lasso DATA --alpha-ratio R --tol T`` (the console
+    script's module), timed whole: what a user waits for, each worker's parse of its byte
+    range of the LIBSVM file and every rank's start-up included. {"k", "round", "wall_s",
+    "solve_s" (the history's last time), "rel_gap", "epochs", "error"}."""
+    import json
+    import subprocess
+    cli = "asyncopt.cli.lasso" if spec["loss"] == "squared" else "asyncopt.cli.logreg"
+    history = os.path.join(workdir, f"command_{workers}_{rep}.json")
+    cmd = [find_mpirun(args.mpirun), "-n", str(workers + 1), sys.executable, "-m", cli,
+           svm_path, "--alpha-ratio", repr(float(spec["lam_ratio"])), "--tol",
+           repr(float(target)), "--seed", str(rep), "--quiet", "--history-json", history] + \
+        ([] if spec["fit_intercept"] else ["--no-intercept"])
+    env = rank_environment()
+    out = {"k": workers, "round": rep, "wall_s": None, "solve_s": None, "rel_gap": None,
+           "epochs": None, "error": None}
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                              timeout=cap + 120)
+    except subprocess.TimeoutExpired:
+        out["error"] = f"timeout after {cap + 120:.0f} s"
+        return out
+    out["wall_s"] = time.perf_counter() - t0
+    if done.returncode != 0 or not os.path.exists(history):
+        out["error"] = f"exit {done.returncode}: " + " | ".join(
+            (done.stderr or done.stdout).strip().splitlines()[-3:])
+        return out
+    with open(history) as f:
+        records = json.load(f)
+    out.update(solve_s=records[-1]["time"], rel_gap=records[-1]["rel_gap"],
+               epochs=records[-1]["epoch"])
+    return out
 
 
 def warm_up_threads(threads, fit_intercept):
@@ -253,6 +303,10 @@ def main(argv=None):
                              "default: solve_mpi's default_batch)")
     parser.add_argument("--no-mpi", action="store_true", help="skip the Dis-DDSS runs")
     parser.add_argument("--no-threads", action="store_true", help="skip the Sha-DDSS runs")
+    parser.add_argument("--no-command", action="store_true",
+                        help="skip the command runs (mpirun -n K+1 asyncopt-lasso on the "
+                             "problem written as a LIBSVM file, timed whole; also skipped "
+                             "with --tall)")
     parser.add_argument("--no-ceiling", action="store_true",
                         help="skip the no-communication runs (k serial solves on the k "
                              "workers' row blocks at once)")
@@ -332,14 +386,24 @@ def main(argv=None):
     if threads:
         warm_up_threads(threads, spec["fit_intercept"])
 
-    best, rounds = {}, {}
+    best, rounds, commands = {}, {}, {}
     t_start = time.perf_counter()
-    order = [("dis", w) for w in workers] + [("sha", t) for t in threads]
+    command_counts = [] if args.no_command or args.tall else workers
+    order = [("dis", w) for w in workers] + [("sha", t) for t in threads] + \
+        [("cmd", w) for w in command_counts]
     with tempfile.TemporaryDirectory(prefix="bench_speedup_") as workdir:
+        svm_path = write_command_data(spec, workdir) if command_counts else None
         for rep in range(max(1, args.repeat)):
             for family, k in (order if rep % 2 == 0 else order[::-1]):
                 key = key_of(family, k)
                 t0 = time.perf_counter()
+                if family == "cmd":
+                    run = run_command(svm_path, spec, k, target, cap, rep, args, workdir)
+                    commands.setdefault(k, []).append(run)
+                    log(f"  [{rep}] {key:6s} " + (f"ERROR {run['error']}" if run["error"]
+                        else f"whole command {run['wall_s']:.2f} s (solve {run['solve_s']:.2f}"
+                        f" s, rel gap {run['rel_gap']:.1e}, {run['epochs']} epochs)"))
+                    continue
                 try:
                     if family == "dis":
                         run = run_dis(spec, k, target, cap, rep, args, workdir, cores)
@@ -359,7 +423,7 @@ def main(argv=None):
             run.extra["best_mpirun_wall_s"] = min(walls)
         run.extra["rounds"] = rounds[key]
     report(best, workers, threads, cap, target, args, info, meta, cores, json_path,
-           png_path, time.perf_counter() - t_start, ceiling, alone, probe)
+           png_path, time.perf_counter() - t_start, ceiling, alone, probe, commands)
     return 0
 
 
@@ -406,9 +470,10 @@ def paired_ratios(a, b):
     return [times_a[r] / times_b[r] for r in sorted(times_a) if r in times_b]
 
 
-def targets_report(best, cap, cores, free_speedup=None):
+def targets_report(best, cap, cores, free_speedup=None, commands=None):
     lines, out = [], {}
     free_speedup = free_speedup or {}
+    commands = commands or {}
 
     def add(label, what, v, shown, kind, op, bound, note=""):
         ok = _check(v, kind, op, bound)
@@ -438,6 +503,10 @@ def targets_report(best, cap, cores, free_speedup=None):
         if w is not None:
             add("dis@8/dis@2 <= 3 (mpirun wall)", "-n 9 within 3x of -n 3 (whole mpirun "
                 "wall, start-up included)", w, f"{w:.2f}", "exact", "<=", 3)
+    c2, c8 = (commands.get(k, {}).get("best_wall_s") for k in (2, 8))
+    if c2 and c8:
+        add("cmd@8/cmd@2 <= 3", "-n 9 within 3x of -n 3 (the whole command mpirun "
+            "asyncopt-lasso DATA.svm)", c8 / c2, f"{c8 / c2:.2f}", "exact", "<=", 3)
     if d1 and d8:
         v, shown, kind = ratio(d1, d8, cap)
         label = "dis@1/dis@8 >= 6 (16 cores)"
@@ -478,9 +547,11 @@ def phase_rows(best, workers):
              "Newton s", "products", "epochs"], rows)
 
 
-def table_rows(best, workers, threads, cap):
+def table_rows(best, workers, threads, cap, commands=None):
     header = ["backend", "k", "ranks/threads", "oversub.", "s to target", "speed-up",
-              "ideal", "epochs", "best gap", "mpirun s", "mpirun speed-up", "start-up s"]
+              "ideal", "epochs", "best gap", "mpirun s", "mpirun speed-up", "start-up s",
+              "command s"]
+    commands = commands or {}
     rows = []
     dis_sp = speedups(best, "dis", workers, cap)
     sha_sp = speedups(best, "sha", threads, cap)
@@ -502,36 +573,55 @@ def table_rows(best, workers, threads, cap):
                    "-" if run.best_rel_gap is None else f"{run.best_rel_gap:.1e}",
                    "-" if wall is None else f"{wall:.1f}",
                    "-" if wall is None or base_wall is None else f"{base_wall / wall:.2f}",
-                   "-" if "startup_s" not in e else f"{e['startup_s']:.1f}"]
+                   "-" if "startup_s" not in e else f"{e['startup_s']:.1f}",
+                   _command_wall(commands, k) if family == "dis" else "-"]
             rows.append(row)
     return header, rows
 
 
+def command_summary(commands, target):
+    """{k: {"rounds", "best_wall_s"}}: the command runs of each worker count and the
+    fastest whole command among those that reached the target (None if none did)."""
+    out = {}
+    for k, runs in sorted(commands.items()):
+        walls = [r["wall_s"] for r in runs if not r["error"] and r["rel_gap"] is not None
+                 and r["rel_gap"] <= target]
+        out[k] = {"rounds": runs, "best_wall_s": min(walls) if walls else None}
+    return out
+
+
+def _command_wall(commands, k):
+    wall = commands.get(k, {}).get("best_wall_s")
+    return "-" if wall is None else f"{wall:.1f}"
+
+
 def report(best, workers, threads, cap, target, args, info, meta, cores, json_path,
-           png_path, seconds, ceiling=None, alone=None, probe=None):
+           png_path, seconds, ceiling=None, alone=None, probe=None, commands=None):
     ceiling, alone, probe = ceiling or {}, alone or {}, probe or {}
+    commands = command_summary(commands or {}, target)
     # t(first count) / t(k) of the no-communication runs, as speedups() for the solvers
     free_speedup = {k: ceiling[min(ceiling)] / t for k, t in ceiling.items()}
     alone_speedup = {k: ceiling[min(ceiling)] / t for k, t in alone.items()}
-    header, rows = table_rows(best, workers, threads, cap)
+    header, rows = table_rows(best, workers, threads, cap, commands)
     for k, t in ceiling.items():
         rows.append(["no comm.", k, f"{k} process" + "es" * (k > 1),
                      "yes" if k > cores else "no", f"{t:.2f}", f"{free_speedup[k]:.2f}",
-                     f"{k / min(ceiling):g}", args.ceiling_epochs, "-", "-", "-", "-"])
+                     f"{k / min(ceiling):g}", args.ceiling_epochs, "-", "-", "-", "-", "-"])
     for k, t in alone.items():
         if k > min(alone):
             rows.append(["1 block", k, "1 process", "no", f"{t:.2f}",
                          f"{alone_speedup[k]:.2f}", f"{k / min(alone):g}",
-                         args.ceiling_epochs, "-", "-", "-", "-"])
+                         args.ceiling_epochs, "-", "-", "-", "-", "-"])
     table = format_table(header, rows)
     phases = phase_rows(best, workers)
-    target_lines, met = targets_report(best, cap, cores, free_speedup)
+    target_lines, met = targets_report(best, cap, cores, free_speedup, commands)
     dis = next((r for k, r in best.items() if k.startswith("dis@") and "lam" in r.extra),
                None)
     log(f"\nseconds to gap <= {target:g} * P(0) (solver clock; >cap: not reached in {cap:g} "
         f"s); speed-up = t(1) / t(k) ('>': a lower bound, '<': an upper bound); mpirun s: "
         f"the whole mpirun (best of rounds), start-up: mpirun wall - slowest rank's solve; "
-        f"os.cpu_count() = {cores}\n")
+        f"command s: the whole mpirun -n k+1 asyncopt-lasso on the LIBSVM file (best of "
+        f"rounds that reached the target); os.cpu_count() = {cores}\n")
     log(table)
     if phases:
         log("\nwhere Dis-DDSS's solve went (server clock, best round; certificate: the "
@@ -571,6 +661,7 @@ def report(best, workers, threads, cap, target, args, info, meta, cores, json_pa
         "core_probe": {kind: {str(k): v for k, v in values.items()}
                        for kind, values in probe.items()} or None,
         "phases": {"header": phases[0], "rows": phases[1]} if phases else None,
+        "commands": {str(k): v for k, v in commands.items()} or None,
         "method": {
             "dis": "mpirun -n k+1 python benchmarks/_mpi_run.py --method ddss (bench_distributed"
                    ".run_mpi): shards of contiguous rows, warm-up solve, barrier, solve_mpi(tol="
@@ -596,6 +687,11 @@ def report(best, workers, threads, cap, target, args, info, meta, cores, json_pa
                           "(compute) or streaming reads of 128 MB (memory); k t(1) / t(k)",
             "phases": "solve_mpi's certificate_s, inner_s, newton_s summed over the best "
                       "round's records (bench_distributed.phase_totals)",
+            "commands": "run_command: mpirun -n k+1 python -m asyncopt.cli.lasso DATA.svm "
+                        "--alpha-ratio lam_ratio --tol target --seed round, timed whole "
+                        "(start-up, each worker parsing its byte range, solve, summary); "
+                        "DATA.svm written once by dump_svmlight_file; best_wall_s over the "
+                        "rounds that reached the target",
         },
     }
     if dis is not None:

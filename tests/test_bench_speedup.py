@@ -1,6 +1,6 @@
 """benchmarks/bench_speedup.py end to end on its --quick problem (1 and 2 workers, 1
 thread): every run reaches the target, the server's phase seconds account for the solve
-they split, and the no-communication, one-block and machine rows are there. A change to
+they split, and the no-communication, one-block, machine and command rows are there. A change to
 _mpi_run.py once broke every Dis-DDSS run of the benchmark and only a device run showed
 it."""
 import json
@@ -48,3 +48,13 @@ def test_bench_speedup_quick_reports_where_each_solve_went(tmp_path):
     for kind in ("compute", "memory"):
         assert payload["core_probe"][kind]["1"] == 1.0
         assert payload["core_probe"][kind]["2"] > 0
+    # the command runs: mpirun asyncopt-lasso on the problem as a LIBSVM file, solved to
+    # the target with the lam the Dis-DDSS runs used
+    commands = payload["commands"]
+    assert set(commands) == {"1", "2"}
+    for k, workers in (("1", 1), ("2", 2)):
+        (run,) = commands[k]["rounds"]
+        assert run["error"] is None and run["k"] == workers
+        assert run["rel_gap"] <= payload["target_rel_gap"]
+        assert commands[k]["best_wall_s"] == run["wall_s"] > run["solve_s"] > 0
+    assert payload["table"]["header"][-1] == "command s"
