@@ -693,6 +693,39 @@ def test_every_rank_agrees_on_root_centred_collectives(monkeypatch):
     assert Wire(TwoNodeComm(other=0)).oversubscribed
 
 
+def test_the_newton_steps_cg_asks_the_workers_only_across_machines(monkeypatch):
+    """On one node (the launcher counts every rank of the job here) the L1 step takes the
+    workers' Hessian shares once and runs its CG on the server: a product's round costs
+    more than the bytes. Across machines, products above 398 coordinates
+    (uses_hessian_free), where they send fewer bytes than the shares."""
+    from asyncopt.solvers.mpi import cg_products_from_shares
+    from asyncopt.solvers.wire import Wire
+
+    class Comm:
+        def __init__(self, size):
+            self.size = size
+
+        def Get_rank(self):
+            return 0
+
+        def Get_size(self):
+            return self.size
+
+        def allreduce(self, value, op=None):
+            return value
+
+    monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
+    monkeypatch.setenv("MPI_LOCALNRANKS", "9")
+    one_node, two_nodes = Wire(Comm(9)), Wire(Comm(17))
+    assert one_node.one_node and not two_nodes.one_node
+    assert not cg_products_from_shares(one_node, 398)
+    assert not cg_products_from_shares(one_node, 1_500)
+    assert not cg_products_from_shares(two_nodes, 398)
+    assert cg_products_from_shares(two_nodes, 399)
+    monkeypatch.delenv("MPI_LOCALNRANKS")          # no launcher count: one node
+    assert Wire(Comm(9)).one_node
+
+
 @pytest.mark.skipif(shutil.which("taskset") is None or (os.cpu_count() or 1) < 2,
                     reason="needs taskset and 2 cores")
 def test_a_job_whose_ranks_see_different_room_still_runs(tmp_path):

@@ -110,6 +110,9 @@ class Wire:
                 # root-centred sends meeting Ibcast)
                 oversubscribed = comm.allreduce(int(oversubscribed), op=_mpi().MAX)
         self.oversubscribed = bool(oversubscribed)
+        # every rank of the job on this node (the launcher's count; the same answer on
+        # every rank, since the nodes' counts sum to the size)
+        self.one_node = local_ranks(comm) >= self.size
         self.spin = SPIN_SECONDS
 
     def bcast(self, buf):

@@ -5,9 +5,9 @@ shard sizes every rank held) as JSON to argv[1].
     solve_shards.py OUT LOSS METHOD GROUPS [no-newton] [hessian-free] [a9a2]
 
 no-newton: run without the support Newton step; hessian-free: the step's direction (the
-group step's target) from Hessian-vector products on every support (under MPI only above
-|S| = 398, for groups above MAX_SUPPORT, otherwise), with a product budget for nearly
-equal columns; a9a2: the first 3,000 rows of a9a's degree-2
+group step's target) from Hessian-vector products the workers answer, on every support
+(otherwise only across machines above |S| = 398, for groups above MAX_SUPPORT), with a
+product budget for nearly equal columns; a9a2: the first 3,000 rows of a9a's degree-2
 features (nearly equal columns) instead of the random data."""
 import json
 import sys
@@ -57,7 +57,7 @@ def main(out, loss, method, groups, options=(), batch=None, seed=0, n=400, p=150
         import asyncopt.group_newton as group_newton
         import asyncopt.solvers.mpi as mpi
         import asyncopt.support_newton as support_newton
-        mpi.uses_hessian_free = lambda support_size: True
+        mpi.cg_products_from_shares = lambda wire, support_size: True
         mpi.group_uses_hessian_free = lambda support_size: True
         support_newton.MIN_PRODUCTS = group_newton.HESSIAN_FREE_PRODUCTS = 2000
     result = solve_mpi(comm, shard, penalty, p, full.loss.code, lam, True, tol=1e-8,
