@@ -117,10 +117,11 @@ def not_offered(solver, spec):
     return None
 
 
+CTR_SIZES = {"ctr": (200_000, 100_000), "ctr_small": (20_000, 10_000),
+             "ctr_tall": (1_600_000, 100_000)}    # (rows, features); 30 non-zeros a row
 DATA_DESCRIPTION = {
-    "ctr": "make_ctr(200_000, 100_000, nnz_per_row=30, random_state=0)",
-    "ctr_small": "make_ctr(20_000, 10_000, nnz_per_row=30, random_state=0)",
-    "ctr_tall": "make_ctr(1_600_000, 100_000, nnz_per_row=30, random_state=0)",
+    **{key: f"make_ctr({n:_}, {p:_}, nnz_per_row=30, random_state=0)"
+       for key, (n, p) in CTR_SIZES.items()},
     "a9a_d2": "load_a9a(degree=2)",
     "a9a_d2_small": "load_a9a(degree=2), first 5,000 rows",
     "a9a_d3": "load_a9a(degree=3)",
@@ -128,12 +129,9 @@ DATA_DESCRIPTION = {
 
 
 def load_data(key):
-    if key == "ctr":
-        X, y, _ = make_ctr(200_000, 100_000, nnz_per_row=30, random_state=0)
-    elif key == "ctr_tall":
-        X, y, _ = make_ctr(1_600_000, 100_000, nnz_per_row=30, random_state=0)
-    elif key == "ctr_small":
-        X, y, _ = make_ctr(20_000, 10_000, nnz_per_row=30, random_state=0)
+    """(X, y) of a DATA_DESCRIPTION key: CSR float64 with sorted indices."""
+    if key in CTR_SIZES:
+        X, y, _ = make_ctr(*CTR_SIZES[key], nnz_per_row=30, random_state=0)
     elif key == "a9a_d2":
         X, y = load_a9a(degree=2)
     elif key == "a9a_d2_small":

@@ -750,7 +750,8 @@ def test_a_wait_gives_its_core_away_between_checks_then_sleeps(monkeypatch):
     """wire.poll: within the spin every check that finds nothing is followed by a
     sched_yield (a waiting rank leaves its core to one that computes there), the checks
     after the spin by sleeps of 50 us doubling to MAX_PAUSE, and the wait ends at the
-    first check that finds the message. Every Wire spins, oversubscribed or not."""
+    first check that finds the message (every wait of a Wire, oversubscribed or not, is
+    such a poll with the default spin, SPIN_SECONDS)."""
     from asyncopt.solvers import wire
 
     calls = []
@@ -774,15 +775,6 @@ def test_a_wait_gives_its_core_away_between_checks_then_sleeps(monkeypatch):
     assert "yield" not in calls and len(sleeps) == 6
     np.testing.assert_allclose(sleeps, [5e-5, 1e-4, 2e-4, 2e-4, 2e-4, 2e-4])
     assert wire.MAX_PAUSE == 2e-4
-
-    class TwoRankComm:
-        def Get_rank(self):
-            return 0
-
-        def Get_size(self):
-            return 2
-    assert wire.Wire(TwoRankComm(), oversubscribed=True).spin == wire.SPIN_SECONDS
-    assert wire.Wire(TwoRankComm(), oversubscribed=False).spin == wire.SPIN_SECONDS
 
 
 def test_transport_is_auto_shared_or_messages(monkeypatch):

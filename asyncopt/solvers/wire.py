@@ -113,14 +113,13 @@ class Wire:
         # every rank of the job on this node (the launcher's count; the same answer on
         # every rank, since the nodes' counts sum to the size)
         self.one_node = local_ranks(comm) >= self.size
-        self.spin = SPIN_SECONDS
 
     def bcast(self, buf):
         """Broadcast ``buf`` from rank 0 in place; returns it."""
         if self.oversubscribed:
             self._broadcast_from_root(buf)
         else:
-            wait(self.comm.Ibcast(buf, root=0), self.spin)
+            wait(self.comm.Ibcast(buf, root=0))
         self._count(buf.nbytes, from_root=True)
         return buf
 
@@ -130,7 +129,7 @@ class Wire:
             recv = self._gather_to_root(send, _mpi().SUM)
         else:
             recv = np.empty_like(send) if self.rank == 0 else None
-            wait(self.comm.Ireduce(send, recv, op=_mpi().SUM, root=0), self.spin)
+            wait(self.comm.Ireduce(send, recv, op=_mpi().SUM, root=0))
         self._count(send.nbytes, from_root=False)
         return recv
 
@@ -143,7 +142,7 @@ class Wire:
             recv = self._broadcast_from_root(np.empty_like(send) if recv is None else recv)
         else:
             recv = np.empty_like(send)
-            wait(self.comm.Iallreduce(send, recv, op=op), self.spin)
+            wait(self.comm.Iallreduce(send, recv, op=op))
         self._count(send.nbytes, from_root=False)
         self._count(send.nbytes, from_root=True)
         return recv
@@ -153,20 +152,20 @@ class Wire:
         receives it in place; returns ``buf`` (bytes not counted here)."""
         if self.rank == 0:
             wait_all([self.comm.Isend(buf, dest=r, tag=TAG_BCAST)
-                      for r in range(1, self.size)], self.spin)
+                      for r in range(1, self.size)])
         else:
-            wait(self.comm.Irecv(buf, source=0, tag=TAG_BCAST), self.spin)
+            wait(self.comm.Irecv(buf, source=0, tag=TAG_BCAST))
         return buf
 
     def _gather_to_root(self, send, op):
         """Root-centred reduction: every other rank sends ``send`` to rank 0, which
         combines them in rank order (SUM or MAX); None off the root."""
         if self.rank != 0:
-            wait(self.comm.Isend(send, dest=0, tag=TAG_REDUCE), self.spin)
+            wait(self.comm.Isend(send, dest=0, tag=TAG_REDUCE))
             return None
         parts = [np.empty_like(send) for _ in range(1, self.size)]
         wait_all([self.comm.Irecv(part, source=r, tag=TAG_REDUCE)
-                  for r, part in enumerate(parts, start=1)], self.spin)
+                  for r, part in enumerate(parts, start=1)])
         total = send.copy()
         combine = np.add if op == _mpi().SUM else np.maximum
         for part in parts:
