@@ -19,23 +19,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .penalties import L1, GroupL1
 from .problem import Problem, check_lam, encode_binary_labels
-from .solvers import solve_ddss, solve_pse
-from .solvers.methods import BACKENDS, METHODS, MPI_METHODS, solver_flags  # noqa: F401
+from .solvers.methods import (BACKENDS, METHODS, MPI_METHODS, solve_method,  # noqa: F401
+                              solver_flags)
 from .solvers.threads import ThreadsInnerLoop, effective_n_jobs
-
-
-
-def solve_method(problem, method, *, screening=True, checkpoint=None, step_scale=1.0,
-                 **common):
-    """Solve ``problem`` with one of METHODS: the PSE baselines by solve_pse, the others by
-    solve_ddss with the method's flags. ``common``: the arguments both solvers take."""
-    spec = METHODS[method]
-    if "pse" in spec:
-        if checkpoint is not None:
-            raise ValueError(f"method {method!r} does not write checkpoints")
-        return solve_pse(problem, spec["pse"], label=method, **common)
-    return solve_ddss(problem, **solver_flags(method, screening), checkpoint=checkpoint,
-                      step_scale=step_scale, label=method, **common)
 
 
 def _check_choice(value, choices, what):

@@ -135,12 +135,12 @@ def write_messy_file(path, n, p, seed, zero_based):
 
 
 @pytest.mark.parametrize("zero_based", [True, False])
-@pytest.mark.parametrize("block", [None, 97])
-def test_load_libsvm_equals_scikit_learn(tmp_path, monkeypatch, zero_based, block):
+@pytest.mark.parametrize("block, threads", [(None, 1), (97, 1), (None, 3), (997, 4)])
+def test_load_libsvm_equals_scikit_learn(tmp_path, monkeypatch, zero_based, block, threads):
     if block is not None:
         monkeypatch.setattr(libsvm_module, "_PARSE_BLOCK", block)   # many blocks
     path = write_messy_file(tmp_path / "messy.svm", 300, 50, seed=4, zero_based=zero_based)
-    X, y = load_libsvm(path, n_features=50, zero_based=zero_based)
+    X, y = load_libsvm(path, n_features=50, zero_based=zero_based, n_threads=threads)
     X_ref, y_ref = load_svmlight_file(str(path), n_features=50, zero_based=zero_based)
     assert X.shape == X_ref.shape
     np.testing.assert_array_equal(X.indptr, X_ref.indptr)
@@ -151,23 +151,27 @@ def test_load_libsvm_equals_scikit_learn(tmp_path, monkeypatch, zero_based, bloc
     assert X_auto.shape[1] <= 50 and (X_auto != X[:, :X_auto.shape[1]]).nnz == 0
 
 
-def test_errors_in_a_later_block_name_the_file_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(libsvm_module, "_PARSE_BLOCK", 64)
+@pytest.mark.parametrize("block, threads", [(64, 1), (None, 1), (None, 5)])
+def test_errors_in_a_later_piece_name_the_file_line(tmp_path, monkeypatch, block, threads):
+    if block is not None:
+        monkeypatch.setattr(libsvm_module, "_PARSE_BLOCK", block)
     lines = [f"{i} {i % 5 + 1}:0.{i}" for i in range(40)]
     lines[33] = "1 2:1e400"           # finite text, infinite value: Python's float decides
+    lines[38] = "1 2:oops"            # the first error in line order is the one reported
     path = tmp_path / "late.svm"
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(LibsvmFormatError, match=r"late\.svm:34: non-finite value in '2:1e400'"):
-        load_libsvm(path)
+        load_libsvm(path, n_threads=threads)
+    lines[38] = lines[37]
     lines[33] = "1 2:1 7:1"
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(LibsvmFormatError, match=r"late\.svm:34: feature index 7 exceeds "
                                                 r"n_features=6"):
-        load_libsvm(path, n_features=6, zero_based=False)
+        load_libsvm(path, n_features=6, zero_based=False, n_threads=threads)
     with pytest.raises(LibsvmFormatError, match=r"late\.svm:34: feature index 7 exceeds "
                                                 r"n_features=6"):
-        load_libsvm(path, n_features=6)            # "auto": one-based, known after reading
-    X, _ = load_libsvm(path, n_features=7)
+        load_libsvm(path, n_features=6, n_threads=threads)  # "auto": one-based, known after
+    X, _ = load_libsvm(path, n_features=7, n_threads=threads)
     assert X.shape == (40, 7)
 
 

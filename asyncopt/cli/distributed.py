@@ -33,18 +33,22 @@ def agree(comm, fn):
 
 def load_shard(args, comm):
     """(X_k, y_k, name, n, p, nnz): this worker's rows (None on rank 0) and the global sizes."""
+    from asyncopt.cores import available_cores, blas_threads_beside
     from asyncopt.data import load_libsvm, libsvm_byte_ranges
     from asyncopt.data.libsvm import _is_compressed
+    from asyncopt.solvers.wire import local_ranks
 
     from .common import CliUsageError, load_data
 
     rank, workers = comm.Get_rank(), comm.Get_size() - 1
+    # the parser's threads: this rank's share of the node's cores
+    threads = blas_threads_beside(local_ranks(comm)) or available_cores()
     splittable = args.data is not None and not _is_compressed(args.data)
     if args.data is None or not splittable:
         def whole():
             if rank == 0:
                 return None, None, None
-            X, y, name = load_data(args)
+            X, y, name = load_data(args, threads)
             rows = np.array_split(np.arange(X.shape[0]), workers)[rank - 1]
             return X[rows], np.asarray(y)[rows], name
         X, y, name = agree(comm, whole)
@@ -61,7 +65,7 @@ def load_shard(args, comm):
                 return None, None
             offset, length = ranges[rank - 1]
             return load_libsvm(name, n_features=ANY_WIDTH, zero_based=True, offset=offset,
-                               length=length)
+                               length=length, n_threads=threads)
         X, y = agree(comm, part)
         width = 0 if X is None or X.nnz == 0 else int(X.indices.max()) + 1
         has_zero = X is not None and X.nnz > 0 and bool(np.any(X.indices == 0))

@@ -16,8 +16,7 @@ DESCRIPTION = (
 
 def _body(argv):
     args = build_parser(PROG, DESCRIPTION, default_alpha_ratio=1e-2).parse_args(argv)
-    return fit_and_report(args, PROG, "SparseLogisticRegression", loss="logistic",
-                          title=f"{PROG} summary")
+    return fit_and_report(args, PROG, loss="logistic", title=f"{PROG} summary")
 
 
 def main(argv=None) -> int:

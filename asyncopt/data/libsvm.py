@@ -24,6 +24,8 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
+from ..cores import available_cores
+
 _INT32_MAX = np.iinfo(np.int32).max
 _CHUNK = 1 << 20
 _PARSE_BLOCK = 1 << 26
@@ -159,26 +161,47 @@ def _compact_csr(X):
     return X
 
 
-class _Block:
-    """Whole LIBSVM lines parsed by kernels.parse.parse_libsvm_chunk, with the numbers it
-    leaves to Python's float converted. ``fail(line, problem)`` builds the error for a
-    0-based line of this block."""
+def _line_cuts(text, parts):
+    """Offsets 0 = c_0 < ... < c_k = len(text) (k <= parts) cutting ``text`` (whole lines)
+    into k pieces of about the same bytes, each made of whole lines."""
+    cuts = [0]
+    for k in range(1, parts):
+        at = text.find(b"\n", max(k * len(text) // parts, cuts[-1])) + 1
+        if at <= cuts[-1] or at >= len(text):
+            continue
+        cuts.append(at)
+    return cuts + [len(text)]
 
-    def __init__(self, text, zero_based, n_features, fail):
-        from asyncopt.kernels.parse import (INDEX_TOO_LARGE, OK, POW10_HI, POW10_LO,
-                                            parse_libsvm_chunk)
-        code = {True: 1, False: 0, "auto": -1}[zero_based]
-        bound = -1 if n_features is None else n_features - (zero_based is True)
+
+class _Block:
+    """Whole LIBSVM lines text[start:end] parsed by ``kernels.parse.parse_libsvm_chunk``
+    (``parse``, on any thread: the kernel releases the GIL), then checked, with the
+    numbers the kernel leaves to Python's float converted (``finish``, in line order).
+    ``fail(line, problem)`` builds the error for a 0-based line of this block."""
+
+    def __init__(self, text, start, end, zero_based, n_features):
+        self.text, self.start, self.end = text, start, end
+        self.zero_based, self.n_features = zero_based, n_features
+        self.parsed = None
+
+    def parse(self):
+        from asyncopt.kernels.parse import POW10_HI, POW10_LO, parse_libsvm_chunk
+        code = {True: 1, False: 0, "auto": -1}[self.zero_based]
+        bound = -1 if self.n_features is None else \
+            self.n_features - (self.zero_based is True)
+        buf = np.frombuffer(self.text, dtype=np.uint8, count=self.end - self.start,
+                            offset=self.start)
+        self.parsed = parse_libsvm_chunk(buf, code, bound, POW10_HI, POW10_LO)
+
+    def finish(self, fail):
+        from asyncopt.kernels.parse import INDEX_TOO_LARGE, OK
         status, self.n_lines, self.y, self.row_line, self.indptr, self.indices, \
-            self.data, fallback = parse_libsvm_chunk(np.frombuffer(text, dtype=np.uint8),
-                                                     code, bound, POW10_HI, POW10_LO)
-        if status != OK:
-            problem, _, last = _line_problem(_nth_line(text, self.n_lines),
-                                             one_based=zero_based is False)
-            if problem is None and status == INDEX_TOO_LARGE:
-                problem = f"feature index {last} exceeds n_features={n_features}"
-            raise fail(self.n_lines, problem or "not a LIBSVM line (label [qid:Q] "
-                       "index:value ..., with decimal numbers)")
+            self.data, fallback = self.parsed
+        self.parsed = None
+        text = self.text[self.start:self.end] if status != OK or fallback.shape[0] else b""
+        self.text = None
+        # the numbers left to float come from the lines before the one the kernel
+        # stopped at, so a non-finite one among them is the first error
         for position, lo, hi in fallback:
             value = float(text[lo:hi])
             row = -position - 1
@@ -190,17 +213,25 @@ class _Block:
             if not math.isfinite(value):
                 line = int(self.row_line[row])
                 raise fail(line, _line_problem(_nth_line(text, line), False)[0])
+        if status != OK:
+            problem, _, last = _line_problem(_nth_line(text, self.n_lines),
+                                             one_based=self.zero_based is False)
+            if problem is None and status == INDEX_TOO_LARGE:
+                problem = f"feature index {last} exceeds n_features={self.n_features}"
+            raise fail(self.n_lines, problem or "not a LIBSVM line (label [qid:Q] "
+                       "index:value ..., with decimal numbers)")
 
 
 def _nth_line(text, line):
     return text.split(b"\n", line + 1)[line]
 
 
-def _parse_stream(stream, zero_based, n_features, fail):
-    """(y, indptr, indices, data, row_line) of the LIBSVM lines of a binary stream, parsed
-    in blocks of about _PARSE_BLOCK bytes cut at line ends; indices as written; row_line:
-    each row's 0-based line in the stream. ``fail(line, problem)`` builds the error for a
-    0-based line of the stream."""
+def _parse_stream(stream, zero_based, n_features, fail, n_threads=1):
+    """(y, indptr, indices, data, row_line) of the LIBSVM lines of a binary stream, read
+    in blocks of about _PARSE_BLOCK bytes cut at line ends, each parsed in ``n_threads``
+    pieces at once; indices as written; row_line: each row's 0-based line in the stream.
+    ``fail(line, problem)`` builds the error for a 0-based line of the stream."""
+    from asyncopt.kernels.linalg import run_in_parallel
     blocks, carry, lines = [], b"", 0
     while True:
         text = stream.read(_PARSE_BLOCK)
@@ -215,12 +246,16 @@ def _parse_stream(stream, zero_based, n_features, fail):
             text, carry = carry, b""
         else:
             break
-        base = lines
-        block = _Block(text, zero_based, n_features,
-                       lambda line, problem: fail(base + line, problem))
-        block.row_line += base
-        blocks.append(block)
-        lines += block.n_lines
+        cuts = _line_cuts(text, max(1, int(n_threads)))
+        pieces = [_Block(text, a, b, zero_based, n_features)
+                  for a, b in zip(cuts[:-1], cuts[1:])]
+        run_in_parallel([piece.parse for piece in pieces])
+        for piece in pieces:
+            base = lines
+            piece.finish(lambda line, problem: fail(base + line, problem))
+            piece.row_line += base
+            blocks.append(piece)
+            lines += piece.n_lines
     if len(blocks) == 1:
         b = blocks[0]
         return b.y, b.indptr, b.indices, b.data, b.row_line
@@ -233,7 +268,7 @@ def _parse_stream(stream, zero_based, n_features, fail):
 
 
 def load_libsvm(path, n_features=None, zero_based="auto", offset=0, length=-1,
-                dtype=np.float64):
+                dtype=np.float64, n_threads=None):
     """Read a LIBSVM / SVMlight file (plain, .gz, .bz2 or .xz) into ``(X, y)``.
 
     X is a ``scipy.sparse.csr_matrix`` of ``dtype`` with sorted indices (int32 index arrays
@@ -254,6 +289,9 @@ def load_libsvm(path, n_features=None, zero_based="auto", offset=0, length=-1,
     finite number, a token that is not ``index:value``, a negative index, index 0 in a file
     read with ``zero_based=False``, indices not strictly increasing, an index beyond
     ``n_features``.
+
+    ``n_threads``: threads that parse at once, each a piece of whole lines (default: this
+    process's cores, ``cores.available_cores``; under MPI pass the cores of one rank).
     """
     name = os.fspath(path)
     if not os.path.exists(name):
@@ -287,8 +325,9 @@ def load_libsvm(path, n_features=None, zero_based="auto", offset=0, length=-1,
 
     try:
         with stream() as f:
-            y, indptr, indices, data, row_line = _parse_stream(f, zero_based, n_features,
-                                                               fail)
+            y, indptr, indices, data, row_line = _parse_stream(
+                f, zero_based, n_features, fail,
+                available_cores() if n_threads is None else n_threads)
     except (EOFError, OSError, lzma.LZMAError) as error:
         raise LibsvmFormatError(f"{name}: cannot decompress/read: {error}") from error
     if y.shape[0] == 0 and not ranged:

@@ -195,7 +195,7 @@ def _push_fallback(fallback, count, position, start, end):
     return fallback
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def parse_libsvm_chunk(buf, zero_based, max_index, pow_hi, pow_lo):
     """Parse whole LIBSVM lines ``label [qid:Q] index:value ...`` ('#' starts a comment;
     blank lines skipped) from the uint8 array ``buf``.

@@ -26,3 +26,19 @@ def solver_flags(method, screening=True):
     return dict(screening=screening and spec["screening"],
                 variance_reduced=spec["variance_reduced"], saga=spec["saga"],
                 dense=spec["dense"], support_newton=spec["support_newton"])
+
+
+def solve_method(problem, method, *, screening=True, checkpoint=None, step_scale=1.0,
+                 **common):
+    """Solve ``problem`` with one of METHODS: the PSE baselines by solve_pse, the others by
+    solve_ddss with the method's flags. ``common``: the arguments both solvers take. What
+    the estimators and the command line tools (without mpirun) call."""
+    from .ddss import solve_ddss
+    from .pse import solve_pse
+    spec = METHODS[method]
+    if "pse" in spec:
+        if checkpoint is not None:
+            raise ValueError(f"method {method!r} does not write checkpoints")
+        return solve_pse(problem, spec["pse"], label=method, **common)
+    return solve_ddss(problem, **solver_flags(method, screening), checkpoint=checkpoint,
+                      step_scale=step_scale, label=method, **common)
