@@ -110,8 +110,10 @@ class Wire:
                 # root-centred sends meeting Ibcast)
                 oversubscribed = comm.allreduce(int(oversubscribed), op=_mpi().MAX)
         self.oversubscribed = bool(oversubscribed)
-        # every rank of the job on this node (the launcher's count; the same answer on
-        # every rank, since the nodes' counts sum to the size)
+        # whether every rank of ``comm`` runs on this node: the launcher's count of the
+        # job's ranks here covers them (on COMM_WORLD the same answer on every rank, the
+        # nodes' counts summing to its size); what a message costs follows from it
+        # (``mpi.cg_products_from_shares``)
         self.one_node = local_ranks(comm) >= self.size
 
     def bcast(self, buf):
