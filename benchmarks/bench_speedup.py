@@ -60,7 +60,7 @@ from benchmarks.bench_shared import better  # noqa: E402
 from benchmarks.common import (RESULTS_DIR, SolverRun, format_table, from_history,  # noqa: E402
                                machine_info, ratio, run_from_dict, write_json)
 
-from asyncopt.data import make_ctr  # noqa: E402
+from asyncopt.data import make_ctr, save_libsvm  # noqa: E402
 from asyncopt.problem import Problem  # noqa: E402
 from asyncopt.solvers import solve_ddss  # noqa: E402
 from asyncopt.solvers.threads import ThreadsInnerLoop  # noqa: E402
@@ -90,12 +90,11 @@ def run_dis(spec, workers, target, cap, rep, args, workdir, cores):
 
 
 def write_command_data(spec, workdir):
-    """The problem's rows as a LIBSVM file in workdir (one-based, 17 significant digits),
-    for the command runs; its path."""
-    from sklearn.datasets import dump_svmlight_file
+    """The problem's rows as a LIBSVM file in workdir (``save_libsvm``: one-based, read
+    back exactly), for the command runs; its path."""
     X, y = load_data(spec["data"])
     path = os.path.join(workdir, spec["data"] + ".svm")
-    dump_svmlight_file(X, y, path, zero_based=False)
+    save_libsvm(path, X, y)
     return path
 
 
@@ -690,8 +689,8 @@ def report(best, workers, threads, cap, target, args, info, meta, cores, json_pa
             "commands": "run_command: mpirun -n k+1 python -m asyncopt.cli.lasso DATA.svm "
                         "--alpha-ratio lam_ratio --tol target --seed round, timed whole "
                         "(start-up, each worker parsing its byte range, solve, summary); "
-                        "DATA.svm written once by dump_svmlight_file; best_wall_s over the "
-                        "rounds that reached the target",
+                        "DATA.svm written once by asyncopt.data.save_libsvm; best_wall_s "
+                        "over the rounds that reached the target",
         },
     }
     if dis is not None:

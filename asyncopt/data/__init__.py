@@ -1,8 +1,8 @@
-"""Data: LIBSVM reading and byte-range sharding, synthetic CTR-like data, feature crosses,
+"""Data: LIBSVM reading, writing and byte-range sharding, synthetic CTR-like data, feature crosses,
 and the embedded a9a set (DESIGN 7)."""
 from .crosses import feature_crosses
 from .embedded import load_a9a
-from .libsvm import LibsvmFormatError, libsvm_byte_ranges, load_libsvm
+from .libsvm import LibsvmFormatError, libsvm_byte_ranges, load_libsvm, save_libsvm
 from .synthetic import make_ctr
 
 __all__ = [
@@ -12,4 +12,5 @@ __all__ = [
     "load_a9a",
     "load_libsvm",
     "make_ctr",
+    "save_libsvm",
 ]
