@@ -226,6 +226,10 @@ def main(argv=None):
                              "(instead of default_batch's M; --batch wins)")
     parser.add_argument("--no-support-newton", action="store_true",
                         help="Dis-DDSS without the support Newton step (an ablation)")
+    parser.add_argument("--newton-products", action="store_true",
+                        help="the L1 step's CG asks the workers for each Hessian-vector "
+                             "product, as across machines, instead of reducing their "
+                             "Hessian shares to the server as on one node (an ablation)")
     parser.add_argument("--no-warm-up", action="store_true")
     parser.add_argument("--group-size", type=int, default=1,
                         help="1: L1 (default); G > 1: the group Lasso on consecutive "
@@ -251,6 +255,9 @@ def main(argv=None):
     flags = solver_flags(args.method)
     if args.no_support_newton:
         flags["support_newton"] = False
+    if args.newton_products:
+        import asyncopt.solvers.mpi as mpi
+        mpi.cg_products_from_shares = lambda wire, size: mpi.uses_hessian_free(size)
     t0 = time.perf_counter()
     X, y, n, p, nnz = _load_rows(args, rank, size)
     penalty = make_penalty(p, args.group_size)

@@ -77,8 +77,10 @@ def key_of(family, k):
 
 def run_dis(spec, workers, target, cap, rep, args, workdir, cores):
     """One Dis-DDSS mpirun on ``workers`` workers (bench_distributed.run_mpi)."""
+    extra = (["--messages", str(args.messages)] if args.messages else []) + \
+        (["--newton-products"] if args.newton_products else [])
     run, _ = run_mpi(spec, "ddss", workers, target, cap, rep, args, workdir,
-                     extra_args=["--messages", str(args.messages)] if args.messages else ())
+                     extra_args=extra)
     run.solver = key_of("dis", workers)
     run.extra.update(k=workers, n_ranks=workers + 1, oversubscribed=workers + 1 > cores)
     ranks = run.extra.get("ranks")
@@ -300,6 +302,10 @@ def main(argv=None):
     parser.add_argument("--messages", type=int, default=None, metavar="M",
                         help="Dis-DDSS messages per worker per epoch (batch n / (M k); "
                              "default: solve_mpi's default_batch)")
+    parser.add_argument("--newton-products", action="store_true",
+                        help="Dis-DDSS's Newton step asks the workers for each CG product "
+                             "(what it does across machines) instead of reducing their "
+                             "Hessian shares to the server (one node): an ablation")
     parser.add_argument("--no-mpi", action="store_true", help="skip the Dis-DDSS runs")
     parser.add_argument("--no-threads", action="store_true", help="skip the Sha-DDSS runs")
     parser.add_argument("--no-command", action="store_true",
@@ -641,7 +647,7 @@ def report(best, workers, threads, cap, target, args, info, meta, cores, json_pa
         "benchmark": "bench_speedup", "quick": args.quick, "complete": True,
         "target_rel_gap": target, "time_cap_s": cap, "repeat": args.repeat,
         "cpu_count": cores, "workers": workers, "threads": threads,
-        "messages_per_worker": args.messages,
+        "messages_per_worker": args.messages, "newton_products": args.newton_products,
         "n_ranks": [w + 1 for w in workers],
         "oversubscribed": {key: bool(r.extra.get("oversubscribed")) for key, r in best.items()},
         "machine": info, "total_seconds": seconds, "problem": meta,
