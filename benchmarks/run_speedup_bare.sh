@@ -10,7 +10,10 @@
 #       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux1_x86_64 \
 #       -d .whl mpich==5.0.2 mpi4py==4.1.2
 #
-# Writes OUT/bench_speedup.json (+ .png) and OUT/log.txt.
+# Writes OUT/bench_speedup.json (+ .png) and OUT/log.txt. SECOND="args" runs the benchmark
+# once more with those args (an ablation in the same call, e.g. SECOND="--newton-products
+# --workers 1 8 --no-threads --no-ceiling --no-command --repeat 3") into
+# OUT/bench_speedup_second.json and OUT/log_second.txt.
 set -uo pipefail
 WHEELS=${WHEELS:-.whl}
 OUT=${OUT:-benchmarks/results}
@@ -37,3 +40,8 @@ echo "warm-up (--quick, numba compile): rc $? in $(( $(date +%s) - t0 )) s"
 tail -n 12 "$OUT/log_quick.txt"
 timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_speedup.py --mpirun "$MPIRUN" \
     --output "$OUT/bench_speedup.json" "$@" 2>&1 | tee "$OUT/log.txt"
+if [ -n "${SECOND:-}" ]; then
+    # shellcheck disable=SC2086 # SECOND is a list of arguments
+    timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_speedup.py --mpirun "$MPIRUN" \
+        --output "$OUT/bench_speedup_second.json" $SECOND 2>&1 | tee "$OUT/log_second.txt"
+fi
