@@ -1,3 +1,4 @@
+import io
 import itertools
 import lzma
 import os
@@ -7,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.datasets import dump_svmlight_file
+from sklearn.datasets import dump_svmlight_file, load_svmlight_file
 
 from asyncopt.data import (
     LibsvmFormatError,
@@ -330,7 +331,7 @@ def test_load_a9a():
     _, y01 = load_a9a(labels="01")
     np.testing.assert_array_equal(y01, (y + 1) / 2)
     # the binary form it is read from (a9a.npz) against the embedded LIBSVM text, parsed
-    # with numpy and with load_libsvm's parser (kernels.parse)
+    # by load_libsvm (kernels.parse) and by scikit-learn
     from importlib import resources
     from asyncopt.data.embedded import A9A_ARRAYS, a9a_arrays_from_text, a9a_from_text
     with resources.files("asyncopt.data").joinpath(A9A_ARRAYS).open("rb") as f, \
@@ -341,8 +342,9 @@ def test_load_a9a():
     X_text, y_text = a9a_from_text()
     assert_same_csr(X, X_text)
     np.testing.assert_array_equal(y01, y_text)
-    X_sk, y_sk = load_libsvm(str(resources.files("asyncopt.data").joinpath("a9a.svm.xz")),
-                             n_features=123, zero_based=False)
+    with resources.files("asyncopt.data").joinpath("a9a.svm.xz").open("rb") as f:
+        X_sk, y_sk = load_svmlight_file(io.BytesIO(lzma.decompress(f.read())),
+                                        n_features=123, zero_based=False)
     assert_same_csr(X, X_sk)
     np.testing.assert_array_equal(y01, y_sk)
     if SHARED_A9A.exists():

@@ -1,46 +1,22 @@
 """Data sets shipped inside the package: the LIBSVM a9a (Adult) training set (DESIGN 7)."""
 import functools
-import lzma
 from importlib import resources
 
 import numpy as np
 import scipy.sparse as sp
 
 from .crosses import feature_crosses
-from .libsvm import _compact_csr
+from .libsvm import load_libsvm
 
 A9A_FILE = "a9a.svm.xz"
 A9A_ARRAYS = "a9a.npz"
 A9A_N_FEATURES = 123
 
 
-def _parse_well_formed(text, n_features):
-    """(X, y) of LIBSVM text known to be well formed ("label i:v i:v ..." per line,
-    one-based ascending indices): the embedded file only, whose parse is tested against
-    scikit-learn's. Vectorised with numpy, without scikit-learn, whose import (with
-    scipy.stats) cost each rank of mpirun -n 9 asyncopt-lasso ~5 s of start-up on 2
-    cores."""
-    lines = [line for line in text.split(b"\n") if line.strip()]
-    per_row = np.fromiter((line.count(b":") for line in lines), dtype=np.int64,
-                          count=len(lines))
-    numbers = np.array(b" ".join(lines).replace(b":", b" ").split()).astype(np.float64)
-    indptr = np.zeros(len(lines) + 1, dtype=np.int64)
-    np.cumsum(per_row, out=indptr[1:])
-    label_at = np.arange(len(lines)) + 2 * indptr[:-1]      # a label, then its pairs
-    is_pair = np.ones(numbers.shape[0], dtype=bool)
-    is_pair[label_at] = False
-    pairs = numbers[is_pair]
-    X = sp.csr_matrix((pairs[1::2], pairs[0::2].astype(np.int32) - 1, indptr),
-                      shape=(len(lines), n_features))
-    return X, numbers[label_at]
-
-
 def a9a_from_text():
-    """(X, y) parsed from the embedded LIBSVM text ``a9a.svm.xz`` (0.14 s)."""
-    with resources.files(__package__).joinpath(A9A_FILE).open("rb") as raw, \
-            lzma.open(raw) as f:
-        X, y = _parse_well_formed(f.read(), A9A_N_FEATURES)
-    return _compact_csr(X), y
+    """(X, y) parsed from the embedded LIBSVM text ``a9a.svm.xz`` (``load_libsvm``)."""
+    with resources.as_file(resources.files(__package__).joinpath(A9A_FILE)) as path:
+        return load_libsvm(path, n_features=A9A_N_FEATURES, zero_based=False)
 
 
 def a9a_arrays_from_text():

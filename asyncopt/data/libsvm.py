@@ -151,16 +151,6 @@ def _read_span(path, start, end):
         return f.read(end - start)
 
 
-def _compact_csr(X):
-    """X as a csr_matrix with sorted indices, int32 index arrays where they fit."""
-    X = sp.csr_matrix(X)
-    X.sort_indices()
-    if X.nnz <= _INT32_MAX and X.shape[1] <= _INT32_MAX:
-        X.indices = X.indices.astype(np.int32, copy=False)
-        X.indptr = X.indptr.astype(np.int32, copy=False)
-    return X
-
-
 def _line_cuts(text, parts):
     """Offsets 0 = c_0 < ... < c_k = len(text) (k <= parts) cutting ``text`` (whole lines)
     into k pieces of about the same bytes, each made of whole lines."""
