@@ -104,28 +104,40 @@ def launch(n_ranks, out, *, data, loss, lam_ratio, fit_intercept, method, tol, m
     if shard_root is not None:
         extra_args = list(extra_args) + [
             "--shards", prepare_shards(data, n_ranks - 1, shard_root)]
-    if os.path.exists(out):
-        os.remove(out)
     cmd = [mpirun, "-n", str(n_ranks), sys.executable, SCRIPT, "--out", out,
            "--data", data, "--loss", loss, "--lam-ratio", repr(float(lam_ratio)),
            "--method", method, "--tol", repr(float(tol)), "--max-time", repr(float(max_time)),
            "--seed", str(seed)] + (["--fit-intercept"] if fit_intercept else []) + \
         list(extra_args)
+    wall, error = run_job(cmd, out, timeout)
+    if error:
+        return None, wall, error
+    with open(out) as f:
+        return json.load(f), wall, None
+
+
+def run_job(cmd, out, timeout=None):
+    """Run the mpirun command line ``cmd``, which writes the file ``out`` (removed first),
+    in a session of its own with ``rank_environment``: (wall seconds, error text or
+    None). A run past ``timeout`` seconds has its process group killed (mpirun and the
+    ranks it started); one that exits non-zero or writes no ``out`` gives the tail of its
+    output."""
+    if os.path.exists(out):
+        os.remove(out)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=rank_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, env=rank_environment(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)        # mpirun and the ranks it started
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        return None, time.perf_counter() - t0, f"killed after {timeout:.0f} s (timeout)"
+        return time.perf_counter() - t0, f"killed after {timeout:.0f} s (timeout)"
     wall = time.perf_counter() - t0
     if proc.returncode != 0 or not os.path.exists(out):
         tail = (stderr or stdout or "").strip().splitlines()[-6:]
-        return None, wall, f"mpirun exit {proc.returncode}: " + " | ".join(tail)
-    with open(out) as f:
-        return json.load(f), wall, None
+        return wall, f"mpirun exit {proc.returncode}: " + " | ".join(tail)
+    return wall, None
 
 
 # --------------------------------------------------------------------------- SPMD side

@@ -51,7 +51,7 @@ from numba import njit
 # the repository root, after PYTHONPATH (so PYTHONPATH can point at another asyncopt tree)
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._mpi_run import RANK_ENV, find_mpirun, rank_environment  # noqa: E402
+from benchmarks._mpi_run import RANK_ENV, find_mpirun, run_job  # noqa: E402
 from benchmarks.bench_distributed import (add_common_arguments, load_results,  # noqa: E402
                                           run_mpi, save_figure)
 from benchmarks.bench_serial import (DATA_DESCRIPTION, _check, _yes_no, load_data,  # noqa: E402
@@ -91,10 +91,9 @@ def run_dis(spec, workers, target, cap, rep, args, workdir, cores):
     return run
 
 
-def write_command_data(spec, workdir):
-    """The problem's rows as a LIBSVM file in workdir (``save_libsvm``: one-based, read
-    back exactly), for the command runs; its path."""
-    X, y = load_data(spec["data"])
+def write_command_data(X, y, spec, workdir):
+    """The problem's rows (X, y) as a LIBSVM file in workdir (``save_libsvm``: one-based,
+    read back exactly), for the command runs; its path."""
     path = os.path.join(workdir, spec["data"] + ".svm")
     save_libsvm(path, X, y)
     return path
@@ -106,31 +105,20 @@ def run_command(svm_path, spec, workers, target, cap, rep, args, workdir):
     range of the LIBSVM file and every rank's start-up included. {"k", "round", "wall_s",
     "solve_s" (the history's last time), "rel_gap", "epochs", "error"}."""
     import json
-    import subprocess
     cli = "asyncopt.cli.lasso" if spec["loss"] == "squared" else "asyncopt.cli.logreg"
     history = os.path.join(workdir, f"command_{workers}_{rep}.json")
     cmd = [find_mpirun(args.mpirun), "-n", str(workers + 1), sys.executable, "-m", cli,
            svm_path, "--alpha-ratio", repr(float(spec["lam_ratio"])), "--tol",
            repr(float(target)), "--seed", str(rep), "--quiet", "--history-json", history] + \
         ([] if spec["fit_intercept"] else ["--no-intercept"])
-    env = rank_environment()
     out = {"k": workers, "round": rep, "wall_s": None, "solve_s": None, "rel_gap": None,
            "epochs": None, "error": None}
-    t0 = time.perf_counter()
-    try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                              timeout=cap + 120)
-    except subprocess.TimeoutExpired:
-        out["error"] = f"timeout after {cap + 120:.0f} s"
-        return out
-    out["wall_s"] = time.perf_counter() - t0
-    if done.returncode != 0 or not os.path.exists(history):
-        out["error"] = f"exit {done.returncode}: " + " | ".join(
-            (done.stderr or done.stdout).strip().splitlines()[-3:])
+    wall, out["error"] = run_job(cmd, history, cap + 120)
+    if out["error"]:
         return out
     with open(history) as f:
         records = json.load(f)
-    out.update(solve_s=records[-1]["time"], rel_gap=records[-1]["rel_gap"],
+    out.update(wall_s=wall, solve_s=records[-1]["time"], rel_gap=records[-1]["rel_gap"],
                epochs=records[-1]["epoch"])
     return out
 
@@ -366,9 +354,12 @@ def main(argv=None):
 
     problem, meta = None, {**spec, "data_description": DATA_DESCRIPTION[spec["data"]]}
     ceiling_counts = [] if args.no_ceiling else workers
-    if threads or ceiling_counts:
-        t0 = time.perf_counter()
+    command_counts = [] if args.no_command or args.tall else workers
+    X = y = None
+    t0 = time.perf_counter()
+    if threads or ceiling_counts or command_counts:
         X, y = load_data(spec["data"])
+    if threads or ceiling_counts:
         base = Problem(X, y, spec["loss"], lam=1.0, fit_intercept=spec["fit_intercept"])
         lam_max = base.lam_max()           # also builds the shuffled CSR copy, untimed
         problem = base.with_lam(spec["lam_ratio"] * lam_max)
@@ -393,11 +384,10 @@ def main(argv=None):
 
     best, rounds, commands = {}, {}, {}
     t_start = time.perf_counter()
-    command_counts = [] if args.no_command or args.tall else workers
     order = [("dis", w) for w in workers] + [("sha", t) for t in threads] + \
         [("cmd", w) for w in command_counts]
     with tempfile.TemporaryDirectory(prefix="bench_speedup_") as workdir:
-        svm_path = write_command_data(spec, workdir) if command_counts else None
+        svm_path = write_command_data(X, y, spec, workdir) if command_counts else None
         for rep in range(max(1, args.repeat)):
             for family, k in (order if rep % 2 == 0 else order[::-1]):
                 key = key_of(family, k)
