@@ -36,8 +36,8 @@ A table shows where Dis-DDSS's solve went on the server's clock (certificates, i
 loops, Newton steps; solve_mpi's record fields certificate_s, inner_s, newton_s).
 
 Targets: Dis-DDSS 2 workers >= 1.6x faster than 1 worker; -n 9 (8 workers) within 3x of
--n 3's time (solve, whole mpirun, whole command); 8 workers >= 6x faster than 1 on a 16-core machine
-("not measurable here" with fewer than 9 cores).
+-n 3's time (solve, whole mpirun, whole command); 8 workers >= 6x faster than 1 on a
+16-core machine ("not measurable here" with fewer than 9 cores).
 """
 import argparse
 import os

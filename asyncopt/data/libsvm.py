@@ -328,7 +328,8 @@ def load_libsvm(path, n_features=None, zero_based="auto", offset=0, length=-1,
         indices -= 1
     width = int(indices.max()) + 1 if indices.shape[0] else 0
     if n_features is not None and width > n_features:
-        row = int(np.searchsorted(indptr, np.argmax(indices >= n_features), side="right")) - 1
+        first = np.argmax(indices >= n_features)
+        row = int(np.searchsorted(indptr, first, side="right")) - 1
         written = int(indices[indptr[row + 1] - 1]) + shift
         raise fail(int(row_line[row]), f"feature index {written} exceeds "
                    f"n_features={n_features}")
@@ -346,8 +347,8 @@ def save_libsvm(path, X, y, zero_based=False, rows_per_write=100_000):
     one line ``label index:value ...`` per row, its stored entries in index order, every
     number as Python's ``repr`` (the shortest text that reads back to the same double, so
     ``load_libsvm`` returns X and y exactly). One-based indices unless ``zero_based``.
-    CTR 200,000 x 100,000 (6 million entries): 3.3-4.0 s. Written ``rows_per_write`` rows at a
-    time."""
+    CTR 200,000 x 100,000 (6 million entries): 3.3-4.0 s. Written ``rows_per_write`` rows
+    at a time."""
     X = sp.csr_matrix(X, dtype=np.float64)
     X.sort_indices()
     y = np.asarray(y, dtype=np.float64).ravel()

@@ -280,7 +280,8 @@ def parse_libsvm_chunk(buf, zero_based, max_index, pow_hi, pow_lo):
                     index = index * 10 + (c - 48)
                 if status != OK:
                     break
-                if index > _INT32_MAX or index <= previous or (index == 0 and zero_based == 0):
+                if index > _INT32_MAX or index <= previous or \
+                        (index == 0 and zero_based == 0):
                     status = BAD_LINE
                     break
                 if max_index >= 0 and index > max_index:
