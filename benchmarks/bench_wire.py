@@ -12,7 +12,9 @@ oversubscribed node, MPI's collectives otherwise):
   dsymv, |S| = 1,050 as on CTR 200,000 x 100,000 at 1e-3 lam_max) and the products are
   summed on rank 0. Milliseconds per round trip.
 - ``certificate``: a broadcast and a reduction of 100,000 doubles and an allreduce of one
-  (the outer iteration's messages on CTR's 100,000 features). Milliseconds per round.
+  (the outer iteration's messages on CTR's 100,000 features). Milliseconds per round,
+  with MPI's messages and through the inner loop's shared-memory window
+  (``channels.SharedCollectives``, what solve_mpi uses on one node).
 
 Ways of waiting (``--modes``):
 - ``yield``: the library's ``poll``: a spin of up to SPIN_SECONDS that gives the core away
@@ -38,10 +40,12 @@ if ROOT not in sys.path:
 MODES = ("yield", "sleep", "hold")
 
 
-def _set_mode(wire_module, wire, mode):
-    """Make ``wire`` (and the module's poll) wait the way ``mode`` says."""
+def _set_mode(wire_module, mode):
+    """Make every wait of the wire module (``poll``, ``wait``, ``wait_all``, and the
+    channels' waits, which call ``poll``) wait the way ``mode`` says."""
     if mode == "sleep":
-        wire.spin = 0.0
+        for function in (wire_module.poll, wire_module.wait, wire_module.wait_all):
+            function.__defaults__ = (0.0,)
     elif mode == "hold":
         wire_module.os.sched_yield = lambda: None
 
@@ -52,11 +56,12 @@ def rank_side(args):
     from mpi4py import MPI
     from scipy.linalg.blas import dsymv
     from asyncopt.solvers import wire as wire_module
+    from asyncopt.solvers.channels import open_channel
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     wire = wire_module.Wire(comm)
-    _set_mode(wire_module, wire, args.mode)
+    _set_mode(wire_module, args.mode)
     dim = args.support
     share = np.random.default_rng(rank).standard_normal((dim, dim))
     share = np.asfortranarray(share + share.T)
@@ -77,8 +82,7 @@ def rank_side(args):
             wire.reduce(payload)
             wire.allreduce(np.ones(1))
 
-    for name, pattern, rounds in (("cg_product", cg_products, args.rounds),
-                                  ("certificate", certificates, max(1, args.rounds // 6))):
+    def time_pattern(name, pattern, rounds):
         pattern(5)                                     # connections, first touches
         blocks = []
         for _ in range(args.repeat):
@@ -87,6 +91,16 @@ def rank_side(args):
             pattern(rounds)
             blocks.append((time.perf_counter() - start) / rounds * 1e3)
         out[name] = {"ms_per_round": min(blocks), "blocks_ms": blocks, "rounds": rounds}
+
+    time_pattern("cg_product", cg_products, args.rounds)
+    time_pattern("certificate", certificates, max(1, args.rounds // 6))
+    # the same round through the inner loop's shared-memory window (what solve_mpi's
+    # Wire does on one node while the channel is open)
+    channel = open_channel(comm, wire, args.features, 4, 4, "shared")
+    wire.attach(channel.collectives)
+    time_pattern("certificate_shared", certificates, max(1, args.rounds // 6))
+    wire.detach()
+    channel.close()
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump(out, f)
@@ -139,11 +153,15 @@ def main(argv=None):
             results.append(result)
             rows.append([f"-n {n_ranks}", "yes" if n_ranks > cores else "no", mode,
                          f"{result['cg_product']['ms_per_round']:.3f}",
-                         f"{result['certificate']['ms_per_round']:.2f}"])
+                         f"{result['certificate']['ms_per_round']:.2f}",
+                         f"{result['certificate_shared']['ms_per_round']:.2f}"])
             print(f"  -n {n_ranks} {mode:5s} cg product "
                   f"{result['cg_product']['ms_per_round']:.3f} ms, certificate "
-                  f"{result['certificate']['ms_per_round']:.2f} ms", flush=True)
-    header = ["ranks", "oversub.", "wait", "cg product ms", "certificate ms"]
+                  f"{result['certificate']['ms_per_round']:.2f} ms (MPI), "
+                  f"{result['certificate_shared']['ms_per_round']:.2f} ms (window)",
+                  flush=True)
+    header = ["ranks", "oversub.", "wait", "cg product ms", "certificate ms",
+              "certificate window ms"]
     table = format_table(header, rows)
     print()
     print(table)

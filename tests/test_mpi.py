@@ -609,10 +609,13 @@ def test_sigterm_checkpoints_the_servers_current_x_mid_epoch(tmp_path):
 
 
 @pytest.mark.parametrize("n_ranks", [2, 4])
-def test_root_centred_collectives_match_mpis(tmp_path, n_ranks):
-    """The point-to-point collectives a Wire uses on an oversubscribed node (solvers/wire.py)
+def test_root_centred_and_window_collectives_match_mpis(tmp_path, n_ranks):
+    """The point-to-point collectives a Wire uses on an oversubscribed node
+    (solvers/wire.py), and those through the inner loop's shared-memory window
+    (channels.SharedCollectives, vectors longer than the window's capacity falling back),
     against MPI's Ibcast / Ireduce / Iallreduce: the same values on every rank (sums to
-    1e-12, as the order of additions differs) and the same byte counts."""
+    1e-12, as the order of additions differs; the window's and the root-centred sums in
+    the same order, bit for bit) and the same byte counts."""
     out = tmp_path / "wire.json"
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([MPIRUN, "-n", str(n_ranks), sys.executable,
@@ -621,22 +624,28 @@ def test_root_centred_collectives_match_mpis(tmp_path, n_ranks):
     assert proc.returncode == 0, proc.stderr[-2000:]
     ranks = json.loads(out.read_text())["ranks"]
     assert len(ranks) == n_ranks
+    expected = np.array(ranks[0]["tree"]["expected_sum"])
     for rank, modes in enumerate(ranks):
-        tree, centred = modes["tree"], modes["root_centred"]
-        assert centred["bcast"] == tree["bcast"] == [3.5 * k for k in range(7)]
-        np.testing.assert_allclose(centred["allreduce_sum"], tree["expected_sum"], rtol=0,
-                                   atol=1e-12)
-        np.testing.assert_allclose(tree["allreduce_sum"], tree["expected_sum"], rtol=0,
-                                   atol=1e-12)
-        assert centred["allreduce_max"] == tree["allreduce_max"] == [n_ranks - 1.0, 0.0]
+        tree, centred, window = modes["tree"], modes["root_centred"], modes["window"]
+        for mode in (tree, centred, window):
+            assert mode["bcast"] == [3.5 * k for k in range(7)]
+            np.testing.assert_allclose(mode["allreduce_sum"], expected, rtol=0, atol=1e-12)
+            np.testing.assert_allclose(mode["allreduce_sum_short"], expected[:600], rtol=0,
+                                       atol=1e-12)
+            assert mode["allreduce_max"] == [n_ranks - 1.0, 0.0]
+            assert (mode["sent"], mode["received"]) == (tree["sent"], tree["received"])
+            if rank == 0:
+                np.testing.assert_allclose(mode["reduce"], expected, rtol=0, atol=1e-12)
+                first, second = mode["reduce_twice"]
+                np.testing.assert_allclose(first, expected[:600], rtol=0, atol=1e-12)
+                np.testing.assert_allclose(second, 2.0 * expected[:500], rtol=0,
+                                           atol=1e-12)
+            else:
+                assert mode["reduce"] is None and mode["reduce_twice"] is None
+        assert window["fits"] == [True, False]
+        assert window["allreduce_sum_short"] == centred["allreduce_sum_short"]
         if rank == 0:
-            np.testing.assert_allclose(centred["reduce"], tree["expected_sum"], rtol=0,
-                                       atol=1e-12)
-            np.testing.assert_allclose(tree["reduce"], tree["expected_sum"], rtol=0,
-                                       atol=1e-12)
-        else:
-            assert centred["reduce"] is None and tree["reduce"] is None
-        assert (centred["sent"], centred["received"]) == (tree["sent"], tree["received"])
+            assert window["reduce_twice"] == centred["reduce_twice"]
 
 
 def test_oversubscription_is_read_from_the_launchers_rank_count(monkeypatch):
@@ -789,9 +798,9 @@ def test_transport_is_auto_shared_or_messages(monkeypatch):
 
 
 def test_shared_slots_hold_a_whole_active_set_on_separate_cache_lines():
-    """Each worker's four buffers (delta values with header, delta indices, reply values
-    with header, reply indices) start on a 64-byte boundary and hold ``capacity``
-    coordinates: a full reply is the whole x."""
+    """Each worker's five buffers (delta values with header, delta indices, reply values
+    with header, reply indices, its vector for a reduction with header) start on a
+    64-byte boundary and hold ``capacity`` coordinates: a full reply is the whole x."""
     from asyncopt.solvers.channels import _SharedSlots
     capacity, header, reply_header = 1001, 4, 4
     sizes = _SharedSlots.layout(capacity, header, reply_header)
@@ -800,10 +809,12 @@ def test_shared_slots_hold_a_whole_active_set_on_separate_cache_lines():
     slots = _SharedSlots(memory, capacity, header, reply_header)
     assert slots.delta_values.shape == (header + capacity,)
     assert slots.reply_values.shape == (reply_header + capacity,)
+    assert slots.summand.shape == (header + capacity,)
     assert slots.delta_index.shape == slots.reply_index.shape == (capacity,)
-    views = [slots.delta_values, slots.delta_index, slots.reply_values, slots.reply_index]
+    views = [slots.delta_values, slots.delta_index, slots.reply_values, slots.reply_index,
+             slots.summand]
     for value, view in enumerate(views, start=1):
         view[...] = value
         assert (view.ctypes.data - memory.ctypes.data) % 64 == 0
     # no buffer overlaps another
-    assert [np.all(view == value) for value, view in enumerate(views, start=1)] == [True] * 4
+    assert [np.all(view == value) for value, view in enumerate(views, start=1)] == [True] * 5

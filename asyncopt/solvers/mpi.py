@@ -303,6 +303,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
         restore_handler = _checkpoint_on_sigterm(checkpoint, live, history, penalty, p, lam)
     in_sync = not (resuming or warm)   # whether every worker holds the server's x and b
     channel = open_channel(comm, wire, x.shape[0], HEADER, REPLY_HEADER, transport)
+    # on one node the outer iteration's vectors go through the channel's window too
+    wire.attach(channel.collectives)
     # one BLAS thread per core a rank has on its node: spinning BLAS pools take the cores
     # the ranks compute on (``cores.blas_threads``)
     blas = contextlib.ExitStack()
@@ -557,6 +559,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
         progress.close()
         if restore_handler is not None:
             restore_handler()
+    wire.detach()
     channel.close()
     coef = wire.bcast(_expand(penalty, p, blocks, x) if server else np.zeros(p))
     summary = wire.bcast(np.array([b, float(converged)] + ([history[-1]["primal"],

@@ -115,10 +115,25 @@ class Wire:
         # nodes' counts summing to its size); what a message costs follows from it
         # (``mpi.cg_products_from_shares``)
         self.one_node = local_ranks(comm) >= self.size
+        self.shared = None
+
+    def attach(self, shared):
+        """Send the collectives whose vectors fit through ``shared`` (a
+        ``channels.SharedCollectives``, on one node) until ``detach``; every rank attaches
+        and detaches at the same point of the protocol."""
+        self.shared = shared
+
+    def detach(self):
+        self.shared = None
+
+    def _through_shared(self, array):
+        return self.shared is not None and self.shared.fits(array)
 
     def bcast(self, buf):
         """Broadcast ``buf`` from rank 0 in place; returns it."""
-        if self.oversubscribed:
+        if self._through_shared(buf):
+            self.shared.bcast(buf)
+        elif self.oversubscribed:
             self._broadcast_from_root(buf)
         else:
             wait(self.comm.Ibcast(buf, root=0))
@@ -127,7 +142,9 @@ class Wire:
 
     def reduce(self, send):
         """Sum to the server (None elsewhere)."""
-        if self.oversubscribed:
+        if self._through_shared(send):
+            recv = self.shared.gather(send, np.add)
+        elif self.oversubscribed:
             recv = self._gather_to_root(send, _mpi().SUM)
         else:
             recv = np.empty_like(send) if self.rank == 0 else None
@@ -139,7 +156,10 @@ class Wire:
         """``op`` (default SUM) over every rank's ``send``, the result on every rank;
         counted as a reduction followed by a broadcast."""
         op = op or _mpi().SUM
-        if self.oversubscribed and op in (_mpi().SUM, _mpi().MAX):
+        if self._through_shared(send) and op in (_mpi().SUM, _mpi().MAX):
+            recv = self.shared.gather(send, np.add if op == _mpi().SUM else np.maximum)
+            recv = self.shared.bcast(np.empty_like(send) if recv is None else recv)
+        elif self.oversubscribed and op in (_mpi().SUM, _mpi().MAX):
             recv = self._gather_to_root(send, op)
             recv = self._broadcast_from_root(np.empty_like(send) if recv is None else recv)
         else:

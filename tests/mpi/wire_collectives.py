@@ -1,12 +1,16 @@
 """SPMD check run by tests/test_mpi.py under mpirun: the root-centred collectives a Wire
-uses on an oversubscribed node give what MPI's own collectives give, and count the same
-bytes. Every rank contributes rank-dependent vectors; rank 0 writes JSON to argv[1]."""
+uses on an oversubscribed node, and those it sends through the inner loop's shared-memory
+window on one node (``channels.SharedCollectives``, a window of capacity 600: the
+1000-long vectors fall back to MPI's messages), give what MPI's own collectives give,
+and count the same bytes. Every rank contributes rank-dependent vectors; rank 0 writes
+JSON to argv[1]."""
 import json
 import sys
 
 import numpy as np
 from mpi4py import MPI
 
+from asyncopt.solvers.channels import open_channel
 from asyncopt.solvers.wire import Wire
 
 
@@ -16,10 +20,14 @@ def exchange(wire):
     vector = rng.standard_normal(1000)
     root_vector = np.arange(7.0) * 3.5 if rank == 0 else np.zeros(7)
     reduced = wire.reduce(vector)
+    # back to back, no broadcast between: a worker's next vector waits for its slot
+    first, second = wire.reduce(vector[:600]), wire.reduce(2.0 * vector[:500])
     out = {
         "bcast": wire.bcast(root_vector).tolist(),
         "reduce": None if reduced is None else reduced.tolist(),
+        "reduce_twice": None if first is None else [first.tolist(), second.tolist()],
         "allreduce_sum": wire.allreduce(vector).tolist(),
+        "allreduce_sum_short": wire.allreduce(vector[:600].copy()).tolist(),
         "allreduce_max": wire.allreduce(np.array([float(rank), -float(rank)]),
                                         MPI.MAX).tolist(),
         "expected_sum": np.sum([np.random.default_rng(r).standard_normal(1000)
@@ -29,10 +37,23 @@ def exchange(wire):
     return out
 
 
+def through_window(comm):
+    """A Wire attached to a shared channel's collectives (as solve_mpi attaches it)."""
+    wire = Wire(comm)
+    channel = open_channel(comm, wire, 596, 4, 4, "shared")
+    wire.attach(channel.collectives)
+    out = exchange(wire)
+    out["fits"] = [channel.collectives.fits(np.zeros(n)) for n in (600, 601)]
+    wire.detach()
+    channel.close()
+    return out
+
+
 def main(out):
     comm = MPI.COMM_WORLD
     results = {mode: exchange(Wire(comm, oversubscribed=mode == "root_centred"))
                for mode in ("tree", "root_centred")}
+    results["window"] = through_window(comm)
     every = comm.gather(results, root=0)
     if comm.Get_rank() == 0:
         with open(out, "w") as f:
