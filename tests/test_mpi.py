@@ -648,26 +648,38 @@ def test_root_centred_and_window_collectives_match_mpis(tmp_path, n_ranks):
             assert window["reduce_twice"] == centred["reduce_twice"]
 
 
+class _RootComm:
+    """Rank 0 of a communicator of ``size`` ranks, as a Wire's constructor sees it: its
+    allreduce (of the oversubscription flag, over MAX) returns the larger of this rank's
+    value and ``other``'s, the flag of the other ranks; ``seen`` records the ops."""
+
+    def __init__(self, size, other=0):
+        self.size, self.other, self.seen = size, other, []
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return self.size
+
+    def allreduce(self, value, op=None):
+        self.seen.append(op)
+        return max(value, self.other)
+
+
 def test_oversubscription_is_read_from_the_launchers_rank_count(monkeypatch):
     """More ranks on the node than this process has cores: root-centred collectives."""
     from asyncopt.solvers.wire import Wire, available_cores
 
-    class OneRankComm:
-        def Get_rank(self):
-            return 0
-
-        def Get_size(self):
-            return 1
-
     cores = available_cores()
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
     monkeypatch.setenv("MPI_LOCALNRANKS", str(cores + 1))
-    assert Wire(OneRankComm()).oversubscribed
+    assert Wire(_RootComm(1)).oversubscribed
     monkeypatch.setenv("MPI_LOCALNRANKS", str(cores))
-    assert not Wire(OneRankComm()).oversubscribed
+    assert not Wire(_RootComm(1)).oversubscribed
     monkeypatch.delenv("MPI_LOCALNRANKS")
-    assert not Wire(OneRankComm()).oversubscribed      # one rank: the communicator's size
-    assert Wire(OneRankComm(), oversubscribed=True).oversubscribed
+    assert not Wire(_RootComm(1)).oversubscribed      # one rank: the communicator's size
+    assert Wire(_RootComm(1), oversubscribed=True).oversubscribed
 
 
 def test_every_rank_agrees_on_root_centred_collectives(monkeypatch):
@@ -677,29 +689,13 @@ def test_every_rank_agrees_on_root_centred_collectives(monkeypatch):
     from mpi4py import MPI
     from asyncopt.solvers.wire import Wire, available_cores
 
-    class TwoNodeComm:
-        """Rank 0 of two, the other rank's flag given."""
-
-        def __init__(self, other):
-            self.other, self.seen = other, []
-
-        def Get_rank(self):
-            return 0
-
-        def Get_size(self):
-            return 2
-
-        def allreduce(self, value, op=None):
-            self.seen.append(op)
-            return max(value, self.other)
-
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
     monkeypatch.setenv("MPI_LOCALNRANKS", str(available_cores()))     # this node: room
-    comm = TwoNodeComm(other=1)
+    comm = _RootComm(2, other=1)
     assert Wire(comm).oversubscribed and comm.seen == [MPI.MAX]
-    assert not Wire(TwoNodeComm(other=0)).oversubscribed
+    assert not Wire(_RootComm(2, other=0)).oversubscribed
     monkeypatch.setenv("MPI_LOCALNRANKS", str(available_cores() + 1))  # this node: full
-    assert Wire(TwoNodeComm(other=0)).oversubscribed
+    assert Wire(_RootComm(2, other=0)).oversubscribed
 
 
 def test_the_newton_steps_cg_asks_the_workers_only_across_machines(monkeypatch):
@@ -710,29 +706,16 @@ def test_the_newton_steps_cg_asks_the_workers_only_across_machines(monkeypatch):
     from asyncopt.solvers.mpi import cg_products_from_shares
     from asyncopt.solvers.wire import Wire
 
-    class Comm:
-        def __init__(self, size):
-            self.size = size
-
-        def Get_rank(self):
-            return 0
-
-        def Get_size(self):
-            return self.size
-
-        def allreduce(self, value, op=None):
-            return value
-
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
     monkeypatch.setenv("MPI_LOCALNRANKS", "9")
-    one_node, two_nodes = Wire(Comm(9)), Wire(Comm(17))
+    one_node, two_nodes = Wire(_RootComm(9)), Wire(_RootComm(17))
     assert one_node.one_node and not two_nodes.one_node
     assert not cg_products_from_shares(one_node, 398)
     assert not cg_products_from_shares(one_node, 1_500)
     assert not cg_products_from_shares(two_nodes, 398)
     assert cg_products_from_shares(two_nodes, 399)
     monkeypatch.delenv("MPI_LOCALNRANKS")          # no launcher count: one node
-    assert Wire(Comm(9)).one_node
+    assert Wire(_RootComm(9)).one_node
 
 
 @pytest.mark.skipif(shutil.which("taskset") is None or (os.cpu_count() or 1) < 2,
