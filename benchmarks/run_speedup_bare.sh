@@ -13,7 +13,9 @@
 # Writes OUT/bench_speedup.json (+ .png) and OUT/log.txt. SECOND="args" runs the benchmark
 # once more with those args (an ablation in the same call, e.g. SECOND="--newton-products
 # --workers 1 8 --no-threads --no-ceiling --no-command --repeat 3") into
-# OUT/bench_speedup_second.json and OUT/log_second.txt.
+# OUT/bench_speedup_second.json and OUT/log_second.txt. WIRE=1 first times the
+# synchronous messages with bench_wire.py (yielding waits; MPI's messages against the
+# shared-memory window) into OUT/bench_wire.json and OUT/log_wire.txt.
 set -uo pipefail
 WHEELS=${WHEELS:-.whl}
 OUT=${OUT:-benchmarks/results}
@@ -38,6 +40,10 @@ timeout 200 python3 benchmarks/bench_speedup.py --quick --no-ceiling --threads 1
     > "$OUT/log_quick.txt" 2>&1
 echo "warm-up (--quick, numba compile): rc $? in $(( $(date +%s) - t0 )) s"
 tail -n 12 "$OUT/log_quick.txt"
+if [ -n "${WIRE:-}" ]; then
+    timeout 120 python3 benchmarks/bench_wire.py --modes yield --mpirun "$MPIRUN" \
+        --output "$OUT/bench_wire.json" 2>&1 | tee "$OUT/log_wire.txt"
+fi
 timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_speedup.py --mpirun "$MPIRUN" \
     --output "$OUT/bench_speedup.json" "$@" 2>&1 | tee "$OUT/log.txt"
 if [ -n "${SECOND:-}" ]; then
