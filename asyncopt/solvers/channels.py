@@ -76,10 +76,15 @@ def _shared_window_bytes(n_workers, capacity, header, reply_header):
         _server_segment_bytes(n_workers, capacity, header)
 
 
+def _sequence_bytes(n_workers):
+    """The sequence rows at the start of the server's segment (one per rank)."""
+    return _round_up(8 * _LINE * 2 * (n_workers + 1))
+
+
 def _server_segment_bytes(n_workers, capacity, header):
     """The server's segment: the sequence rows, then the broadcast buffer (header +
     capacity float64)."""
-    return _round_up(8 * _LINE * 2 * (n_workers + 1)) + _round_up(8 * (header + capacity))
+    return _sequence_bytes(n_workers) + _round_up(8 * (header + capacity))
 
 
 def _free_shm_bytes():
@@ -243,7 +248,7 @@ class SharedMemoryChannel:
         self.n_workers = n_workers
         segment = sum(_SharedSlots.layout(capacity, header, reply_header))
         server_segment = _server_segment_bytes(n_workers, capacity, header)
-        rows = _round_up(8 * _LINE * 2 * (n_workers + 1))
+        rows = _sequence_bytes(n_workers)
         self.node = node
         self.window = MPI.Win.Allocate_shared(server_segment if self.rank == 0 else segment,
                                               1, comm=node)

@@ -93,7 +93,11 @@ class Wire:
     9.4 ms without a spin, -n 5 2.2 against 4.3, -n 3 1.7 against 2.1, so every wait
     spins that way. The inner loops' point-to-point waits spin too: with a 0.1 ms spin,
     Dis-DDSS on CTR 200,000 x 100,000 with 8 workers took 48-73 epochs against 31-38,
-    and with a server that does not spin, 55-66 epochs and twice the time."""
+    and with a server that does not spin, 55-66 epochs and twice the time.
+
+    While shared collectives are attached (``attach``: Dis-DDSS's channel on one node),
+    the root-centred collectives of the float64 vectors that fit them go through shared
+    memory instead, on any node (``channels.SharedCollectives``)."""
 
     def __init__(self, comm, oversubscribed=None):
         self.comm = comm
@@ -126,14 +130,18 @@ class Wire:
     def detach(self):
         self.shared = None
 
-    def _through_shared(self, array):
+    def _fits_shared(self, array):
         return self.shared is not None and self.shared.fits(array)
+
+    def _root_centred(self, array):
+        """Whether a collective of ``array`` goes root-centred: through the attached
+        shared collectives when it fits them, else as point-to-point messages on an
+        oversubscribed node (every rank decides alike: same shapes, same flag)."""
+        return self.oversubscribed or self._fits_shared(array)
 
     def bcast(self, buf):
         """Broadcast ``buf`` from rank 0 in place; returns it."""
-        if self._through_shared(buf):
-            self.shared.bcast(buf)
-        elif self.oversubscribed:
+        if self._root_centred(buf):
             self._broadcast_from_root(buf)
         else:
             wait(self.comm.Ibcast(buf, root=0))
@@ -142,9 +150,7 @@ class Wire:
 
     def reduce(self, send):
         """Sum to the server (None elsewhere)."""
-        if self._through_shared(send):
-            recv = self.shared.gather(send, np.add)
-        elif self.oversubscribed:
+        if self._root_centred(send):
             recv = self._gather_to_root(send, _mpi().SUM)
         else:
             recv = np.empty_like(send) if self.rank == 0 else None
@@ -156,10 +162,7 @@ class Wire:
         """``op`` (default SUM) over every rank's ``send``, the result on every rank;
         counted as a reduction followed by a broadcast."""
         op = op or _mpi().SUM
-        if self._through_shared(send) and op in (_mpi().SUM, _mpi().MAX):
-            recv = self.shared.gather(send, np.add if op == _mpi().SUM else np.maximum)
-            recv = self.shared.bcast(np.empty_like(send) if recv is None else recv)
-        elif self.oversubscribed and op in (_mpi().SUM, _mpi().MAX):
+        if self._root_centred(send) and op in (_mpi().SUM, _mpi().MAX):
             recv = self._gather_to_root(send, op)
             recv = self._broadcast_from_root(np.empty_like(send) if recv is None else recv)
         else:
@@ -170,8 +173,11 @@ class Wire:
         return recv
 
     def _broadcast_from_root(self, buf):
-        """Root-centred broadcast: rank 0 sends ``buf`` to every other rank, which
-        receives it in place; returns ``buf`` (bytes not counted here)."""
+        """Root-centred broadcast: rank 0's ``buf`` into every other rank's, through the
+        attached shared collectives when it fits them, else sent to each rank; returns
+        ``buf`` (bytes not counted here)."""
+        if self._fits_shared(buf):
+            return self.shared.bcast(buf)
         if self.rank == 0:
             wait_all([self.comm.Isend(buf, dest=r, tag=TAG_BCAST)
                       for r in range(1, self.size)])
@@ -180,8 +186,12 @@ class Wire:
         return buf
 
     def _gather_to_root(self, send, op):
-        """Root-centred reduction: every other rank sends ``send`` to rank 0, which
-        combines them in rank order (SUM or MAX); None off the root."""
+        """Root-centred reduction: every other rank's ``send`` combined onto rank 0's in
+        rank order (SUM or MAX), through the attached shared collectives when it fits
+        them, else sent to rank 0; None off the root."""
+        combine = np.add if op == _mpi().SUM else np.maximum
+        if self._fits_shared(send):
+            return self.shared.gather(send, combine)
         if self.rank != 0:
             wait(self.comm.Isend(send, dest=0, tag=TAG_REDUCE))
             return None
@@ -189,7 +199,6 @@ class Wire:
         wait_all([self.comm.Irecv(part, source=r, tag=TAG_REDUCE)
                   for r, part in enumerate(parts, start=1)])
         total = send.copy()
-        combine = np.add if op == _mpi().SUM else np.maximum
         for part in parts:
             combine(total, part, out=total)
         return total
