@@ -20,7 +20,9 @@ Ways of waiting (``--modes``):
 - ``yield``: the library's ``poll``: a spin of up to SPIN_SECONDS that gives the core away
   (sched_yield) after every check, then sleeps of 50 us doubling to MAX_PAUSE;
 - ``sleep``: no spin, the sleeps at once (what an oversubscribed node's waits did before);
-- ``hold``: the spin without the yield (a rank that waits keeps its core for 1 ms).
+- ``hold``: the spin without the yield (a rank that waits keeps its core for 1 ms);
+- ``server-sleeps``: rank 0 sleeps at once, the others as ``yield`` (what Dis-DDSS does on
+  an oversubscribed node, ``solvers/mpi.py``).
 
 Output: a table, and ``results/bench_wire.json`` (machine, rank counts, oversubscription,
 every round's time); each row is the best of ``--repeat`` blocks of ``--rounds`` rounds.
@@ -37,15 +39,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-MODES = ("yield", "sleep", "hold")
+MODES = ("yield", "sleep", "hold", "server-sleeps")
 
 
-def _set_mode(wire_module, mode):
-    """Make every wait of the wire module (``poll``, ``wait``, ``wait_all``, and the
-    channels' waits, which call ``poll``) wait the way ``mode`` says."""
-    if mode == "sleep":
-        for function in (wire_module.poll, wire_module.wait, wire_module.wait_all):
-            function.__defaults__ = (0.0,)
+def _set_mode(wire_module, wire, mode):
+    """Make every wait of ``wire`` (its own and its channels') wait the way ``mode``
+    says."""
+    if mode == "sleep" or (mode == "server-sleeps" and wire.rank == 0):
+        wire.spin = 0.0
     elif mode == "hold":
         wire_module.os.sched_yield = lambda: None
 
@@ -61,7 +62,7 @@ def rank_side(args):
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     wire = wire_module.Wire(comm)
-    _set_mode(wire_module, args.mode)
+    _set_mode(wire_module, wire, args.mode)
     dim = args.support
     share = np.random.default_rng(rank).standard_normal((dim, dim))
     share = np.asfortranarray(share + share.T)

@@ -742,8 +742,8 @@ def test_a_wait_gives_its_core_away_between_checks_then_sleeps(monkeypatch):
     """wire.poll: within the spin every check that finds nothing is followed by a
     sched_yield (a waiting rank leaves its core to one that computes there), the checks
     after the spin by sleeps of 50 us doubling to MAX_PAUSE, and the wait ends at the
-    first check that finds the message (every wait of a Wire, oversubscribed or not, is
-    such a poll with the default spin, SPIN_SECONDS)."""
+    first check that finds the message (every wait of a Wire is such a poll with the
+    Wire's ``spin``, SPIN_SECONDS unless a protocol sets it)."""
     from asyncopt.solvers import wire
 
     calls = []
@@ -767,6 +767,52 @@ def test_a_wait_gives_its_core_away_between_checks_then_sleeps(monkeypatch):
     assert "yield" not in calls and len(sleeps) == 6
     np.testing.assert_allclose(sleeps, [5e-5, 1e-4, 2e-4, 2e-4, 2e-4, 2e-4])
     assert wire.MAX_PAUSE == 2e-4
+
+
+class _LateRequest:
+    """A nonblocking request that completes at its ``checks + 1``-th Test."""
+
+    def __init__(self, checks):
+        self.left = checks
+
+    def Test(self):
+        self.left -= 1
+        return self.left < 0
+
+
+class _LateComm(_RootComm):
+    def Irecv(self, buf, source, tag):
+        return _LateRequest(3)
+
+
+def test_a_wires_waits_spin_as_long_as_its_spin_says(monkeypatch):
+    """Wire.spin sets how every wait of the Wire spins (Dis-DDSS's server on an
+    oversubscribed node sets 0: it sleeps from the first check and never yields)."""
+    from asyncopt.solvers import wire
+
+    calls = []
+    monkeypatch.setattr(wire.os, "sched_yield", lambda: calls.append("yield"))
+    monkeypatch.setattr(wire.time, "sleep", lambda seconds: calls.append("sleep"))
+    link = wire.Wire(_LateComm(1), oversubscribed=True)
+    assert link.spin == wire.SPIN_SECONDS
+    link.spin = 60.0
+    link.recv(np.zeros(3), source=0, tag=5)
+    assert calls == ["yield"] * 3
+    calls.clear()
+    link.spin = 0.0
+    link.recv(np.zeros(3), source=0, tag=5)
+    assert calls == ["sleep"] * 3
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's timer slack")
+def test_a_wire_makes_its_process_sleeps_fine():
+    """Constructing a Wire sets the process's timer slack to 1 us (prctl): a wait that
+    sleeps wakes up to 50 us sooner."""
+    import ctypes
+    from asyncopt.solvers import wire
+
+    wire.Wire(_RootComm(1), oversubscribed=False)
+    assert ctypes.CDLL(None).prctl(30, 0, 0, 0, 0) == wire.TIMER_SLACK_NS    # GET
 
 
 def test_transport_is_auto_shared_or_messages(monkeypatch):

@@ -163,7 +163,7 @@ class MessageChannel:
         """(indices, header + values) of the reply to the last delta, once it is here."""
         MPI = _mpi()
         requests, statuses = self.requests, self.statuses
-        poll(lambda: MPI.Request.Testall(requests, statuses))
+        poll(lambda: MPI.Request.Testall(requests, statuses), self.wire.spin)
         fresh = self.fresh_buf[:statuses[0].Get_count(MPI.INT32_T)]
         reply = self.reply_buf[:statuses[1].Get_count(MPI.DOUBLE)]
         self.wire.received += fresh.nbytes + reply.nbytes
@@ -173,7 +173,8 @@ class MessageChannel:
     def wait_delta(self):
         """(worker, indices, header + values) of the next delta to arrive."""
         MPI, comm, status = _mpi(), self.comm, self.status
-        poll(lambda: comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_INDEX, status=status))
+        poll(lambda: comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_INDEX, status=status),
+             self.wire.spin)
         source = status.Get_source()
         index = np.empty(status.Get_count(MPI.INT32_T), dtype=np.int32)
         comm.Recv(index, source=source, tag=TAG_INDEX)
@@ -191,14 +192,14 @@ class MessageChannel:
     def post_reply(self, worker, index, values):
         """Send the reply written into ``reply_buffers``, once the previous one to this
         worker has left."""
-        wait_all(self.in_flight[worker])
+        wait_all(self.in_flight[worker], self.wire.spin)
         self.in_flight[worker] = [self.wire.isend(index, worker, TAG_REPLY_INDEX),
                                   self.wire.isend(values, worker, TAG_REPLY)]
 
     def flush(self):
         """Wait until every reply has left (the server, at the end of an inner loop)."""
         for requests in self.in_flight:
-            wait_all(requests)
+            wait_all(requests, self.wire.spin)
 
     def close(self):
         """Release the channel (collective; nothing to release here)."""
@@ -273,7 +274,7 @@ class SharedMemoryChannel:
         self.posted = 0                                            # worker: deltas sent
         self.next = 1
         self.collectives = SharedCollectives(
-            self.rank, n_workers, self.sequence, broadcast,
+            wire, n_workers, self.sequence, broadcast,
             {worker: slot.summand for worker, slot in self.slots.items()}, self.window.Sync)
 
     # worker side
@@ -296,7 +297,7 @@ class SharedMemoryChannel:
         # (``poll``): at mpirun -n 3 on 2 cores (CTR 200,000 x 100,000), with the Wire's
         # waits spinning the same way, the median solve took 0.274 s against 0.300 s
         # when oversubscribed ranks slept from the start (12-14 runs each)
-        poll(lambda: row[SEQ_REPLY] >= posted)
+        poll(lambda: row[SEQ_REPLY] >= posted, self.wire.spin)
         self.window.Sync()
         slot = self.slots[self.rank]
         fresh = slot.reply_index[:row[COUNT_REPLY_INDEX]]
@@ -317,7 +318,7 @@ class SharedMemoryChannel:
             found[0] = int(later[0] if later.shape[0] else waiting[0])
             return True
 
-        poll(ready)
+        poll(ready, self.wire.spin)
         self.window.Sync()
         worker = found[0]
         self.next = worker % n_workers + 1
@@ -374,8 +375,8 @@ class SharedCollectives:
     0.96. Dis-DDSS on CTR 200,000 x 100,000 to 1e-6, -n 9: median 0.75 s before, 0.59 s
     with these (6 runs each, interleaved); -n 2 to -n 5 the same within the noise."""
 
-    def __init__(self, rank, n_workers, sequence, broadcast, summands, sync):
-        self.rank, self.n_workers = rank, n_workers
+    def __init__(self, wire, n_workers, sequence, broadcast, summands, sync):
+        self.wire, self.rank, self.n_workers = wire, wire.rank, n_workers
         self.sequence, self.broadcast, self.summands = sequence, broadcast, summands
         self.capacity = broadcast.shape[0]
         self.sync = sync
@@ -393,14 +394,14 @@ class SharedCollectives:
         sequence, k = self.sequence, buf.shape[0]
         if self.rank == 0:
             done = self.broadcasts
-            poll(lambda: bool(np.all(sequence[1:, SEQ_BCAST_READ] >= done)))
+            poll(lambda: bool(np.all(sequence[1:, SEQ_BCAST_READ] >= done)), self.wire.spin)
             self.broadcast[:k] = buf
             self.sync()
             self.broadcasts = done + 1
             sequence[0, SEQ_BCAST] = self.broadcasts
         else:
             expected = self.broadcasts + 1
-            poll(lambda: sequence[0, SEQ_BCAST] >= expected)
+            poll(lambda: sequence[0, SEQ_BCAST] >= expected, self.wire.spin)
             self.sync()
             buf[:] = self.broadcast[:k]
             self.broadcasts = expected
@@ -414,7 +415,7 @@ class SharedCollectives:
         if self.rank != 0:
             posted = self.sums[self.rank]
             row = sequence[self.rank]
-            poll(lambda: row[SEQ_SUM_READ] >= posted)
+            poll(lambda: row[SEQ_SUM_READ] >= posted, self.wire.spin)
             self.summands[self.rank][:k] = send
             self.sync()
             self.sums[self.rank] = posted + 1
@@ -423,7 +424,7 @@ class SharedCollectives:
         total = send.copy()
         for worker in range(1, self.n_workers + 1):
             row, expected = sequence[worker], self.sums[worker] + 1
-            poll(lambda: row[SEQ_SUM_POSTED] >= expected)
+            poll(lambda: row[SEQ_SUM_POSTED] >= expected, self.wire.spin)
             self.sync()
             combine(total, self.summands[worker][:k], out=total)
             self.sums[worker] = expected

@@ -77,7 +77,13 @@ Hot-path messages are numpy buffers (in a shared-memory window, or Isend / Irecv
 pickles. No rank busy-polls: a wait checks for at most 1 ms, giving its core to any rank
 that computes on it after every check (``sched_yield``), then sleeps between checks (50 us
 growing to 0.2 ms; ``solvers/wire.py``, shared with the torch bridge's MPI protocols), so
-runs with more ranks than cores stay usable.
+runs with more ranks than cores stay usable. On a node with more ranks than cores the
+server's waits sleep from the start (``Wire.spin`` = 0): it waits while the workers
+compute, mostly for deltas whose replies the workers do not wait for (they compute the
+next batch meanwhile), and each check of a spin is a time slice a worker on its core loses.
+CTR 200,000 x 100,000 at -n 3 on 2 cores: the server's CPU time 0.10-0.13 -> 0.07-0.11 s
+of a 0.23-0.34 s solve, the solve's median 0.279 -> 0.259 s over 10 interleaved runs
+(another 6 in a noisier hour: no difference; benchmarks/README.md, bench_wire).
 """
 import contextlib
 import os
@@ -212,6 +218,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     if size < 2:
         raise ValueError("the mpi backend needs at least 2 ranks (1 server + workers)")
     server = rank == 0
+    if server and wire.oversubscribed:
+        wire.spin = 0.0     # see the module docstring: the server sleeps while it waits
     active = None if server else problem.full_active_set()
     local_rows = 0 if server else active.y.shape[0]
     n = int(wire.allreduce(np.array([float(local_rows)]))[0])
