@@ -22,7 +22,7 @@ from asyncopt import GroupLasso, Lasso, Problem, SparseLogisticRegression, lam_m
 from asyncopt.kernels.svrg import svrg_direction, svrg_epoch_group, svrg_epoch_l1
 from asyncopt.losses import (LOGISTIC, SQUARED, loss_conjugate, loss_derivative,
                              loss_value)
-from asyncopt.penalties import L1, GroupL1
+from asyncopt.penalties import L1, BlockPenalty, GroupL1
 from asyncopt.problem import intercept_optimum
 from asyncopt.solvers import solve_ddss
 
@@ -637,6 +637,26 @@ def test_block_prox_is_correct(case):
     l1 = L1(p, np.ones(p)).prox(v, step)
     np.testing.assert_allclose(l1, np.sign(v) * np.maximum(np.abs(v) - step, 0),
                                rtol=0, atol=4e-16 * (1 + np.abs(v).max()))
+
+
+@pytest.mark.parametrize("restrict", [False, True])
+def test_l1_value_and_block_norms_are_the_weighted_abs_values(restrict):
+    """L1's fast value and block norms (no block indirection) equal the formulas: sum_j
+    w_j |x_j| and |u_j| per coordinate, and the generic block code's, on the penalty and
+    on a restriction to some of its blocks (features renumbered)."""
+    rng = np.random.default_rng(4)
+    p = 1000
+    pen = L1(p, rng.uniform(0.5, 2.0, p))
+    if restrict:
+        pen = pen.restricted(np.sort(rng.choice(p, 700, replace=False)))
+    k = pen.n_blocks
+    x = rng.standard_normal(k) * (rng.random(k) < 0.2)
+    u = rng.standard_normal(k)
+    np.testing.assert_allclose(pen.value(x), np.sum(pen.weights * np.abs(x)), rtol=1e-14)
+    np.testing.assert_allclose(pen.value(x), BlockPenalty.value(pen, x), rtol=1e-14)
+    np.testing.assert_array_equal(pen.block_norms(u), np.abs(u))
+    np.testing.assert_array_equal(pen.block_norms(u), BlockPenalty.block_norms(pen, u))
+    assert pen.dual_norm(u) == np.max(np.abs(u) / pen.weights)
 
 
 def test_block_prox_matches_scipy_minimisation():

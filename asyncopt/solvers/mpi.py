@@ -299,6 +299,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     freezing = prox_svrg_epochs(variance_reduced, saga, dense)
     l1_epochs = l1_prox_svrg(penalty, variance_reduced, saga, dense)
     snapshot, step_factor, move_cap = None, 1.0, MOVE_CAP
+    # per active set (rebuilt after a compaction): the server's ||A_g||, and the
+    # reweighting d per block and per feature
+    block_column_norms = reweighting = None
     damping_power, calm = 1.0, 0
     memory = None
     clock, stale = np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64)
@@ -347,7 +350,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             correlation = (total if server else local)[CERTIFICATE_SUMS:]
             scale = np.zeros(1)
             if server:
-                block_corr = block_norms(correlation, pen.indptr, pen.ids)
+                block_corr = pen.block_norms(correlation)
                 dual_norm = float(np.max(block_corr / pen.weights, initial=0.0))
                 scale[0] = max(1.0, dual_norm / (n * lam))
             if loss_code == SQUARED:
@@ -413,19 +416,22 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                     status = REJECT
                 else:
                     radius = gap_safe_radius(n, _lipschitz(loss_code), gap, primal)
-                    block_column_norms = np.sqrt(np.add.reduceat(
-                        column_sq, pen.indptr[:-1])) if x.shape[0] else np.zeros(0)
+                    if block_column_norms is None:      # per active set
+                        block_column_norms = np.sqrt(np.add.reduceat(
+                            column_sq, pen.indptr[:-1])) if x.shape[0] else np.zeros(0)
                     if screening:
                         # x's own sphere only: with the best point's sphere as well, CTR
                         # 20,000 x 10,000 at -n 9 compacted earlier and then took
                         # 643-1,237 epochs against 88-183 (not understood; both are safe)
                         keep = gap_safe_keep(block_corr, scale, radius, block_column_norms,
                                              n, lam, pen.weights)
-                        if not worth_compacting(*dropped_share(column_counts, pen.indptr,
-                                                               keep)):
+                        if not keep.all() and not worth_compacting(
+                                *dropped_share(column_counts, pen.indptr, keep)):
                             keep[:] = True
-                    feature_keep = np.repeat(keep, np.diff(pen.indptr))
-                    status = RECERTIFY if np.any(x[~feature_keep] != 0) else INNER
+                    status = INNER
+                    if not keep.all() and np.any(
+                            x[~np.repeat(keep, np.diff(pen.indptr))] != 0):
+                        status = RECERTIFY
                     if watch is not None:
                         if newton_from is not None:
                             watch.tried(epoch, newton_from, certified)
@@ -478,6 +484,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 blocks = blocks[keep]
                 pen = penalty.restricted(blocks)
                 x = x[feature_keep]
+                block_column_norms = reweighting = None
             if status == NEWTON:
                 newton_start = time.perf_counter()
                 x, b, newton_t, newton_products = _support_newton(
@@ -489,16 +496,19 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 snapshot = None
                 continue
             # step data from the server's full gradient
-            d = n / np.maximum(block_rows[blocks], 1.0)
+            if reweighting is None:     # per active set: d_g = n / (rows of block g)
+                d = n / np.maximum(block_rows[blocks], 1.0)
+                reweighting = d, np.repeat(d, np.diff(pen.indptr))
+            d, feature_d = reweighting
             eta0 = step_scale * step_factor / (
                 3.0 * _lipschitz(loss_code) * max(max_row_sq + intercept_sq, 1e-300))
             eta = eta0 if variance_reduced else eta0 / (1.0 + epoch)
             step = np.zeros(1 + x.shape[0])
             if server and variance_reduced and not saga:
                 step[0] = -float(total[1]) / n
-                step[1:] = -correlation / n
+                np.divide(correlation, -n, out=step[1:])
                 if not dense:
-                    step[1:] *= np.repeat(d, np.diff(pen.indptr))
+                    step[1:] *= feature_d
             thresholds = eta * lam * (1.0 if dense else d) * pen.weights
             if freezing:
                 mu_intercept, weighted_mu, thresholds = _anchor_without_optimal_zeros(
@@ -537,7 +547,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 args = (active.indptr, active.indices, active.data, active.y, loss_code)
                 if saga:
                     average, average_b = average_all[1:].copy(), average_all[:1].copy()
-                    reweight = np.repeat(d, np.diff(pen.indptr))
+                    reweight = feature_d
                     kernel = saga_epoch_l1 if active.penalty.is_l1 else saga_epoch_group
 
                     def run_batch(local, intercept, samples):
