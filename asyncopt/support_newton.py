@@ -602,8 +602,9 @@ def uses_hessian_free(support_size):
     """Whether the step finds its direction with Hessian-vector products alone
     (``hessian_free_direction``), not also from the Hessian's orthant path
     (``orthant_newton_target``), and under MPI across machines with products the workers
-    answer (``solvers.mpi.cg_products_from_shares``): by bytes. The Hessian is (|S| + 1)(|S| + 2) / 2 numbers
-    from every worker, a product 2 (|S| + 1) (v out, H v back), so products win once
+    answer (``solvers.mpi.cg_products_from_shares``): by bytes. The Hessian is
+    (|S| + 1)(|S| + 2) / 2 numbers from every worker, a product 2 (|S| + 1) (v out, H v
+    back), so products win once
     |S| + 2 > 4 MIN_PRODUCTS (and ``product_budget`` then allows the products that cost as
     much as the Hessian). On one process the Hessian is formed anyway: no bytes to save."""
     return support_size + 2 > 4 * MIN_PRODUCTS

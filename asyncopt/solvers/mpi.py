@@ -102,7 +102,6 @@ from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_group, saga_epoch_l1,
                             svrg_epoch_group, svrg_epoch_l1)
 from ..losses import (LOGISTIC, SQUARED, derivative_sums, generalized_residual, mean_loss,
                       mean_neg_conjugate)
-from ..penalties import block_norms
 from ..problem import dropped_share
 from ..screening import BestDual, gap_safe_keep, gap_safe_radius
 from ..group_newton import (HESSIAN_FREE_MAX_SUPPORT, entering_groups,
@@ -415,23 +414,24 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 elif snapshot is not None and not primal <= snapshot[2] + snapshot[3]:
                     status = REJECT
                 else:
-                    radius = gap_safe_radius(n, _lipschitz(loss_code), gap, primal)
-                    if block_column_norms is None:      # per active set
-                        block_column_norms = np.sqrt(np.add.reduceat(
-                            column_sq, pen.indptr[:-1])) if x.shape[0] else np.zeros(0)
+                    status = INNER
                     if screening:
+                        radius = gap_safe_radius(n, _lipschitz(loss_code), gap, primal)
+                        if block_column_norms is None:      # per active set
+                            block_column_norms = np.sqrt(np.add.reduceat(
+                                column_sq, pen.indptr[:-1])) if x.shape[0] else np.zeros(0)
                         # x's own sphere only: with the best point's sphere as well, CTR
                         # 20,000 x 10,000 at -n 9 compacted earlier and then took
                         # 643-1,237 epochs against 88-183 (not understood; both are safe)
                         keep = gap_safe_keep(block_corr, scale, radius, block_column_norms,
                                              n, lam, pen.weights)
-                        if not keep.all() and not worth_compacting(
-                                *dropped_share(column_counts, pen.indptr, keep)):
+                        if keep.all():
+                            pass
+                        elif not worth_compacting(*dropped_share(column_counts,
+                                                                 pen.indptr, keep)):
                             keep[:] = True
-                    status = INNER
-                    if not keep.all() and np.any(
-                            x[~np.repeat(keep, np.diff(pen.indptr))] != 0):
-                        status = RECERTIFY
+                        elif np.any(x[~np.repeat(keep, np.diff(pen.indptr))] != 0):
+                            status = RECERTIFY
                     if watch is not None:
                         if newton_from is not None:
                             watch.tried(epoch, newton_from, certified)
@@ -1126,7 +1126,5 @@ def distributed_lam_max(comm, problem, penalty, n, loss_code, fit_intercept):
     total = wire.reduce(local)
     value = np.zeros(1)
     if comm.Get_rank() == 0:
-        restricted = penalty.restricted(np.arange(penalty.n_blocks))
-        norms = block_norms(total, restricted.indptr, restricted.ids)
-        value[0] = float(np.max(norms / restricted.weights, initial=0.0)) / n
+        value[0] = penalty.restricted(np.arange(penalty.n_blocks)).dual_norm(total) / n
     return float(wire.bcast(value)[0])

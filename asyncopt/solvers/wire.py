@@ -106,7 +106,10 @@ class Wire:
     9.4 ms without a spin, -n 5 2.2 against 4.3, -n 3 1.7 against 2.1, so every wait
     spins that way. The inner loops' point-to-point waits spin too: with a 0.1 ms spin,
     Dis-DDSS on CTR 200,000 x 100,000 with 8 workers took 48-73 epochs against 31-38,
-    and with a server that does not spin, 55-66 epochs and twice the time.
+    and with a server that does not spin, 55-66 epochs and twice the time (2026-11-25,
+    with MPI's messages and 50 us of timer slack; since the shared-memory window and
+    ``fine_timer_slack`` the server of an oversubscribed node does not spin, which left
+    -n 9 unchanged and -n 3 no slower: ``solvers/mpi.py``).
 
     While shared collectives are attached (``attach``: Dis-DDSS's channel on one node),
     the root-centred collectives of the float64 vectors that fit them go through shared
