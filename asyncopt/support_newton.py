@@ -111,9 +111,12 @@ def support_hessian_sums(indptr, indices, data, position, code, z, y, size, inte
     triangle only (sum_i m_i^2 / 2 for m_i entries of row i in S), then mirrored. CTR
     200,000 x 100,000 with its 500 / 1,000 / 1,692 most frequent features as S: 0.10 /
     0.17 / 0.34 s; accumulating row a of the matrix over the rows holding feature a was
-    slower (0.44 / 0.54 / 0.78 s: a random access to a row's data per product row)."""
+    slower (0.44 / 0.54 / 0.78 s: a random access to a row's data per product row). The
+    sums go into the matrix's flat buffer by offset: a worker's 100,000 rows of it on a
+    Dis-DDSS step's S (|S| = 1,059), 22 ms against 29 ms through a row view of the 2-D
+    matrix per entry."""
     dim = size + 1 if intercept else size
-    out = np.zeros((dim, dim))
+    flat = np.zeros(dim * dim)
     where = np.empty(size, dtype=np.int64)
     value = np.empty(size)
     for i in range(indptr.shape[0] - 1):
@@ -126,13 +129,14 @@ def support_hessian_sums(indptr, indices, data, position, code, z, y, size, inte
                 m += 1
         for a in range(m):
             va = weight * value[a]
-            row = out[where[a]]
+            row = where[a] * dim
             for c in range(a, m):
-                row[where[c]] += va * value[c]
+                flat[row + where[c]] += va * value[c]
             if intercept:
-                row[size] += va
+                flat[row + size] += va
         if intercept:
-            out[size, size] += weight
+            flat[size * dim + size] += weight
+    out = flat.reshape((dim, dim))
     for a in range(dim):
         for c in range(a + 1, dim):
             out[c, a] = out[a, c]
@@ -304,7 +308,10 @@ def support_hessian_columns(indptr, indices, data, position, code, z, y, size, i
                             fresh, out):
     """The rows and columns of ``support_hessian_sums`` for the coordinates of S marked
     ``fresh`` (by position), added into ``out``: one pass over the rows, sum_i m_i f_i
-    products for m_i entries of row i in S of which f_i are fresh."""
+    products for m_i entries of row i in S of which f_i are fresh (``out`` C-contiguous:
+    its flat buffer takes the sums, as in ``support_hessian_sums``)."""
+    dim = out.shape[1]
+    flat = out.reshape(dim * dim)
     where = np.empty(size, dtype=np.int64)
     value = np.empty(size)
     for i in range(indptr.shape[0] - 1):
@@ -323,11 +330,11 @@ def support_hessian_columns(indptr, indices, data, position, code, z, y, size, i
         for a in range(m):
             if fresh[where[a]]:
                 va = weight * value[a]
-                row = out[where[a]]
+                row = where[a] * dim
                 for c in range(m):
-                    row[where[c]] += va * value[c]
+                    flat[row + where[c]] += va * value[c]
                 if intercept:
-                    row[size] += va
+                    flat[row + size] += va
     for q in range(size):
         if fresh[q]:
             for c in range(size):
@@ -433,6 +440,17 @@ def symmetric_times(matrix, v):
     return dsymv(1.0, np.asfortranarray(matrix.T), np.asarray(v, np.float64), lower=1)
 
 
+@njit(cache=True)
+def copy_submatrix(source, source_at, target_at, out):
+    """out[target_at[a], target_at[c]] = source[source_at[a], source_at[c]] for every a, c
+    (``np.ix_`` on both sides): the kept part of a cached Hessian, |S| = 1,060 in 0.6 ms
+    against 5.5 ms with ``np.ix_``."""
+    for a in range(source_at.shape[0]):
+        source_row, target_row = source[source_at[a]], out[target_at[a]]
+        for c in range(source_at.shape[0]):
+            target_row[target_at[c]] = source_row[source_at[c]]
+
+
 class HessianCache:
     """The Hessian sum of one shard's last step, by original feature id, for the squared
     loss, where it depends on the rows alone (f'' = 1): H_S = sum_i [a_iS, 1] [a_iS, 1]^T.
@@ -469,7 +487,7 @@ class HessianCache:
             new_at = np.append(new_at, size)
             old_at = np.append(old_at, self.ids.shape[0])
         hessian = np.zeros((dim, dim))
-        hessian[np.ix_(new_at, new_at)] = self.hessian[np.ix_(old_at, old_at)]
+        copy_submatrix(self.hessian, old_at, new_at, hessian)
         support_hessian_columns(*args, ~known, hessian)
         return hessian
 
