@@ -175,4 +175,6 @@ def test_replies_leave_out_what_only_the_worker_itself_changed_exactly():
         logged = changes.owed(worker, changed_at, seen[worker], run_source, before_run)
         assert logged.dtype == np.int32
         np.testing.assert_array_equal(logged, want)
+        # the log's bitmaps are all zero between replies (changed_in_log's contract)
+        assert not changes.judged.any() and not changes.owed_bits.any()
         seen[worker] = version
