@@ -35,6 +35,28 @@ def test_take_delta_is_the_sparse_difference_and_base_catches_up():
     assert take_delta(local, base, index, values, HEADER) == 0
 
 
+def test_take_delta_over_the_movable_coordinates_reads_only_them():
+    """With ``movable`` (the unfrozen blocks' coordinates) the delta is the same as from
+    the whole x when nothing else differs, and a difference outside them is neither sent
+    nor caught up (the caller vouches that there is none)."""
+    _, local, base = _vectors()
+    support = np.flatnonzero(local - base)
+    movable = np.union1d(support, [0, 7, local.shape[0] - 1])
+    want_local, want_base = local.copy(), base.copy()
+    index, values = np.empty(local.shape[0], np.int32), np.empty(HEADER + local.shape[0])
+    want = take_delta(want_local, want_base, index, values, HEADER)
+    want_index, want_values = index[:want].copy(), values[HEADER:HEADER + want].copy()
+    got = take_delta(local, base, index, values, HEADER, movable)
+    assert got == want == support.shape[0]
+    np.testing.assert_array_equal(index[:got], want_index)
+    np.testing.assert_array_equal(values[HEADER:HEADER + got], want_values)
+    np.testing.assert_array_equal(base, want_base)
+    outside = np.setdiff1d(np.arange(local.shape[0]), movable)[:3]
+    local[outside] += 1.0
+    assert take_delta(local, base, index, values, HEADER, movable) == 0
+    np.testing.assert_array_equal(base[outside], want_base[outside])
+
+
 def test_apply_reply_keeps_pending_steps_on_the_server_values():
     rng, local, base = _vectors(1)
     pending = local - base

@@ -17,15 +17,22 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def take_delta(local, base, index, values, offset):
+def take_delta(local, base, index, values, offset, movable=None):
     """The sparse delta d = local - base: its support into index[:k] and its values into
     values[offset:offset + k]; base and local both become base + d there, the sum the
     server forms when it adds d with weight 1 (base + (local - base) may differ from
     local in the last bit), so base stays "the server's x plus what this worker has sent"
     bit for bit and the server need not echo this worker's own coordinates
-    (``add_weighted_delta``). Returns k."""
+    (``add_weighted_delta``). Returns k.
+
+    ``movable``: the only coordinates that can differ (ascending; None: any), those of
+    the blocks the epoch did not freeze: the scan reads them alone. 100,000 coordinates
+    of which 2,500 move: ~50 us a message for the whole x, which at mpirun -n 9 (25
+    messages per worker per epoch) came to 10 ms of CPU an epoch on the 2 shared cores."""
     k = 0
-    for j in range(local.shape[0]):
+    count = local.shape[0] if movable is None else movable.shape[0]
+    for t in range(count):
+        j = t if movable is None else movable[t]
         d = local[j] - base[j]
         if d != 0.0:
             index[k] = j

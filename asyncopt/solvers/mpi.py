@@ -545,6 +545,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 messages, message_bytes = msgs, mbytes
             else:
                 args = (active.indptr, active.indices, active.data, active.y, loss_code)
+                movable = None      # the coordinates the epoch can move (None: all)
                 if saga:
                     average, average_b = average_all[1:].copy(), average_all[:1].copy()
                     reweight = feature_d
@@ -563,6 +564,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                     kernel = svrg_epoch_l1 if active.penalty.is_l1 else svrg_epoch_group
                     rows = active.without_frozen(thresholds)
                     args = (rows.indptr, rows.indices, rows.data, active.y, loss_code)
+                    frozen = np.isinf(thresholds)
+                    if frozen.any():      # x stays put there on every rank this epoch
+                        movable = np.flatnonzero(~np.repeat(frozen, np.diff(pen.indptr)))
 
                     def run_batch(local, intercept, samples):
                         kernel(*args, local, intercept, eta_intercept, z, weighted_mu,
@@ -570,7 +574,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                                clock, stale, *block_args)
                 block_args = () if active.penalty.is_l1 else (active.block_indptr,
                                                               active.feature_block)
-                x, b = _work_inner(channel, active.y.shape[0], x, b, run_batch, rng, batch)
+                x, b = _work_inner(channel, active.y.shape[0], x, b, run_batch, rng, batch,
+                                   movable)
             epoch += 1
     finally:
         blas.close()
@@ -1032,11 +1037,13 @@ def _reply(channel, worker, control, x, b, version, changed_at, seen, bitmap, ru
     channel.post_reply(worker, index, reply)
 
 
-def _work_inner(channel, rows, x, b, run_batch, rng, batch):
+def _work_inner(channel, rows, x, b, run_batch, rng, batch, movable=None):
     """One pass over the shard's ``rows`` in batches of local steps (``run_batch(x, b,
     samples)`` runs the method's kernel on the local copies); the last delta is flagged
     and answered with stop once every worker is done. Returns (x, b): the server's, exactly
-    (the final reply assigns every coordinate that differs).
+    (the final reply assigns every coordinate that differs). ``movable``: the coordinates
+    the epoch's steps can change (those of its unfrozen blocks, ascending; None: all),
+    the only ones a delta is looked for in (``take_delta``).
 
     Pipelined: while a delta and its reply are in flight the worker already computes the
     next batch on its local x, so one message round trip hides behind one batch of work.
@@ -1076,7 +1083,7 @@ def _work_inner(channel, rows, x, b, run_batch, rng, batch):
         if sent_last:
             continue
         # the delta buffers are free again: the server has answered the previous delta
-        count = take_delta(local, base, index_buf, values_buf, HEADER)
+        count = take_delta(local, base, index_buf, values_buf, HEADER, movable)
         n_index = encode_index(index_buf, count, bitmap)
         values_buf[0] = batch_version
         values_buf[1] = samples.shape[0]
