@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -680,6 +681,86 @@ def test_oversubscription_is_read_from_the_launchers_rank_count(monkeypatch):
     monkeypatch.delenv("MPI_LOCALNRANKS")
     assert not Wire(_RootComm(1)).oversubscribed      # one rank: the communicator's size
     assert Wire(_RootComm(1), oversubscribed=True).oversubscribed
+
+
+def test_a_node_with_two_ranks_per_core_is_crowded(monkeypatch):
+    """Wire.crowded (doorbells and no spin in Dis-DDSS's window): at least
+    CROWDED_RANKS_PER_CORE ranks per core on some node, agreed over the communicator with
+    the oversubscription flag in one MAX (level 2 crowded, 1 oversubscribed)."""
+    from mpi4py import MPI
+    from asyncopt.solvers.wire import CROWDED_RANKS_PER_CORE, Wire, available_cores
+
+    cores = available_cores()
+    monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
+    for ranks, oversubscribed, crowded in ((cores, False, False),
+                                           (cores + 1, True, cores + 1 >= 2 * cores),
+                                           (CROWDED_RANKS_PER_CORE * cores, True, True)):
+        monkeypatch.setenv("MPI_LOCALNRANKS", str(ranks))
+        link = Wire(_RootComm(1))
+        assert (link.oversubscribed, link.crowded) == (oversubscribed, crowded)
+    monkeypatch.setenv("MPI_LOCALNRANKS", str(cores))              # this node: room
+    comm = _RootComm(2, other=2)                                   # another: crowded
+    link = Wire(comm)
+    assert link.oversubscribed and link.crowded and comm.seen == [MPI.MAX]
+    link = Wire(_RootComm(2, other=1))
+    assert link.oversubscribed and not link.crowded
+    assert Wire(_RootComm(1), oversubscribed=True).crowded        # given: as oversubscribed
+
+
+@pytest.mark.skipif(not __import__("asyncopt.solvers.wire", fromlist=["Doorbell"])
+                    .Doorbell.available, reason="futex doorbells: Linux on x86-64")
+def test_a_doorbell_wakes_its_sleeper_when_rung_and_only_then():
+    """wire.Doorbell: a wait on an unchanged word lasts its timeout; one on a word that
+    changed since it was read returns at once; a ring from another thread ends a sleep
+    long before the timeout; and poll with the doorbell returns once ready() holds,
+    having slept between checks instead of spinning."""
+    import threading
+    from asyncopt.solvers import wire
+
+    word = np.zeros(1, dtype=np.int32)
+    bell = wire.Doorbell(word, timeout=0.05)
+    start = time.perf_counter()
+    bell.wait(bell.value())
+    assert time.perf_counter() - start >= 0.04
+    seen = bell.value()
+    bell.ring()
+    assert bell.value() == seen + 1
+    start = time.perf_counter()
+    bell.wait(seen)                             # rung since it was read: no sleep
+    assert time.perf_counter() - start < 0.03
+
+    slow = wire.Doorbell(word, timeout=30.0)
+    woke = []
+
+    def sleeper():
+        begin = time.perf_counter()
+        slow.wait(slow.value())
+        woke.append(time.perf_counter() - begin)
+
+    thread = threading.Thread(target=sleeper)
+    thread.start()
+    time.sleep(0.1)
+    slow.ring()
+    thread.join(timeout=10)
+    assert woke and 0.05 <= woke[0] < 5.0       # woken by the ring, not the 30 s timeout
+
+    flag, checks = [False], [0]
+
+    def ready():
+        checks[0] += 1
+        return flag[0]
+
+    def poster():
+        time.sleep(0.1)
+        flag[0] = True
+        slow.ring()
+
+    thread = threading.Thread(target=poster)
+    thread.start()
+    start = time.perf_counter()
+    wire.poll(ready, spin=0.0, doorbell=slow)
+    thread.join()
+    assert flag[0] and time.perf_counter() - start < 5.0 and checks[0] <= 4
 
 
 def test_every_rank_agrees_on_root_centred_collectives(monkeypatch):

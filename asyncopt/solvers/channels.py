@@ -21,7 +21,9 @@ the numba batch it had started, and its reply until the worker polled again. CTR
 Recv; with the window, and workers that sleep instead of spinning while they wait for a
 reply (nothing needs them inside MPI any more), the solve took 2.3-3.2 s (2026-11-22).
 (Since then every wait spins for up to 1 ms first, yielding its core at each check:
-``wire.poll``.)
+``wire.poll``.) On a crowded node (``Wire.crowded``) the window also holds a doorbell per
+rank (``wire.Doorbell``): a side that raises a sequence number rings the rank that waits
+for it, and that rank sleeps on its doorbell instead of checking every 50-200 us.
 
 ``MessageChannel``, otherwise (ranks on several nodes; a window that would not fit in
 SHARED_BUDGET bytes or in half of the free space of /dev/shm; or
@@ -40,7 +42,7 @@ import os
 
 import numpy as np
 
-from .wire import _mpi, poll, wait_all
+from .wire import Doorbell, _mpi, poll, wait_all
 
 TAG_INDEX, TAG_VALUES, TAG_REPLY_INDEX, TAG_REPLY = 11, 12, 13, 14
 TRANSPORTS = ("auto", "shared", "messages")
@@ -81,10 +83,22 @@ def _sequence_bytes(n_workers):
     return _round_up(8 * _LINE * 2 * (n_workers + 1))
 
 
+def _ring(bells, rank):
+    """Ring ``rank``'s doorbell, where the channel has them (``bells`` None: not)."""
+    if bells is not None:
+        bells[rank].ring()
+
+
+def _doorbell_bytes(n_workers):
+    """The ranks' doorbells after the sequence rows: an int32 each, a cache line apart."""
+    return 64 * (n_workers + 1)
+
+
 def _server_segment_bytes(n_workers, capacity, header):
-    """The server's segment: the sequence rows, then the broadcast buffer (header +
-    capacity float64)."""
-    return _sequence_bytes(n_workers) + _round_up(8 * (header + capacity))
+    """The server's segment: the sequence rows, the doorbells, then the broadcast buffer
+    (header + capacity float64)."""
+    return _sequence_bytes(n_workers) + _doorbell_bytes(n_workers) + \
+        _round_up(8 * (header + capacity))
 
 
 def _free_shm_bytes():
@@ -127,6 +141,7 @@ class MessageChannel:
     """The inner loop over MPI point-to-point messages (see the module docstring)."""
     name = "messages"
     collectives = None      # the Wire's collectives stay MPI's
+    rings = False           # no doorbells (``SharedMemoryChannel``)
 
     def __init__(self, comm, wire, capacity, header, reply_header):
         self.comm, self.wire = comm, wire
@@ -257,7 +272,15 @@ class SharedMemoryChannel:
         server_memory = np.ndarray(buffer=buffer, dtype=np.uint8, shape=(server_segment,))
         self.sequence = server_memory[:rows].view(np.int64).reshape(n_workers + 1,
                                                                     2 * _LINE)
-        broadcast = server_memory[rows:rows + 8 * (header + capacity)].view(np.float64)
+        bells = server_memory[rows:rows + _doorbell_bytes(n_workers)].view(np.int32)
+        # rank r's doorbell (``wire.Doorbell``), rung by whoever posts what r waits for,
+        # on a crowded node (``Wire.crowded``: the same answer on every rank)
+        self.bells = [Doorbell(bells[16 * r:16 * r + 1]) for r in range(n_workers + 1)] \
+            if Doorbell.available and wire.crowded else None
+        self.rings = self.bells is not None
+        self.bell = None if self.bells is None else self.bells[self.rank]
+        start = rows + _doorbell_bytes(n_workers)
+        broadcast = server_memory[start:start + 8 * (header + capacity)].view(np.float64)
         self.slots = {}
         for worker in range(1, n_workers + 1):
             if self.rank in (0, worker):
@@ -267,6 +290,7 @@ class SharedMemoryChannel:
         self.window.Lock_all(MPI.MODE_NOCHECK)
         if self.rank == 0:
             self.sequence[:] = 0
+            bells[:] = 0
             self.window.Sync()
         node.Barrier()
         self.window.Sync()
@@ -275,7 +299,8 @@ class SharedMemoryChannel:
         self.next = 1
         self.collectives = SharedCollectives(
             wire, n_workers, self.sequence, broadcast,
-            {worker: slot.summand for worker, slot in self.slots.items()}, self.window.Sync)
+            {worker: slot.summand for worker, slot in self.slots.items()}, self.window.Sync,
+            self.bells)
 
     # worker side
     def delta_buffers(self):
@@ -290,6 +315,7 @@ class SharedMemoryChannel:
         self.window.Sync()
         self.posted += 1
         row[SEQ_DELTA] = self.posted
+        _ring(self.bells, 0)
 
     def wait_reply(self):
         row, posted = self.sequence[self.rank], self.posted
@@ -297,7 +323,7 @@ class SharedMemoryChannel:
         # (``poll``): at mpirun -n 3 on 2 cores (CTR 200,000 x 100,000), with the Wire's
         # waits spinning the same way, the median solve took 0.274 s against 0.300 s
         # when oversubscribed ranks slept from the start (12-14 runs each)
-        poll(lambda: row[SEQ_REPLY] >= posted, self.wire.spin)
+        poll(lambda: row[SEQ_REPLY] >= posted, self.wire.spin, self.bell)
         self.window.Sync()
         slot = self.slots[self.rank]
         fresh = slot.reply_index[:row[COUNT_REPLY_INDEX]]
@@ -318,7 +344,7 @@ class SharedMemoryChannel:
             found[0] = int(later[0] if later.shape[0] else waiting[0])
             return True
 
-        poll(ready, self.wire.spin)
+        poll(ready, self.wire.spin, self.bell)
         self.window.Sync()
         worker = found[0]
         self.next = worker % n_workers + 1
@@ -341,6 +367,7 @@ class SharedMemoryChannel:
         row[COUNT_REPLY] = values.shape[0] - self.reply_header
         self.window.Sync()
         row[SEQ_REPLY] = self.served[worker]
+        _ring(self.bells, worker)
 
     def flush(self):
         """Nothing is in flight: a reply is in place once posted."""
@@ -375,8 +402,10 @@ class SharedCollectives:
     0.96. Dis-DDSS on CTR 200,000 x 100,000 to 1e-6, -n 9: median 0.75 s before, 0.59 s
     with these (6 runs each, interleaved); -n 2 to -n 5 the same within the noise."""
 
-    def __init__(self, wire, n_workers, sequence, broadcast, summands, sync):
+    def __init__(self, wire, n_workers, sequence, broadcast, summands, sync, bells=None):
         self.wire, self.rank, self.n_workers = wire, wire.rank, n_workers
+        self.bells = bells
+        self.bell = None if bells is None else bells[self.rank]
         self.sequence, self.broadcast, self.summands = sequence, broadcast, summands
         self.capacity = broadcast.shape[0]
         self.sync = sync
@@ -394,18 +423,22 @@ class SharedCollectives:
         sequence, k = self.sequence, buf.shape[0]
         if self.rank == 0:
             done = self.broadcasts
-            poll(lambda: bool(np.all(sequence[1:, SEQ_BCAST_READ] >= done)), self.wire.spin)
+            poll(lambda: bool(np.all(sequence[1:, SEQ_BCAST_READ] >= done)), self.wire.spin,
+                 self.bell)
             self.broadcast[:k] = buf
             self.sync()
             self.broadcasts = done + 1
             sequence[0, SEQ_BCAST] = self.broadcasts
+            for worker in range(1, self.n_workers + 1):
+                _ring(self.bells, worker)
         else:
             expected = self.broadcasts + 1
-            poll(lambda: sequence[0, SEQ_BCAST] >= expected, self.wire.spin)
+            poll(lambda: sequence[0, SEQ_BCAST] >= expected, self.wire.spin, self.bell)
             self.sync()
             buf[:] = self.broadcast[:k]
             self.broadcasts = expected
             sequence[self.rank, SEQ_BCAST_READ] = expected
+            _ring(self.bells, 0)
         return buf
 
     def gather(self, send, combine):
@@ -415,18 +448,20 @@ class SharedCollectives:
         if self.rank != 0:
             posted = self.sums[self.rank]
             row = sequence[self.rank]
-            poll(lambda: row[SEQ_SUM_READ] >= posted, self.wire.spin)
+            poll(lambda: row[SEQ_SUM_READ] >= posted, self.wire.spin, self.bell)
             self.summands[self.rank][:k] = send
             self.sync()
             self.sums[self.rank] = posted + 1
             row[SEQ_SUM_POSTED] = posted + 1
+            _ring(self.bells, 0)
             return None
         total = send.copy()
         for worker in range(1, self.n_workers + 1):
             row, expected = sequence[worker], self.sums[worker] + 1
-            poll(lambda: row[SEQ_SUM_POSTED] >= expected, self.wire.spin)
+            poll(lambda: row[SEQ_SUM_POSTED] >= expected, self.wire.spin, self.bell)
             self.sync()
             combine(total, self.summands[worker][:k], out=total)
             self.sums[worker] = expected
             row[SEQ_SUM_READ] = expected
+            _ring(self.bells, worker)
         return total

@@ -84,6 +84,14 @@ next batch meanwhile), and each check of a spin is a time slice a worker on its 
 CTR 200,000 x 100,000 at -n 3 on 2 cores: the server's CPU time 0.10-0.13 -> 0.07-0.11 s
 of a 0.23-0.34 s solve, the solve's median 0.279 -> 0.259 s over 10 interleaved runs
 (another 6 in a noisier hour: no difference; benchmarks/README.md, bench_wire).
+On a crowded node (``Wire.crowded``: 2 ranks per core or more) every rank's waits in the
+shared window sleep on a doorbell (``wire.Doorbell``, a futex the poster rings) with no
+spin at all: there a waiting worker's spin mostly took slices from the ranks on its core,
+and a sleep of 50-200 us between checks came late. CTR at -n 9 on 2 cores, medians of
+three blocks of 6-8 interleaved runs: 0.609 / 0.585 s before, 0.545 / 0.500 / 0.531 s
+with doorbells; doorbells with the workers' 1 ms spin 0.617 s, no spin without doorbells
+0.565 s; -n 5 0.332 -> 0.312 s. At -n 3 (1.5 ranks per core) a worker's spin still paid:
+0.257 s with it against 0.295 s without (8 each).
 """
 import contextlib
 import os
@@ -313,6 +321,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
         restore_handler = _checkpoint_on_sigterm(checkpoint, live, history, penalty, p, lam)
     in_sync = not (resuming or warm)   # whether every worker holds the server's x and b
     channel = open_channel(comm, wire, x.shape[0], HEADER, REPLY_HEADER, transport)
+    if channel.rings:       # a crowded node: see the module docstring
+        wire.spin = 0.0
     # on one node the outer iteration's vectors go through the channel's window too
     wire.attach(channel.collectives)
     # one BLAS thread per core a rank has on its node: spinning BLAS pools take the cores

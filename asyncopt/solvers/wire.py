@@ -9,6 +9,7 @@ so runs with more ranks than cores (``mpirun -n 9`` on 2 cores) stay usable.
 """
 import ctypes
 import os
+import platform
 import time
 
 import numpy as np
@@ -16,8 +17,15 @@ import numpy as np
 from ..cores import available_cores
 
 SPIN_SECONDS, MAX_PAUSE = 1e-3, 2e-4
+CROWDED_RANKS_PER_CORE = 2   # Wire.crowded: at least this many ranks per core on a node
 TAG_BCAST, TAG_REDUCE = 1001, 1002
 PR_SET_TIMERSLACK, TIMER_SLACK_NS = 29, 1000
+# Linux futex(2) on x86-64 (its stores and loads keep program order, which the doorbell's
+# protocol relies on; elsewhere waits sleep in steps): FUTEX_WAIT / FUTEX_WAKE, not
+# process-private (the word lies in memory that several processes map)
+SYS_FUTEX = {"x86_64": 202}.get(platform.machine())
+FUTEX_WAIT, FUTEX_WAKE = 0, 1
+DOORBELL_TIMEOUT = 2e-3    # a doorbell wait re-checks after this long even if not rung
 
 
 def _mpi():
@@ -25,11 +33,54 @@ def _mpi():
     return MPI
 
 
-def poll(ready, spin=SPIN_SECONDS):
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class Doorbell:
+    """One rank's doorbell: a 32-bit word in memory shared by the ranks of a node (a
+    futex), which whoever posts something that rank waits for rings (``ring``) and on
+    which that rank sleeps until it is rung (``wait``), instead of waking up every
+    MAX_PAUSE to look (``poll``). Dis-DDSS's shared window has one per rank and uses
+    them on a crowded node (``Wire.crowded``; figures in ``solvers/mpi.py``).
+
+    The protocol: the waiter reads the word (``value``), then checks its condition, then
+    sleeps unless the word still holds what it read (the kernel compares, so a ring
+    between the check and the sleep is not lost); a poster raises its sequence number,
+    then adds 1 to the word, then wakes the waiter. Two posters may add at once and
+    leave one addition; the wait then ends at ``timeout`` (DOORBELL_TIMEOUT) at worst.
+    ``available`` says whether this platform has them (Linux on x86-64)."""
+
+    available = SYS_FUTEX is not None
+
+    def __init__(self, word, timeout=DOORBELL_TIMEOUT):
+        self.word = word            # a length-1 int32 view into shared memory
+        self.address = word.ctypes.data
+        self.timeout = _Timespec(int(timeout), int(timeout % 1 * 1e9))
+        self._syscall = ctypes.CDLL(None, use_errno=True).syscall
+
+    def value(self):
+        return int(self.word[0])
+
+    def ring(self):
+        """Add 1 to the word (wrapping at 2^31) and wake whoever sleeps on it."""
+        self.word[0] = (int(self.word[0]) + 1) & 0x7FFFFFFF
+        self._syscall(SYS_FUTEX, ctypes.c_void_p(self.address), FUTEX_WAKE, 1 << 30,
+                      None, None, 0)
+
+    def wait(self, seen):
+        """Sleep until the word differs from ``seen``, it is rung, or DOORBELL_TIMEOUT."""
+        self._syscall(SYS_FUTEX, ctypes.c_void_p(self.address), FUTEX_WAIT,
+                      ctypes.c_int(seen), ctypes.byref(self.timeout), None, 0)
+
+
+def poll(ready, spin=SPIN_SECONDS, doorbell=None):
     """Wait until ``ready()`` is true without holding a core: call it in a loop for at
     most ``spin`` seconds (a reply usually comes within SPIN_SECONDS), giving the core
     away after every call (``sched_yield``: any rank that has work on this core runs
-    first), then sleep between calls, 50 us doubling to MAX_PAUSE.
+    first), then sleep between calls, 50 us doubling to MAX_PAUSE; or, given the waiting
+    rank's ``doorbell`` (a ``Doorbell`` that whoever makes ``ready()`` true rings), sleep
+    on it until it is rung.
 
     A rank that waits thus takes no time from ranks that compute on its core, and still
     sees a message within microseconds when no one else wants the core. A product of the
@@ -47,6 +98,12 @@ def poll(ready, spin=SPIN_SECONDS):
         if ready():
             return
         os.sched_yield()
+    if doorbell is not None:
+        while True:
+            seen = doorbell.value()
+            if ready():
+                return
+            doorbell.wait(seen)
     pause = 5e-5
     while not ready():
         time.sleep(pause)
@@ -126,15 +183,22 @@ class Wire:
         self.size = comm.Get_size()
         self.sent = 0
         self.received = 0
+        crowded = None
         if oversubscribed is None:
-            oversubscribed = local_ranks(comm) > available_cores()
+            ranks, cores = local_ranks(comm), available_cores()
+            level = 2 if ranks >= CROWDED_RANKS_PER_CORE * cores else int(ranks > cores)
             if self.size > 1:
                 # every rank must run the same collectives: one node with more ranks
                 # than cores makes all of them root-centred (a job across machines can
                 # mix such a node with others, and ranks that disagreed would deadlock,
                 # root-centred sends meeting Ibcast)
-                oversubscribed = comm.allreduce(int(oversubscribed), op=_mpi().MAX)
+                level = comm.allreduce(level, op=_mpi().MAX)
+            oversubscribed, crowded = level >= 1, level == 2
         self.oversubscribed = bool(oversubscribed)
+        # whether some node holds CROWDED_RANKS_PER_CORE ranks per core or more (agreed
+        # with ``oversubscribed``; as oversubscribed when that was passed): the shared
+        # channel's waits then sleep on doorbells and spin not at all (``solvers/mpi.py``)
+        self.crowded = self.oversubscribed if crowded is None else bool(crowded)
         # whether every rank of ``comm`` runs on this node: the launcher's count of the
         # job's ranks here covers them (on COMM_WORLD the same answer on every rank, the
         # nodes' counts summing to its size); what a message costs follows from it
