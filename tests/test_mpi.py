@@ -528,7 +528,9 @@ def _rank_pid(marker, rank):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc to find a worker")
-def test_killed_worker_ends_the_job_and_the_checkpoint_resumes(tmp_path):
+# -n 5 on 2 cores is a crowded node: every wait sleeps on a doorbell (wire.Doorbell)
+@pytest.mark.parametrize("ranks", ["3", "5"])
+def test_killed_worker_ends_the_job_and_the_checkpoint_resumes(tmp_path, ranks):
     import signal
     import time
 
@@ -536,7 +538,7 @@ def test_killed_worker_ends_the_job_and_the_checkpoint_resumes(tmp_path):
     data = _write_libsvm(tmp_path / "killed_worker.svm", n=6000, p=120)
     ckpt = tmp_path / "run.npz"
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    argv = [MPIRUN, "-n", "3", sys.executable, "-m", "asyncopt.cli.lasso", str(data),
+    argv = [MPIRUN, "-n", ranks, sys.executable, "-m", "asyncopt.cli.lasso", str(data),
             "--checkpoint", str(ckpt), "--tol", "1e-15", "--max-epochs", "100000", "--quiet"]
     job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
@@ -569,7 +571,8 @@ def test_killed_worker_ends_the_job_and_the_checkpoint_resumes(tmp_path):
     assert after[:len(history)] == history and after[-1]["rel_gap"] <= 1e-8
 
 
-def test_sigterm_checkpoints_the_servers_current_x_mid_epoch(tmp_path):
+@pytest.mark.parametrize("ranks", ["3", "5"])
+def test_sigterm_checkpoints_the_servers_current_x_mid_epoch(tmp_path, ranks):
     import signal
     import time
 
@@ -581,7 +584,7 @@ def test_sigterm_checkpoints_the_servers_current_x_mid_epoch(tmp_path):
     # one step per message: the first epoch takes 120,000 round trips (~2 s on 2 cores with
     # waits that yield; 60,000 took 1.1 s), so the signal lands inside it, after the
     # epoch-0 checkpoint (x = 0) and before epoch 1's
-    argv = [MPIRUN, "-n", "3", sys.executable, "-m", "asyncopt.cli.lasso", str(data),
+    argv = [MPIRUN, "-n", ranks, sys.executable, "-m", "asyncopt.cli.lasso", str(data),
             "--checkpoint", str(ckpt), "--batch", "1", "--quiet"]
     job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
