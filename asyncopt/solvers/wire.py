@@ -10,6 +10,7 @@ so runs with more ranks than cores (``mpirun -n 9`` on 2 cores) stay usable.
 import ctypes
 import os
 import platform
+import sys
 import time
 
 import numpy as np
@@ -23,7 +24,8 @@ PR_SET_TIMERSLACK, TIMER_SLACK_NS = 29, 1000
 # Linux futex(2) on x86-64 (its stores and loads keep program order, which the doorbell's
 # protocol relies on; elsewhere waits sleep in steps): FUTEX_WAIT / FUTEX_WAKE, not
 # process-private (the word lies in memory that several processes map)
-SYS_FUTEX = {"x86_64": 202}.get(platform.machine())
+SYS_FUTEX = {"x86_64": 202}.get(platform.machine()) if sys.platform.startswith("linux") \
+    else None
 FUTEX_WAIT, FUTEX_WAKE = 0, 1
 DOORBELL_TIMEOUT = 2e-3    # a doorbell wait re-checks after this long even if not rung
 
