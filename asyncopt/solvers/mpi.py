@@ -88,10 +88,11 @@ On a crowded node (``Wire.crowded``: 2 ranks per core or more) every rank's wait
 shared window sleep on a doorbell (``wire.Doorbell``, a futex the poster rings) with no
 spin at all: there a waiting worker's spin mostly took slices from the ranks on its core,
 and a sleep of 50-200 us between checks came late. CTR at -n 9 on 2 cores, medians of
-three blocks of 6-8 interleaved runs: 0.609 / 0.585 s before, 0.545 / 0.500 / 0.531 s
-with doorbells; doorbells with the workers' 1 ms spin 0.617 s, no spin without doorbells
-0.565 s; -n 5 0.332 -> 0.312 s. At -n 3 (1.5 ranks per core) a worker's spin still paid:
-0.257 s with it against 0.295 s without (8 each).
+blocks of 6-8 interleaved runs: 0.609 / 0.585 / 0.605 s before, 0.545 / 0.500 / 0.531 /
+0.533 s with doorbells and no spin; doorbells with the workers' 1 ms spin 0.617 s, no
+spin without doorbells 0.565 s; -n 5 0.332 -> 0.312 s and 0.338 -> 0.332 s. At -n 3
+(1.5 ranks per core) a worker's spin still paid: 0.257 s with it against 0.295 s without
+(8 each), so there nothing changed (benchmarks/README.md, bench_wire's doorbell section).
 """
 import contextlib
 import os

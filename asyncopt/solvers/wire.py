@@ -176,7 +176,9 @@ class Wire:
 
     ``spin``: how long each of this rank's waits spins before it sleeps (``poll``), the
     Wire's own and those of the channels on it; SPIN_SECONDS unless a protocol sets it
-    (Dis-DDSS's server on an oversubscribed node does not spin, ``solvers/mpi.py``).
+    (Dis-DDSS's server on an oversubscribed node does not spin, nor does any of its ranks
+    on a ``crowded`` node, CROWDED_RANKS_PER_CORE ranks per core or more, where they
+    sleep on doorbells instead: ``solvers/mpi.py``).
     Constructing a Wire also makes the process's sleeps fine (``fine_timer_slack``)."""
 
     def __init__(self, comm, oversubscribed=None):
