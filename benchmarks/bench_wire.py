@@ -22,7 +22,10 @@ Ways of waiting (``--modes``):
 - ``sleep``: no spin, the sleeps at once (what an oversubscribed node's waits did before);
 - ``hold``: the spin without the yield (a rank that waits keeps its core for 1 ms);
 - ``server-sleeps``: rank 0 sleeps at once, the others as ``yield`` (what Dis-DDSS does on
-  an oversubscribed node, ``solvers/mpi.py``).
+  an oversubscribed node, ``solvers/mpi.py``);
+- ``doorbell``: no rank spins, and the window's waits sleep on futex doorbells that the
+  poster rings (``wire.Doorbell``; what Dis-DDSS does on a crowded node, 2 ranks per core
+  or more). MPI's messages have no doorbells: their waits sleep as in ``sleep``.
 
 Output: a table, and ``results/bench_wire.json`` (machine, rank counts, oversubscription,
 every round's time); each row is the best of ``--repeat`` blocks of ``--rounds`` rounds.
@@ -39,13 +42,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-MODES = ("yield", "sleep", "hold", "server-sleeps")
+MODES = ("yield", "sleep", "hold", "server-sleeps", "doorbell")
 
 
 def _set_mode(wire_module, wire, mode):
     """Make every wait of ``wire`` (its own and its channels') wait the way ``mode``
-    says."""
-    if mode == "sleep" or (mode == "server-sleeps" and wire.rank == 0):
+    says; only ``doorbell`` gives the window's channel doorbells, whatever the node."""
+    wire.crowded = mode == "doorbell"
+    if mode in ("sleep", "doorbell") or (mode == "server-sleeps" and wire.rank == 0):
         wire.spin = 0.0
     elif mode == "hold":
         wire_module.os.sched_yield = lambda: None
