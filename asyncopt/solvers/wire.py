@@ -279,10 +279,13 @@ class Wire:
     def _gather_to_root(self, send, op):
         """Root-centred reduction: every other rank's ``send`` combined onto rank 0's in
         rank order (SUM or MAX), through the attached shared collectives when it fits
-        them, else sent to rank 0; None off the root."""
+        them (in pieces when it is a float64 vector too long for one), else sent to rank
+        0; None off the root."""
         combine = np.add if op == _mpi().SUM else np.maximum
         if self._fits_shared(send):
             return self.shared.gather(send, combine)
+        if self.shared is not None and self.shared.fits_in_pieces(send):
+            return self.shared.gather_in_pieces(send, combine)
         if self.rank != 0:
             wait(self.comm.Isend(send, dest=0, tag=TAG_REDUCE), self.spin)
             return None

@@ -1,8 +1,8 @@
 """SPMD check run by tests/test_mpi.py under mpirun: the root-centred collectives a Wire
 uses on an oversubscribed node, and those it sends through the inner loop's shared-memory
 window on one node (``channels.SharedCollectives``, a window of capacity 600: the
-1000-long vectors fall back to MPI's messages), give what MPI's own collectives give,
-and count the same bytes. Every rank contributes rank-dependent vectors; rank 0 writes
+1000-long vectors go through it in pieces where the node is oversubscribed, else as
+MPI's collectives), give what MPI's own collectives give, and count the same bytes. Every rank contributes rank-dependent vectors; rank 0 writes
 JSON to argv[1]."""
 import json
 import sys
@@ -44,6 +44,7 @@ def through_window(comm):
     wire.attach(channel.collectives)
     out = exchange(wire)
     out["fits"] = [channel.collectives.fits(np.zeros(n)) for n in (600, 601)]
+    out["oversubscribed"] = wire.oversubscribed
     wire.detach()
     channel.close()
     return out
