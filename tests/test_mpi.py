@@ -633,7 +633,7 @@ def test_root_centred_and_window_collectives_match_mpis(tmp_path, n_ranks):
     for rank, modes in enumerate(ranks):
         tree, centred, window = modes["tree"], modes["root_centred"], modes["window"]
         for mode in (tree, centred, window):
-            assert mode["bcast"] == [3.5 * k for k in range(7)]
+            assert mode["bcast"] == [3.5 * k for k in range(7)] and mode["bcast_long"]
             np.testing.assert_allclose(mode["allreduce_sum"], expected, rtol=0, atol=1e-12)
             np.testing.assert_allclose(mode["allreduce_sum_short"], expected[:600], rtol=0,
                                        atol=1e-12)

@@ -419,8 +419,16 @@ class SharedCollectives:
 
     def fits_in_pieces(self, array):
         """Whether ``array`` can travel here in pieces of ``capacity`` numbers: a
-        contiguous float64 vector of any length (``gather_in_pieces``)."""
+        contiguous float64 vector of any length (``bcast_in_pieces``,
+        ``gather_in_pieces``)."""
         return array.dtype == np.float64 and array.ndim == 1 and array.flags.c_contiguous
+
+    def bcast_in_pieces(self, buf):
+        """``bcast`` of a vector longer than ``capacity``, one piece after another, each
+        written into its place in ``buf``; returns ``buf``."""
+        for start in range(0, buf.shape[0], self.capacity):
+            self.bcast(buf[start:start + self.capacity])
+        return buf
 
     def gather_in_pieces(self, send, combine):
         """``gather`` of a vector longer than ``capacity``, one piece of at most

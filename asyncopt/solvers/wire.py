@@ -265,10 +265,13 @@ class Wire:
 
     def _broadcast_from_root(self, buf):
         """Root-centred broadcast: rank 0's ``buf`` into every other rank's, through the
-        attached shared collectives when it fits them, else sent to each rank; returns
-        ``buf`` (bytes not counted here)."""
+        attached shared collectives when it fits them (in pieces when it is a float64
+        vector too long for one), else sent to each rank; returns ``buf`` (bytes not
+        counted here)."""
         if self._fits_shared(buf):
             return self.shared.bcast(buf)
+        if self.shared is not None and self.shared.fits_in_pieces(buf):
+            return self.shared.bcast_in_pieces(buf)
         if self.rank == 0:
             wait_all([self.comm.Isend(buf, dest=r, tag=TAG_BCAST)
                       for r in range(1, self.size)], self.spin)

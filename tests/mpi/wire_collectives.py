@@ -22,8 +22,10 @@ def exchange(wire):
     reduced = wire.reduce(vector)
     # back to back, no broadcast between: a worker's next vector waits for its slot
     first, second = wire.reduce(vector[:600]), wire.reduce(2.0 * vector[:500])
+    long_root = np.arange(1500.0) / 7.0 if rank == 0 else np.zeros(1500)
     out = {
         "bcast": wire.bcast(root_vector).tolist(),
+        "bcast_long": bool(np.array_equal(wire.bcast(long_root), np.arange(1500.0) / 7.0)),
         "reduce": None if reduced is None else reduced.tolist(),
         "reduce_twice": None if first is None else [first.tolist(), second.tolist()],
         "allreduce_sum": wire.allreduce(vector).tolist(),
