@@ -431,6 +431,17 @@ def test_cli_under_mpirun_bad_file_is_one_line(tmp_path):
                      "(expected index:value)"]
 
 
+def test_cli_under_mpirun_more_workers_than_rows_is_one_line(tmp_path):
+    """mpirun -n 5 on a 3-row file: 4 workers cannot each hold a row; rank 0 says so in
+    one line, the job exits non-zero and every rank ends."""
+    data = _write_libsvm(tmp_path / "tiny.svm", n=3, p=10)
+    proc = _cli(5, str(data), "--quiet")
+    assert proc.returncode == 1
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("asyncopt-lasso: error: ")
+    assert "more workers (4) than rows (3)" in lines[0] and "Traceback" not in proc.stderr
+
+
 def _write_libsvm(path, n=300, p=40, seed=0, bad_line=None):
     rng = np.random.default_rng(seed)
     lines = []

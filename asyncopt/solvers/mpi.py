@@ -228,15 +228,29 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     server = rank == 0
     if server and wire.oversubscribed:
         wire.spin = 0.0     # see the module docstring: the server sleeps while it waits
+    p = n_features
+    channel = open_channel(comm, wire, p, HEADER, REPLY_HEADER, transport)
+    if channel.rings:       # a crowded node: see the module docstring
+        wire.spin = 0.0
+    # on one node the vectors of the set-up and of every outer iteration go through the
+    # channel's window too (until the end: MPI's messages of an oversubscribed node move
+    # only while both sides are inside MPI; at -n 9 on 2 cores the set-up's reductions
+    # and the final broadcasts took ~27 ms of a 0.42 s solve that way)
+    wire.attach(channel.collectives)
     active = None if server else problem.full_active_set()
     local_rows = 0 if server else active.y.shape[0]
-    n = int(wire.allreduce(np.array([float(local_rows)]))[0])
-    fewest = -wire.allreduce(np.array([-float(local_rows) if not server else -np.inf]),
-                             _mpi().MAX)[0]
+    row_sq = np.zeros(0) if server else active._row_sq_norms
+    # [rows, sum ||a_i||^2, stored entries] summed, [-rows (workers), max ||a_i||^2] maxed
+    n, sq_total, nnz_total = wire.allreduce(np.array(
+        [float(local_rows), row_sq.sum(), 0.0 if server else float(active.nnz)]))
+    n = int(n)
+    fewest, max_row_sq = wire.allreduce(np.array(
+        [-np.inf if server else -float(local_rows), row_sq.max(initial=0.0)]), _mpi().MAX)
+    fewest, max_row_sq = -fewest, float(max_row_sq)
     if fewest < 1:
+        _close_channel(wire, channel)
         raise ValueError(f"more workers ({size - 1}) than rows ({n}): every worker needs "
                          "at least one row")
-    p = n_features
     # only the server uses the column norms (overshoot weights, the screening test) and
     # the stored non-zeros per column (the compaction rule); counts travel as int32, and
     # an L1 penalty's rows per block are its column counts
@@ -249,10 +263,6 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     else:
         column_counts = wire.reduce(np.zeros(p, dtype=count) if server
                                     else active.column_counts.astype(count))
-    row_sq = np.zeros(0) if server else active._row_sq_norms
-    max_row_sq = float(wire.allreduce(np.array([row_sq.max(initial=0.0)]), _mpi().MAX)[0])
-    sq_total, nnz_total = wire.allreduce(np.array([row_sq.sum(), 0.0 if server
-                                                   else float(active.nnz)]))
     intercept_sq = (sq_total / nnz_total if nnz_total else 1.0) if fit_intercept else 0.0
     blocks = np.arange(penalty.n_blocks)
     pen = penalty.restricted(blocks)
@@ -277,6 +287,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             start_from = exc
     start_from = comm.bcast(start_from, root=0)
     if isinstance(start_from, Exception):
+        _close_channel(wire, channel)
         raise start_from
     warm = start_from == WARM
     if warm:
@@ -320,14 +331,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     if server and checkpoint is not None:
         restore_handler = _checkpoint_on_sigterm(checkpoint, live, history, penalty, p, lam)
     in_sync = not (resuming or warm)   # whether every worker holds the server's x and b
-    channel = open_channel(comm, wire, x.shape[0], HEADER, REPLY_HEADER, transport)
-    if channel.rings:       # a crowded node: see the module docstring
-        wire.spin = 0.0
     # the server answers late where the node is oversubscribed and its waits poll
     batch = default_batch(n, size - 1, wire.oversubscribed and not channel.rings) \
         if batch is None else int(batch)
-    # on one node the outer iteration's vectors go through the channel's window too
-    wire.attach(channel.collectives)
     # one BLAS thread per core a rank has on its node: spinning BLAS pools take the cores
     # the ranks compute on (``cores.blas_threads``)
     blas = contextlib.ExitStack()
@@ -595,16 +601,22 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
         progress.close()
         if restore_handler is not None:
             restore_handler()
-    wire.detach()
-    channel.close()
     coef = wire.bcast(_expand(penalty, p, blocks, x) if server else np.zeros(p))
     summary = wire.bcast(np.array([b, float(converged)] + ([history[-1]["primal"],
                                   history[-1]["dual"], history[-1]["gap"]]
                                   if server else [0.0, 0.0, 0.0])))
+    _close_channel(wire, channel)
     b, converged = float(summary[0]), bool(summary[1])
     return SolverResult(coef, b, epoch - first_epoch, float(summary[2]), float(summary[3]),
                         float(summary[4]), penalty.active_features(blocks), converged,
                         history)
+
+
+def _close_channel(wire, channel):
+    """Detach the channel's collectives from ``wire`` and close it (collective: every
+    rank calls it at the same point)."""
+    wire.detach()
+    channel.close()
 
 
 def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, correlation,
