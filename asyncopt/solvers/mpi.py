@@ -133,7 +133,8 @@ from .wire import Wire, _mpi, local_ranks
 MOVE_CAP, MIN_MOVE_CAP = 1.9, 0.45
 MAX_DAMPING_POWER, CALM_EPOCHS = 4.0, 4
 STOP, INNER, RECERTIFY, REJECT, NEWTON = 0, 1, 2, 3, 4
-WARM = "warm"       # the server starts from coef_init (solve_mpi)
+# where solve_mpi starts: x = 0, coef_init, the checkpoint, or nowhere (unreadable)
+START_FRESH, START_WARM, START_RESUME, START_ERROR = 0.0, 1.0, 2.0, 3.0
 HEADER = 4          # [version, steps, intercept delta, last] in front of a delta's values
 REPLY_HEADER = 4    # [control, version, b, full] in front of a reply's values
 
@@ -274,35 +275,39 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     time_offset = 0.0
     first_epoch = 0
     resuming = False
-    # where the server starts (one broadcast): None at x = 0, WARM from coef_init, or
-    # (x, b, history) of the checkpoint it resumes (an exception if it is unreadable)
-    start_from = None
+    # where the server starts: [START_*, the last recorded epoch] on every rank, all that
+    # the workers need of a checkpoint (its x and b reach them with the first outer
+    # iteration's state); one float64 broadcast instead of the pickled checkpoint
+    origin, saved, unreadable = np.zeros(2), None, None
     if server and coef_init is not None:
-        start_from = WARM
+        origin[0] = START_WARM
     elif server and checkpoint is not None and os.path.exists(checkpoint):
         try:
             coef0, b0, _, saved = load_checkpoint(checkpoint, p, lam)
-            start_from = (coef0[penalty.active_features(blocks)], b0, saved)
         except ValueError as exc:
-            start_from = exc
-    start_from = comm.bcast(start_from, root=0)
-    if isinstance(start_from, Exception):
+            origin[0], unreadable = START_ERROR, exc
+        else:
+            if saved:
+                origin[:] = START_RESUME, saved[-1]["epoch"]
+    origin = wire.bcast(origin)
+    if origin[0] == START_ERROR:
         _close_channel(wire, channel)
-        raise start_from
-    warm = start_from == WARM
+        raise unreadable if server else ValueError(
+            f"the server could not read the checkpoint {checkpoint}")
+    warm = origin[0] == START_WARM
     if warm:
         reference = distributed_null_objective(
             wire, None if server else active.y, n, loss_code, fit_intercept)
         if server:
             x = np.asarray(coef_init, dtype=np.float64)[penalty.active_features(blocks)]
             b = float(intercept_init) if fit_intercept else 0.0
-    elif start_from is not None and start_from[2]:
+    elif origin[0] == START_RESUME:
         resuming = True
         if server:
-            x, b, history = start_from[0].copy(), start_from[1], start_from[2]
+            x, b, history = coef0[penalty.active_features(blocks)].copy(), b0, saved
             reference = history[0]["primal"]
             time_offset = history[-1]["time"]
-        epoch = start_from[2][-1]["epoch"] + 1
+        epoch = int(origin[1]) + 1
     first_epoch = epoch
     best = BestDual() if server else None   # the run's certified G = P - the largest D
     watch = StallWatch(None if penalty.is_l1 else HESSIAN_FREE_MAX_SUPPORT) \
