@@ -234,9 +234,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     if channel.rings:       # a crowded node: see the module docstring
         wire.spin = 0.0
     # on one node the vectors of the set-up and of every outer iteration go through the
-    # channel's window too (until the end: MPI's messages of an oversubscribed node move
-    # only while both sides are inside MPI; at -n 9 on 2 cores the set-up's reductions
-    # and the final broadcasts took ~27 ms of a 0.42 s solve that way)
+    # channel's window too, up to the final broadcasts (MPI's messages of an
+    # oversubscribed node move only while both sides are inside MPI; CTR at -n 9 on 2
+    # cores, median solve 0.424 s before against 0.392 s, 8 paired)
     wire.attach(channel.collectives)
     active = None if server else problem.full_active_set()
     local_rows = 0 if server else active.y.shape[0]
@@ -278,7 +278,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     # where the server starts: [START_*, the last recorded epoch] on every rank, all that
     # the workers need of a checkpoint (its x and b reach them with the first outer
     # iteration's state); one float64 broadcast instead of the pickled checkpoint
-    origin, saved, unreadable = np.zeros(2), None, None
+    origin, saved, unreadable = np.array([START_FRESH, 0.0]), None, None
     if server and coef_init is not None:
         origin[0] = START_WARM
     elif server and checkpoint is not None and os.path.exists(checkpoint):
