@@ -34,9 +34,10 @@ it computes its next batch.
 Both count the payload bytes on the ``Wire`` (``sent`` / ``received``) the same way, so
 bytes per run do not depend on the transport.
 
-The shared channel also carries the outer iteration's broadcasts and reductions of
-vectors up to its capacity (``SharedCollectives``, attached to the ``Wire`` while the
-channel is open); larger ones (a Newton step's Hessian shares) stay MPI's.
+The shared channel also carries the outer iteration's broadcasts and reductions of float64
+vectors (``SharedCollectives``, attached to the ``Wire`` while the channel is open): those
+up to its capacity on any node, longer ones (a Newton step's Hessian shares) in pieces on
+an oversubscribed node, where the Wire's collectives are root-centred.
 """
 import os
 
@@ -412,40 +413,42 @@ class SharedCollectives:
         self.broadcasts = 0      # broadcasts posted (server) or read (worker)
         self.sums = np.zeros(n_workers + 1, dtype=np.int64)   # per worker: its vectors
 
-    def fits(self, array):
-        """Whether ``array`` can travel here: a contiguous float64 vector of at most
-        ``capacity`` numbers (every rank passes the same shape, so all agree)."""
-        return self.fits_in_pieces(array) and array.shape[0] <= self.capacity
-
-    def fits_in_pieces(self, array):
-        """Whether ``array`` can travel here in pieces of ``capacity`` numbers: a
-        contiguous float64 vector of any length (``bcast_in_pieces``,
-        ``gather_in_pieces``)."""
+    def takes(self, array):
+        """Whether ``array`` can travel here: a contiguous float64 vector, of any length
+        (one longer than ``capacity`` goes in pieces; every rank passes the same shape,
+        so all agree)."""
         return array.dtype == np.float64 and array.ndim == 1 and array.flags.c_contiguous
 
-    def bcast_in_pieces(self, buf):
-        """``bcast`` of a vector longer than ``capacity``, one piece after another, each
-        written into its place in ``buf``; returns ``buf``."""
-        for start in range(0, buf.shape[0], self.capacity):
-            self.bcast(buf[start:start + self.capacity])
+    def fits(self, array):
+        """Whether ``array`` can travel here in one piece (``takes`` it, and it holds at
+        most ``capacity`` numbers)."""
+        return self.takes(array) and array.shape[0] <= self.capacity
+
+    def bcast(self, buf):
+        """``buf`` from the server into every worker's ``buf``, one piece of at most
+        ``capacity`` numbers after another; returns it."""
+        for start in range(0, max(buf.shape[0], 1), self.capacity):
+            self._bcast_piece(buf[start:start + self.capacity])
         return buf
 
-    def gather_in_pieces(self, send, combine):
-        """``gather`` of a vector longer than ``capacity``, one piece of at most
-        ``capacity`` numbers after another (None on a worker). A Newton step's Hessian
-        shares (4.3 MB a worker at |S| = 1,030) are such vectors: as MPI's messages on an
-        oversubscribed node, which move only while both ranks are inside MPI, the server
-        of mpirun -n 9 on 2 cores waited 162 ms for eight of them (their forming
-        included), workers up to 48 ms each for their send to leave."""
+    def gather(self, send, combine):
+        """The workers' ``send`` combined (``combine``: np.add or np.maximum) onto the
+        server's, in rank order, on the server (None on a worker), one piece of at most
+        ``capacity`` numbers after another. A Newton step's Hessian shares (4.3 MB a
+        worker at |S| = 1,030) take several: as MPI's messages on an oversubscribed node,
+        which move only while both ranks are inside MPI, the server of mpirun -n 9 on 2
+        cores waited 162 ms for eight of them (their forming included), workers up to
+        48 ms each for their send to leave."""
+        if send.shape[0] <= self.capacity:
+            return self._gather_piece(send, combine)
         total = np.empty_like(send) if self.rank == 0 else None
         for start in range(0, send.shape[0], self.capacity):
-            piece = self.gather(send[start:start + self.capacity], combine)
+            piece = self._gather_piece(send[start:start + self.capacity], combine)
             if total is not None:
                 total[start:start + self.capacity] = piece
         return total
 
-    def bcast(self, buf):
-        """``buf`` from the server into every worker's ``buf``; returns it."""
+    def _bcast_piece(self, buf):
         sequence, k = self.sequence, buf.shape[0]
         if self.rank == 0:
             done = self.broadcasts
@@ -465,11 +468,8 @@ class SharedCollectives:
             self.broadcasts = expected
             sequence[self.rank, SEQ_BCAST_READ] = expected
             _ring(self.bells, 0)
-        return buf
 
-    def gather(self, send, combine):
-        """The workers' ``send`` combined (``combine``: np.add or np.maximum) onto the
-        server's, in rank order, on the server; None on a worker."""
+    def _gather_piece(self, send, combine):
         sequence, k = self.sequence, send.shape[0]
         if self.rank != 0:
             posted = self.sums[self.rank]

@@ -8,6 +8,7 @@ so runs with more ranks than cores (``mpirun -n 9`` on 2 cores) stay usable.
 :class:`Wire` counts the bytes this rank put on and took off the wire, headers included.
 """
 import ctypes
+import functools
 import os
 import platform
 import sys
@@ -35,6 +36,12 @@ def _mpi():
     return MPI
 
 
+@functools.lru_cache(maxsize=None)
+def _libc():
+    """This process's C library through ctypes (futex, prctl), loaded once."""
+    return ctypes.CDLL(None, use_errno=True)
+
+
 class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
@@ -59,7 +66,7 @@ class Doorbell:
         self.word = word            # a length-1 int32 view into shared memory
         self.address = word.ctypes.data
         self.timeout = _Timespec(int(timeout), int(timeout % 1 * 1e9))
-        self._syscall = ctypes.CDLL(None, use_errno=True).syscall
+        self._syscall = _libc().syscall
 
     def value(self):
         return int(self.word[0])
@@ -118,7 +125,7 @@ def fine_timer_slack():
     (``poll``) sees its message up to 50 us sooner: ``time.sleep(50e-6)`` took 121 us
     (median of 2,000) against 71 us (the 2-core VM, 2026-11-26)."""
     try:
-        ctypes.CDLL(None).prctl(PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0)
+        _libc().prctl(PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0)
     except (AttributeError, OSError):
         pass
 
@@ -171,8 +178,9 @@ class Wire:
     -n 9 unchanged and -n 3 no slower: ``solvers/mpi.py``).
 
     While shared collectives are attached (``attach``: Dis-DDSS's channel on one node),
-    the root-centred collectives of the float64 vectors that fit them go through shared
-    memory instead, on any node (``channels.SharedCollectives``).
+    the collectives of float64 vectors that fit them go root-centred through shared
+    memory, on any node, and on an oversubscribed node those of longer ones too, in
+    pieces (``channels.SharedCollectives``).
 
     ``spin``: how long each of this rank's waits spins before it sleeps (``poll``), the
     Wire's own and those of the channels on it; SPIN_SECONDS unless a protocol sets it
@@ -268,10 +276,8 @@ class Wire:
         attached shared collectives when it fits them (in pieces when it is a float64
         vector too long for one), else sent to each rank; returns ``buf`` (bytes not
         counted here)."""
-        if self._fits_shared(buf):
+        if self.shared is not None and self.shared.takes(buf):
             return self.shared.bcast(buf)
-        if self.shared is not None and self.shared.fits_in_pieces(buf):
-            return self.shared.bcast_in_pieces(buf)
         if self.rank == 0:
             wait_all([self.comm.Isend(buf, dest=r, tag=TAG_BCAST)
                       for r in range(1, self.size)], self.spin)
@@ -285,10 +291,8 @@ class Wire:
         them (in pieces when it is a float64 vector too long for one), else sent to rank
         0; None off the root."""
         combine = np.add if op == _mpi().SUM else np.maximum
-        if self._fits_shared(send):
+        if self.shared is not None and self.shared.takes(send):
             return self.shared.gather(send, combine)
-        if self.shared is not None and self.shared.fits_in_pieces(send):
-            return self.shared.gather_in_pieces(send, combine)
         if self.rank != 0:
             wait(self.comm.Isend(send, dest=0, tag=TAG_REDUCE), self.spin)
             return None
