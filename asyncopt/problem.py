@@ -259,6 +259,11 @@ class ActiveSet:
             view.covers(x) else (self.indptr, self.indices, self.data)
         return csr_margins(*rows, x, b, np.empty(self.y.shape[0]), n_threads)
 
+    def unfrozen_features(self, thresholds):
+        """Per feature, whether its block moves this epoch: ``thresholds`` per block, +inf
+        where the block is frozen at zero (``ddss.freeze_optimal_zeros``)."""
+        return np.repeat(np.isfinite(thresholds), np.diff(self.block_indptr))
+
     def without_frozen(self, thresholds):
         """This set for one inner epoch, its rows restricted to the columns of the
         blocks not frozen at zero (``thresholds`` per block; +inf: frozen for the epoch,
@@ -273,7 +278,7 @@ class ActiveSet:
         epochs while its columns cover the unfrozen ones and hold at most VIEW_SLACK
         times their non-zeros; ``margins`` uses it too. For the inner loop only: the
         returned set's other attributes are this set's."""
-        moving = np.repeat(np.isfinite(thresholds), np.diff(self.block_indptr))
+        moving = self.unfrozen_features(thresholds)
         needed = int(self.column_counts[moving].sum())
         if needed > UNFROZEN_SHARE * int(self.column_counts.sum()):
             return self

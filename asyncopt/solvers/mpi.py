@@ -588,9 +588,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                     kernel = svrg_epoch_l1 if active.penalty.is_l1 else svrg_epoch_group
                     rows = active.without_frozen(thresholds)
                     args = (rows.indptr, rows.indices, rows.data, active.y, loss_code)
-                    frozen = np.isinf(thresholds)
-                    if frozen.any():      # x stays put there on every rank this epoch
-                        movable = np.flatnonzero(~np.repeat(frozen, np.diff(pen.indptr)))
+                    moving = active.unfrozen_features(thresholds)
+                    if not moving.all():      # x stays put elsewhere on every rank
+                        movable = np.flatnonzero(moving)
 
                     def run_batch(local, intercept, samples):
                         kernel(*args, local, intercept, eta_intercept, z, weighted_mu,
