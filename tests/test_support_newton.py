@@ -12,7 +12,8 @@ from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
 import asyncopt.support_newton as support_newton
 from asyncopt.support_newton import (DROP_MARGIN, LINE, MAX_SUPPORT, MIN_PRODUCTS, PROJECTED,
-                                     STALL_RATIO, STEP_GRID, SUPPORT_CHURN, TRY_EPOCHS,
+                                     STALL_PATIENCE, STALL_RATIO, STEP_GRID, SUPPORT_CHURN,
+                                     TRY_EPOCHS,
                                      CHAIN_STEPS, HessianCache, StallWatch, SupportRows,
                                      best_candidate, block_preconditioner, dense_move,
                                      firm_support, from_upper_triangle,
@@ -297,6 +298,33 @@ def test_stall_watch_with_a_goal_tries_a_fast_epoch_that_is_still_far_from_it():
     watch = StallWatch()
     watch.should_try(0, 4e-2, 1000, None, 1e-6)
     assert not watch.should_try(1, 1e-2, 1000, 1 + int(SUPPORT_CHURN * 1000), 1e-6)
+
+
+def test_stall_watch_tries_a_churning_support_after_patience_crawling_epochs():
+    """Dis-DDSS at 8 workers on 16 cores (CTR 200,000 x 100,000, 1e-3 lam_max): the gap
+    crawled from 0.11 to 0.074 over six epochs while 90-140 of x's ~1,400 non-zeros
+    changed each epoch (above SUPPORT_CHURN), and the step came at epochs 9-11."""
+    churn = 1 + int(SUPPORT_CHURN * 1000)
+    watch = StallWatch()
+    watch.should_try(0, 1.0, 1000, None)
+    gap = 1.0
+    for epoch in range(1, STALL_PATIENCE):
+        gap *= 0.9
+        assert not watch.should_try(epoch, gap, 1000, churn)
+    assert watch.should_try(STALL_PATIENCE, gap * 0.9, 1000, churn)
+    # a try, then an epoch that more than halved the gap: the count starts again
+    watch.tried(STALL_PATIENCE, gap, gap * 0.8)
+    gap *= 0.8 * 0.3
+    assert not watch.should_try(STALL_PATIENCE + 3, gap, 1000, churn)
+    for epoch in range(STALL_PATIENCE + 4, 2 * STALL_PATIENCE + 3):
+        gap *= 0.9
+        assert not watch.should_try(epoch, gap, 1000, churn)
+    assert watch.should_try(2 * STALL_PATIENCE + 3, gap * 0.9, 1000, churn)
+    # epochs slow only by the goal's rule (the gap halves, 1e-6 is far) do not count
+    watch = StallWatch()
+    watch.should_try(0, 1.0, 1000, None, 1e-6)
+    for epoch in range(1, 2 * STALL_PATIENCE):
+        assert not watch.should_try(epoch, 0.4 ** epoch, 1000, churn, 1e-6)
 
 
 def test_stall_watch_chains_a_full_step_that_left_violating_zeros():
