@@ -44,11 +44,16 @@ def find_mpirun(explicit=None):
     return here if os.path.exists(here) else shutil.which("mpirun")
 
 
-def rank_environment():
+def rank_environment(root=None):
     """os.environ with the repository root appended to PYTHONPATH and RANK_ENV's one
-    thread per rank (unless set): the environment of every benchmark mpirun."""
+    thread per rank (unless set): the environment of every benchmark mpirun. ``root``:
+    another source tree, put first on PYTHONPATH instead (its asyncopt is imported)."""
     path = os.environ.get("PYTHONPATH")
-    env = dict(os.environ, PYTHONPATH=(path + os.pathsep if path else "") + ROOT)
+    if root is None:
+        path = (path + os.pathsep if path else "") + ROOT
+    else:
+        path = os.path.abspath(root) + (os.pathsep + path if path else "")
+    env = dict(os.environ, PYTHONPATH=path)
     for key, value in RANK_ENV.items():
         env.setdefault(key, value)
     return env
@@ -92,40 +97,44 @@ def prepare_shards(data, n_workers, root):
 
 
 def launch(n_ranks, out, *, data, loss, lam_ratio, fit_intercept, method, tol, max_time,
-           seed=0, timeout=None, mpirun=None, extra_args=(), shard_root=None):
+           seed=0, timeout=None, mpirun=None, extra_args=(), shard_root=None, root=None):
     """Run ``mpirun -n n_ranks python _mpi_run.py ...`` and return
     (payload dict or None, wall seconds of the whole mpirun, error text or None).
     A run past ``timeout`` seconds has its process group killed. With ``shard_root`` the
     workers' shards are written there first (prepare_shards, not timed) and each rank
-    loads only its own."""
+    loads only its own. ``root``: run another source tree's _mpi_run.py and asyncopt
+    (``rank_environment``; bench_paired's base), this checkout's by default."""
     mpirun = find_mpirun(mpirun)
     if mpirun is None:
         return None, 0.0, "no mpirun found (pip install mpich)"
     if shard_root is not None:
         extra_args = list(extra_args) + [
             "--shards", prepare_shards(data, n_ranks - 1, shard_root)]
-    cmd = [mpirun, "-n", str(n_ranks), sys.executable, SCRIPT, "--out", out,
+    script = SCRIPT if root is None else os.path.join(os.path.abspath(root), "benchmarks",
+                                                      os.path.basename(SCRIPT))
+    cmd = [mpirun, "-n", str(n_ranks), sys.executable, script, "--out", out,
            "--data", data, "--loss", loss, "--lam-ratio", repr(float(lam_ratio)),
            "--method", method, "--tol", repr(float(tol)), "--max-time", repr(float(max_time)),
            "--seed", str(seed)] + (["--fit-intercept"] if fit_intercept else []) + \
         list(extra_args)
-    wall, error = run_job(cmd, out, timeout)
+    wall, error = run_job(cmd, out, timeout, rank_environment(root))
     if error:
         return None, wall, error
     with open(out) as f:
         return json.load(f), wall, None
 
 
-def run_job(cmd, out, timeout=None):
+def run_job(cmd, out, timeout=None, env=None):
     """Run the mpirun command line ``cmd``, which writes the file ``out`` (removed first),
-    in a session of its own with ``rank_environment``: (wall seconds, error text or
-    None). A run past ``timeout`` seconds has its process group killed (mpirun and the
-    ranks it started); one that exits non-zero or writes no ``out`` gives the tail of its
-    output."""
+    in a session of its own with ``env`` (``rank_environment()`` by default): (wall
+    seconds, error text or None). A run past ``timeout`` seconds has its process group
+    killed (mpirun and the ranks it started); one that exits non-zero or writes no ``out``
+    gives the tail of its output."""
     if os.path.exists(out):
         os.remove(out)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=rank_environment(), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, env=rank_environment() if env is None else env,
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
@@ -255,6 +264,7 @@ def main(argv=None):
 
     sys.path.append(ROOT)
     import numpy as np
+    import asyncopt
     from asyncopt.solvers.methods import solver_flags
     from asyncopt.losses import get_loss
     from asyncopt.problem import Problem
@@ -319,6 +329,7 @@ def main(argv=None):
             "support": int(np.count_nonzero(result.coef)), "intercept": float(result.intercept),
             "ranks": timings, "history": result.history,
             "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
+            "source": os.path.dirname(os.path.abspath(asyncopt.__file__)),
         }
         tmp = args.out + ".tmp"
         with open(tmp, "w") as f:

@@ -15,7 +15,10 @@
 # --workers 1 8 --no-threads --no-ceiling --no-command --repeat 3") into
 # OUT/bench_speedup_second.json and OUT/log_second.txt. WIRE=1 first times the
 # synchronous messages with bench_wire.py (yielding waits; MPI's messages against the
-# shared-memory window) into OUT/bench_wire.json and OUT/log_wire.txt.
+# shared-memory window) into OUT/bench_wire.json and OUT/log_wire.txt. PAIRED="args" runs
+# bench_paired.py with those args first (e.g. PAIRED="--base .whl/base --ranks 9 --seeds
+# 1 2 3 4 5 6", the base tree copied into a carried folder) into OUT/bench_paired.json and
+# OUT/log_paired.txt.
 set -uo pipefail
 WHEELS=${WHEELS:-.whl}
 OUT=${OUT:-benchmarks/results}
@@ -40,6 +43,11 @@ timeout 200 python3 benchmarks/bench_speedup.py --quick --no-ceiling --threads 1
     > "$OUT/log_quick.txt" 2>&1
 echo "warm-up (--quick, numba compile): rc $? in $(( $(date +%s) - t0 )) s"
 tail -n 12 "$OUT/log_quick.txt"
+if [ -n "${PAIRED:-}" ]; then
+    # shellcheck disable=SC2086 # PAIRED is a list of arguments
+    timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_paired.py --mpirun "$MPIRUN" \
+        --output "$OUT/bench_paired.json" $PAIRED 2>&1 | tee "$OUT/log_paired.txt"
+fi
 if [ -n "${WIRE:-}" ]; then
     timeout 120 python3 benchmarks/bench_wire.py --modes yield --mpirun "$MPIRUN" \
         --output "$OUT/bench_wire.json" 2>&1 | tee "$OUT/log_wire.txt"

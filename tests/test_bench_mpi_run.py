@@ -101,3 +101,28 @@ def test_bench_wire_times_every_way_of_waiting(tmp_path):
         for pattern in ("cg_product", "certificate"):
             assert result[pattern]["ms_per_round"] > 0
             assert result[pattern]["ms_per_round"] == min(result[pattern]["blocks_ms"])
+
+
+def test_bench_paired_runs_each_tree_on_its_own_asyncopt(tmp_path):
+    """benchmarks/bench_paired.py: one pair of solves, the base being this checkout
+    reached through another path; each run imports asyncopt from its own tree (the base
+    first on PYTHONPATH), both reach the target, and the ratio is base / this."""
+    import json
+    from benchmarks.bench_paired import main
+    tree = tmp_path / "tree"
+    tree.symlink_to(ROOT, target_is_directory=True)
+    out = tmp_path / "paired.json"
+    assert main(["--base", str(tree), "--ranks", "2", "--seeds", "3", "--data", "ctr_small",
+                 "--lam-ratio", "0.05", "--tol", "1e-6", "--time-cap", "30",
+                 "--shards", str(tmp_path / "shards"), "--output", str(out)]) == 0
+    payload = json.load(open(out))
+    assert payload["trees"]["base"]["path"] == str(tree)
+    (result,) = payload["results"]
+    (pair,) = result["pairs"]
+    assert pair["order"] == ["base", "this"]
+    assert pair["base"]["source"] == os.path.join(str(tree), "asyncopt")
+    assert pair["this"]["source"] == os.path.join(ROOT, "asyncopt")
+    for label in ("base", "this"):
+        assert pair[label]["converged"] and pair[label]["rel_gap"] <= 1e-6
+    assert result["median_ratio"] == pytest.approx(
+        pair["base"]["solve_s"] / pair["this"]["solve_s"])
