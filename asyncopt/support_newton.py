@@ -1057,11 +1057,11 @@ class StallWatch:
     workers on 16 cores (CTR 200,000 x 100,000 at 1e-3 lam_max) kept 1,300-1,550 non-zeros
     (the solution has 1,010) for 6-9 epochs, 90-140 of them changing each epoch, while the
     gap crawled from 0.11 to 0.07; the step came at epochs 4-11 (7 in the median) and
-    then certified 1e-11 at once. With the patience it came at epoch 5 (7 in one run): seeds 1-6, paired, median
-    solve 0.37 -> 0.26 s (ratios 0.50-2.51, median 1.53); on 1,600,000 rows 0.60 -> 0.59
-    s (3 pairs). Runs whose support settles first (1 or 2 workers) are unchanged. Serial
-    DDSS (seed 0): CTR at 1e-4 lam_max 8 -> 6 epochs, a9a degree 3 at 1e-2 lam_max Lasso
-    13 -> 11, logistic 12 -> 13.
+    then certified 1e-11 at once. With the patience it came at epoch 5 (7 in one run):
+    seeds 1-6, paired, median solve 0.37 -> 0.26 s (ratios 0.50-2.51, median 1.53); on
+    1,600,000 rows 0.60 -> 0.59 s (3 pairs). Runs whose support settles first (1 or 2
+    workers) are unchanged. Serial DDSS (seed 0): CTR at 1e-4 lam_max 8 -> 6 epochs, a9a
+    degree 3 at 1e-2 lam_max Lasso 13 -> 11, logistic 12 -> 13.
 
     Serial DDSS to 1e-6, two seeds each (2-core AMD EPYC), with SUPPORT_CHURN 0.02 / 0.05
     / 0.1: a9a degree 3 Lasso 35-38 / 23-24 / 18 epochs, logistic 18-26 / 17-20 / 14-16;
