@@ -126,3 +126,28 @@ def test_bench_paired_runs_each_tree_on_its_own_asyncopt(tmp_path):
         assert pair[label]["converged"] and pair[label]["rel_gap"] <= 1e-6
     assert result["median_ratio"] == pytest.approx(
         pair["base"]["solve_s"] / pair["this"]["solve_s"])
+
+
+def test_bench_timeline_times_every_ranks_kernels_and_waits(tmp_path):
+    """benchmarks/bench_timeline.py on mpirun -n 3: the server's record holds its inner
+    loops and waits, each worker's its SVRG batches (inside its inner loops), its
+    certificate passes and its waits; no inclusive total exceeds the solve, and the waits
+    at the inner loops' ends lie within the worker's waits."""
+    import json
+    from benchmarks.bench_timeline import main
+    out = tmp_path / "timeline.json"
+    assert main(["--ranks", "3", "--data", "ctr_small", "--lam-ratio", "0.05", "--seed", "2",
+                 "--shards", str(tmp_path / "shards"), "--output", str(out)]) == 0
+    payload = json.load(open(out))
+    assert payload["history"][-1]["rel_gap"] <= 1e-6
+    rows = {row["rank"]: row for row in payload["per_rank"]}
+    assert sorted(rows) == [0, 1, 2]
+    assert {"_serve_inner", "wait"} <= set(rows[0]["totals_ms"])
+    for rank in (1, 2):
+        totals = rows[rank]["totals_ms"]
+        assert {"svrg_epoch_l1", "csr_rmatvec", "margins", "_work_inner", "wait"} <= set(totals)
+        assert totals["svrg_epoch_l1"] < totals["_work_inner"]
+        assert 0.0 <= rows[rank]["inner_end_wait_ms"] <= totals["wait"]
+    for row in rows.values():
+        assert max(row["totals_ms"].values()) <= row["solve_ms"] * 1.01
+        assert all(0.0 <= a <= z for _, a, z in row["events"])

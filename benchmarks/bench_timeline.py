@@ -1,0 +1,194 @@
+"""Where each rank's time goes in one Dis-DDSS solve: the workers' kernels, the server's
+inner loop and dense Newton solve, the synchronous rounds and every wait (``wire.poll``),
+timed on every rank of ``mpirun -n K`` around ``_mpi_run.py``'s solve (its warm-up is not
+recorded).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_timeline.py --ranks 9 --data ctr_tall
+
+Each timed function is wrapped where solvers/mpi.py calls it, so the times are inclusive
+(``_work_inner`` holds the worker's SVRG batches and its waits for replies). A worker
+kernel that splits with the rows takes about 1/l of its time on one worker; what does not
+split shows as waits. On the second 16-core lend (benchmarks/README.md) every kernel split
+7.9-9x at 8 workers while each worker waited 25-30% of the solve, mostly for whichever
+rank ran slower for a while.
+
+Output: per rank, the solve's milliseconds and each timed name's total; for each worker
+its waits in all and those at the inner loops' ends (its last batch done, the server's
+stop not yet there); ``results/bench_timeline.json`` holds the machine, the run's
+history and every event (name, start, end; seconds from the first rank's solve start).
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# (module, class or None, names): what the ranks time
+TIMED = (("asyncopt.solvers.mpi", None,
+          ("svrg_epoch_l1", "svrg_epoch_group", "csr_rmatvec", "_intercept_refit",
+           "_anchor_without_optimal_zeros", "_serve_inner", "_work_inner", "dense_move",
+           "from_upper_triangle")),
+         ("asyncopt.problem", "ActiveSet", ("margins", "without_frozen")),
+         ("asyncopt.support_newton", "SupportRows", ("hessian_sums", "trial_sums")))
+WAIT = "wait"
+EPOCH_KERNELS = ("svrg_epoch_l1", "svrg_epoch_group")
+
+
+# --------------------------------------------------------------------------- rank side
+
+def install_timers(events):
+    """Wrap TIMED and the waits (``wire.poll``, as solvers/wire.py and channels.py call
+    it) so that each call appends (name, start, end) to ``events``."""
+    import importlib
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                events.append((name, start, time.perf_counter()))
+        return wrapper
+
+    for module_name, class_name, names in TIMED:
+        owner = importlib.import_module(module_name)
+        if class_name is not None:
+            owner = getattr(owner, class_name)
+        for name in names:
+            setattr(owner, name, timed(name, getattr(owner, name)))
+    wire = importlib.import_module("asyncopt.solvers.wire")
+    channels = importlib.import_module("asyncopt.solvers.channels")
+    wire.poll = channels.poll = timed(WAIT, wire.poll)
+
+
+def rank_main(trace, argv):
+    """Under mpirun: _mpi_run.main(argv) with the timers; each solve_mpi starts a fresh
+    event list, and at its end rank 0 writes every rank's (rank, solve start, solve end,
+    events) to ``trace`` (the warm-up's solve is overwritten by the timed one)."""
+    import asyncopt.solvers.mpi as mpi
+    from benchmarks import _mpi_run
+
+    events = []
+    install_timers(events)
+    solve = mpi.solve_mpi
+
+    def traced(comm, *args, **kwargs):
+        events.clear()
+        start = time.perf_counter()
+        result = solve(comm, *args, **kwargs)
+        ranks = comm.gather((comm.Get_rank(), start, time.perf_counter(), list(events)),
+                            root=0)
+        if comm.Get_rank() == 0:
+            with open(trace + ".tmp", "w") as f:
+                json.dump(ranks, f)
+            os.replace(trace + ".tmp", trace)
+        return result
+
+    mpi.solve_mpi = traced
+    _mpi_run.main(argv)
+
+
+# --------------------------------------------------------------------------- driver side
+
+def summarise(ranks):
+    """Per rank: {"rank", "solve_ms", "totals_ms" {name: inclusive ms}, and for workers
+    "inner_end_wait_ms"}; event times relative to the earliest solve start."""
+    origin = min(start for _, start, _, _ in ranks)
+    out = []
+    for rank, start, end, events in sorted(ranks):
+        totals = {}
+        for name, a, z in events:
+            totals[name] = totals.get(name, 0.0) + 1e3 * (z - a)
+        row = {"rank": rank, "solve_ms": 1e3 * (end - start), "totals_ms": totals,
+               "events": [(name, a - origin, z - origin) for name, a, z in events]}
+        if rank > 0:
+            tail = 0.0
+            for name, a, z in events:
+                if name != "_work_inner":
+                    continue
+                batches = [zz for nn, aa, zz in events
+                           if nn in EPOCH_KERNELS and a <= aa <= z]
+                tail += z - max(batches, default=z)
+            row["inner_end_wait_ms"] = 1e3 * tail
+        out.append(row)
+    return out
+
+
+def format_rank(row):
+    totals = sorted(row["totals_ms"].items(), key=lambda item: -item[1])
+    head = f"rank {row['rank']}: solve {row['solve_ms']:.0f} ms"
+    if "inner_end_wait_ms" in row:
+        head += (f", waits {row['totals_ms'].get(WAIT, 0.0):.0f} ms "
+                 f"({row['inner_end_wait_ms']:.0f} at the inner loops' ends)")
+    return head + "\n    " + ", ".join(f"{name} {ms:.1f}" for name, ms in totals)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", type=int, default=3, help="mpirun -n K (default 3)")
+    parser.add_argument("--data", default="ctr")
+    parser.add_argument("--loss", default="squared", choices=["squared", "logistic"])
+    parser.add_argument("--lam-ratio", type=float, default=1e-3)
+    parser.add_argument("--no-intercept", action="store_true")
+    parser.add_argument("--tol", type=float, default=1e-6)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--time-cap", type=float, default=60.0)
+    parser.add_argument("--mpirun", default=None)
+    parser.add_argument("--shards", default=None, metavar="DIR",
+                        help="where the shards are written (default: a temporary folder)")
+    parser.add_argument("--output", default=None)
+    args = parser.parse_args(argv)
+    from benchmarks._mpi_run import find_mpirun, prepare_shards, run_job
+    from benchmarks.bench_serial import DATA_DESCRIPTION
+    from benchmarks.common import RESULTS_DIR, machine_info, write_json
+    if args.data not in DATA_DESCRIPTION:
+        parser.error(f"--data: one of {', '.join(sorted(DATA_DESCRIPTION))}")
+    if args.ranks < 2:
+        parser.error("--ranks: at least 2 (1 server + 1 worker)")
+    mpirun = find_mpirun(args.mpirun)
+    if mpirun is None:
+        parser.error("no mpirun (pip install mpich)")
+    with tempfile.TemporaryDirectory(prefix="bench_timeline_") as workdir:
+        shards = prepare_shards(args.data, args.ranks - 1,
+                                args.shards or os.path.join(workdir, "shards"))
+        trace, out = os.path.join(workdir, "trace.json"), os.path.join(workdir, "run.json")
+        cmd = [mpirun, "-n", str(args.ranks), sys.executable, os.path.abspath(__file__),
+               "--rank-side", trace, "--out", out, "--data", args.data, "--loss", args.loss,
+               "--lam-ratio", repr(args.lam_ratio), "--tol", repr(args.tol),
+               "--max-time", repr(args.time_cap), "--seed", str(args.seed),
+               "--shards", shards] + ([] if args.no_intercept else ["--fit-intercept"])
+        wall, error = run_job(cmd, out, args.time_cap + 120)
+        if error:
+            print(f"bench_timeline: {error}", file=sys.stderr)
+            return 1
+        with open(trace) as f:
+            ranks = json.load(f)
+        with open(out) as f:
+            run = json.load(f)
+    rows = summarise(ranks)
+    history = run["history"]
+    print(f"bench_timeline: mpirun -n {args.ranks}, {args.data} "
+          f"({DATA_DESCRIPTION[args.data]}), {args.loss}, lam = {args.lam_ratio:g} "
+          f"lam_max, seed {args.seed}: {len(history)} records, certified gap "
+          f"{history[-1]['rel_gap']:.1e}; times inclusive, in ms")
+    for row in rows:
+        print(format_rank(row))
+    path = args.output or os.path.join(RESULTS_DIR, "bench_timeline.json")
+    write_json(path, {"benchmark": "bench_timeline", "machine": machine_info(("mpi4py",)),
+                      "ranks": args.ranks, "data": args.data, "loss": args.loss,
+                      "lam_ratio": args.lam_ratio, "seed": args.seed, "tol": args.tol,
+                      "history": history, "per_rank": rows})
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--rank-side":
+        rank_main(sys.argv[2], sys.argv[3:])
+    else:
+        sys.exit(main())
