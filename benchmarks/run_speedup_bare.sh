@@ -18,7 +18,8 @@
 # shared-memory window) into OUT/bench_wire.json and OUT/log_wire.txt. PAIRED="args" runs
 # bench_paired.py with those args first (e.g. PAIRED="--base .whl/base --ranks 9 --seeds
 # 1 2 3 4 5 6", the base tree copied into a carried folder) into OUT/bench_paired.json and
-# OUT/log_paired.txt.
+# OUT/log_paired.txt; TIMELINE="args" runs bench_timeline.py (e.g. TIMELINE="--ranks 9
+# --data ctr_tall") into OUT/bench_timeline.json and OUT/log_timeline.txt.
 set -uo pipefail
 WHEELS=${WHEELS:-.whl}
 OUT=${OUT:-benchmarks/results}
@@ -47,6 +48,11 @@ if [ -n "${PAIRED:-}" ]; then
     # shellcheck disable=SC2086 # PAIRED is a list of arguments
     timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_paired.py --mpirun "$MPIRUN" \
         --output "$OUT/bench_paired.json" $PAIRED 2>&1 | tee "$OUT/log_paired.txt"
+fi
+if [ -n "${TIMELINE:-}" ]; then
+    # shellcheck disable=SC2086 # TIMELINE is a list of arguments
+    timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_timeline.py --mpirun "$MPIRUN" \
+        --output "$OUT/bench_timeline.json" $TIMELINE 2>&1 | tee "$OUT/log_timeline.txt"
 fi
 if [ -n "${WIRE:-}" ]; then
     timeout 120 python3 benchmarks/bench_wire.py --modes yield --mpirun "$MPIRUN" \
