@@ -174,10 +174,9 @@ def _intercept_refit(wire, code, z, y, b, n):
 
 def _save_state(path, penalty, n_features, blocks, x, b, lam, history):
     """Write the checkpoint of x (on the active ``blocks``), b and the history to
-    ``path``; returns False (nothing is left unsaved)."""
+    ``path``."""
     save_checkpoint(path, coef=_expand(penalty, n_features, blocks, x), intercept=b,
                     lam=lam, history=history)
-    return False
 
 
 def _expand(penalty, n_features, blocks, x):
@@ -343,7 +342,6 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     messages, message_bytes = 0, 0
     progress = ProgressLine(verbose if server else 0, label=label)
     live = {}     # the server's current x, b and active blocks, for a SIGTERM checkpoint
-    unsaved = False     # the server's last record is not in the checkpoint yet
     restore_handler = None
     if server and checkpoint is not None:
         restore_handler = _checkpoint_on_sigterm(checkpoint, live, history, penalty, p, lam)
@@ -438,7 +436,6 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 phases = dict.fromkeys(phases, 0.0)
                 history.append(record)
                 progress.update(record)
-                unsaved = checkpoint is not None
                 keep = np.ones(pen.n_blocks, dtype=bool)
                 if certified <= tol * reference:
                     converged, status = True, STOP
@@ -490,8 +487,10 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 dropped = wire.bcast(dropped)
                 keep = np.ones(pen.n_blocks, dtype=bool)
                 keep[dropped] = False
-            if server and unsaved and status != INNER:
-                unsaved = _save_state(checkpoint, penalty, p, blocks, x, b, lam, history)
+            # each outer iteration's record goes into the checkpoint once the workers
+            # have what they wait for: here, or after the epoch's anchor (below)
+            if server and checkpoint is not None and status != INNER:
+                _save_state(checkpoint, penalty, p, blocks, x, b, lam, history)
             if status == STOP:
                 break
             if status == REJECT:
@@ -553,12 +552,12 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             else:
                 step = wire.bcast(step)
                 mu_intercept, weighted_mu = float(step[0]), step[1:]
-            if server and unsaved:
+            if server and checkpoint is not None:
                 # the record's checkpoint, written while the workers form their epoch
                 # views rather than before they have the anchor: 2 ms of the server's
                 # serial time an epoch at 100,000 features, 20 at a million (the blocks
                 # compacted away are zeros of x, so the coefficients are the record's)
-                unsaved = _save_state(checkpoint, penalty, p, blocks, x, b, lam, history)
+                _save_state(checkpoint, penalty, p, blocks, x, b, lam, history)
             eta_intercept = eta * intercept_sq
             if saga:
                 # the SAGA gradient memory stays on the workers (one value per own row);
