@@ -29,6 +29,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.abspath(__file__)
+METHODS = ("ddss", "ddss_naive", "prox_asaga", "prox_asvrg")     # what --method takes
 # one thread per rank: the ranks are the parallelism (numba kernels here are serial)
 RANK_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
             "NUMBA_NUM_THREADS": "1"}
@@ -96,22 +97,53 @@ def prepare_shards(data, n_workers, root):
     return folder
 
 
+def add_solve_arguments(parser):
+    """The problem and solve flags of the scripts that launch single solves and read their
+    payloads (bench_paired, bench_timeline); ``solve_options`` turns them into
+    ``launch``'s keyword arguments."""
+    from benchmarks.bench_serial import DATA_DESCRIPTION
+    parser.add_argument("--data", default="ctr", choices=sorted(DATA_DESCRIPTION))
+    parser.add_argument("--loss", default="squared", choices=["squared", "logistic"])
+    parser.add_argument("--lam-ratio", type=float, default=1e-3)
+    parser.add_argument("--no-intercept", action="store_true")
+    parser.add_argument("--method", default="ddss", choices=METHODS)
+    parser.add_argument("--tol", type=float, default=1e-6,
+                        help="relative duality gap to reach (default 1e-6)")
+    parser.add_argument("--time-cap", type=float, default=60.0, help="seconds per solve")
+    parser.add_argument("--mpirun", default=None)
+    parser.add_argument("--shards", default=None, metavar="DIR",
+                        help="where the shards are written (default: a temporary folder)")
+    parser.add_argument("--output", default=None)
+
+
+def solve_options(args):
+    """``launch``'s keyword arguments from ``add_solve_arguments``' flags (a run gets
+    2 minutes beyond its time cap before it is killed)."""
+    return dict(data=args.data, loss=args.loss, lam_ratio=args.lam_ratio,
+                fit_intercept=not args.no_intercept, method=args.method, tol=args.tol,
+                max_time=args.time_cap, timeout=args.time_cap + 120, mpirun=args.mpirun)
+
+
 def launch(n_ranks, out, *, data, loss, lam_ratio, fit_intercept, method, tol, max_time,
-           seed=0, timeout=None, mpirun=None, extra_args=(), shard_root=None, root=None):
+           seed=0, timeout=None, mpirun=None, extra_args=(), shard_root=None, root=None,
+           script=None):
     """Run ``mpirun -n n_ranks python _mpi_run.py ...`` and return
     (payload dict or None, wall seconds of the whole mpirun, error text or None).
     A run past ``timeout`` seconds has its process group killed. With ``shard_root`` the
     workers' shards are written there first (prepare_shards, not timed) and each rank
     loads only its own. ``root``: run another source tree's _mpi_run.py and asyncopt
-    (``rank_environment``; bench_paired's base), this checkout's by default."""
+    (``rank_environment``; bench_paired's base), this checkout's by default. ``script``:
+    a script run instead that takes these arguments and calls ``main`` with them
+    (bench_timeline's rank side)."""
     mpirun = find_mpirun(mpirun)
     if mpirun is None:
         return None, 0.0, "no mpirun found (pip install mpich)"
     if shard_root is not None:
         extra_args = list(extra_args) + [
             "--shards", prepare_shards(data, n_ranks - 1, shard_root)]
-    script = SCRIPT if root is None else os.path.join(os.path.abspath(root), "benchmarks",
-                                                      os.path.basename(SCRIPT))
+    if script is None:
+        script = SCRIPT if root is None else os.path.join(
+            os.path.abspath(root), "benchmarks", os.path.basename(SCRIPT))
     cmd = [mpirun, "-n", str(n_ranks), sys.executable, script, "--out", out,
            "--data", data, "--loss", loss, "--lam-ratio", repr(float(lam_ratio)),
            "--method", method, "--tol", repr(float(tol)), "--max-time", repr(float(max_time)),
@@ -232,8 +264,7 @@ def main(argv=None):
     parser.add_argument("--loss", default="squared", choices=("squared", "logistic"))
     parser.add_argument("--lam-ratio", type=float, required=True)
     parser.add_argument("--fit-intercept", action="store_true")
-    parser.add_argument("--method", default="ddss",
-                        choices=("ddss", "ddss_naive", "prox_asaga", "prox_asvrg"))
+    parser.add_argument("--method", default="ddss", choices=METHODS)
     parser.add_argument("--tol", type=float, default=1e-6)
     parser.add_argument("--max-time", type=float, default=None)
     parser.add_argument("--max-epochs", type=int, default=10 ** 7)

@@ -29,7 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks._mpi_run import launch, prepare_shards  # noqa: E402
+from benchmarks._mpi_run import (add_solve_arguments, launch, prepare_shards,  # noqa: E402
+                                 solve_options)
 from benchmarks.bench_serial import DATA_DESCRIPTION  # noqa: E402
 from benchmarks.common import (RESULTS_DIR, format_table, git_revision,  # noqa: E402
                                machine_info, write_json)
@@ -51,11 +52,8 @@ def run_pair(trees, order, n_ranks, seed, args, workdir, shard_root):
     runs = {}
     for label in order:
         payload, wall, error = launch(
-            n_ranks, os.path.join(workdir, f"{label}.json"), data=args.data, loss=args.loss,
-            lam_ratio=args.lam_ratio, fit_intercept=not args.no_intercept,
-            method=args.method, tol=args.tol, max_time=args.time_cap, seed=seed,
-            timeout=args.time_cap + 120, mpirun=args.mpirun, shard_root=shard_root,
-            root=trees[label])
+            n_ranks, os.path.join(workdir, f"{label}.json"), seed=seed,
+            shard_root=shard_root, root=trees[label], **solve_options(args))
         runs[label] = {"error": error, "wall_s": wall} if error else \
             dict(summary(payload), wall_s=wall)
     return runs
@@ -93,18 +91,7 @@ def main(argv=None):
     parser.add_argument("--ranks", type=int, nargs="+", default=[3], metavar="K",
                         help="mpirun -n K (1 server + K-1 workers; default 3)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6])
-    parser.add_argument("--data", default="ctr", choices=sorted(DATA_DESCRIPTION))
-    parser.add_argument("--loss", default="squared", choices=["squared", "logistic"])
-    parser.add_argument("--lam-ratio", type=float, default=1e-3)
-    parser.add_argument("--no-intercept", action="store_true")
-    parser.add_argument("--method", default="ddss")
-    parser.add_argument("--tol", type=float, default=1e-6,
-                        help="relative duality gap to reach (default 1e-6)")
-    parser.add_argument("--time-cap", type=float, default=60.0, help="seconds per solve")
-    parser.add_argument("--mpirun", default=None)
-    parser.add_argument("--shards", default=None, metavar="DIR",
-                        help="where the shards are written (default: a temporary folder)")
-    parser.add_argument("--output", default=None)
+    add_solve_arguments(parser)
     args = parser.parse_args(argv)
     base = os.path.abspath(args.base)
     if not os.path.isfile(os.path.join(base, "benchmarks", "_mpi_run.py")):
@@ -120,10 +107,10 @@ def main(argv=None):
         shard_root = args.shards or os.path.join(workdir, "shards")
         for n_ranks in args.ranks:
             prepare_shards(args.data, n_ranks - 1, shard_root)
-            rows, pairs = [], []
+            rows, pairs, orders = [], [], []
             for i, seed in enumerate(args.seeds):
-                order = ("base", "this") if i % 2 == 0 else ("this", "base")
-                runs = run_pair(trees, order, n_ranks, seed, args, workdir, shard_root)
+                orders.append(("base", "this") if i % 2 == 0 else ("this", "base"))
+                runs = run_pair(trees, orders[-1], n_ranks, seed, args, workdir, shard_root)
                 pairs.append(runs)
                 rows.append(pair_row(seed, runs))
                 print(f"  -n {n_ranks} seed {seed}: base " + rows[-1][1] + ", this " +
@@ -138,9 +125,8 @@ def main(argv=None):
                   "certified gap; ratio = base / this")
             print(format_table(["seed", "base", "this", "ratio"], rows))
             results.append({"n_ranks": n_ranks, "pairs": [
-                dict(seed=seed, order=list(("base", "this") if i % 2 == 0
-                                           else ("this", "base")), **runs)
-                for i, (seed, runs) in enumerate(zip(args.seeds, pairs))],
+                dict(seed=seed, order=list(order), **runs)
+                for seed, order, runs in zip(args.seeds, orders, pairs)],
                 "median_s": medians,
                 "median_ratio": statistics.median(ratios) if ratios else None})
     path = args.output or os.path.join(RESULTS_DIR, "bench_paired.json")

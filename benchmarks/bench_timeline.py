@@ -36,6 +36,7 @@ TIMED = (("asyncopt.solvers.mpi", None,
          ("asyncopt.problem", "ActiveSet", ("margins", "without_frozen")),
          ("asyncopt.support_newton", "SupportRows", ("hessian_sums", "trial_sums")))
 WAIT = "wait"
+TRACE_FLAG = "--trace"     # the rank side's own argument: where rank 0 writes the events
 EPOCH_KERNELS = ("svrg_epoch_l1", "svrg_epoch_group")
 
 
@@ -66,13 +67,16 @@ def install_timers(events):
     wire.poll = channels.poll = timed(WAIT, wire.poll)
 
 
-def rank_main(trace, argv):
-    """Under mpirun: _mpi_run.main(argv) with the timers; each solve_mpi starts a fresh
-    event list, and at its end rank 0 writes every rank's (rank, solve start, solve end,
-    events) to ``trace`` (the warm-up's solve is overwritten by the timed one)."""
+def rank_main(argv):
+    """Under mpirun: _mpi_run.main(argv less ``--trace PATH``) with the timers; each
+    solve_mpi starts a fresh event list, and at its end rank 0 writes every rank's (rank,
+    solve start, solve end, events) to PATH (the warm-up's solve is overwritten by the
+    timed one)."""
     import asyncopt.solvers.mpi as mpi
     from benchmarks import _mpi_run
 
+    at = argv.index(TRACE_FLAG)
+    trace, argv = argv[at + 1], argv[:at] + argv[at + 2:]
     events = []
     install_timers(events)
     solve = mpi.solve_mpi
@@ -131,45 +135,28 @@ def format_rank(row):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=3, help="mpirun -n K (default 3)")
-    parser.add_argument("--data", default="ctr")
-    parser.add_argument("--loss", default="squared", choices=["squared", "logistic"])
-    parser.add_argument("--lam-ratio", type=float, default=1e-3)
-    parser.add_argument("--no-intercept", action="store_true")
-    parser.add_argument("--tol", type=float, default=1e-6)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--time-cap", type=float, default=60.0)
-    parser.add_argument("--mpirun", default=None)
-    parser.add_argument("--shards", default=None, metavar="DIR",
-                        help="where the shards are written (default: a temporary folder)")
-    parser.add_argument("--output", default=None)
+    from benchmarks._mpi_run import add_solve_arguments, find_mpirun, launch, solve_options
+    add_solve_arguments(parser)
     args = parser.parse_args(argv)
-    from benchmarks._mpi_run import find_mpirun, prepare_shards, run_job
     from benchmarks.bench_serial import DATA_DESCRIPTION
     from benchmarks.common import RESULTS_DIR, machine_info, write_json
-    if args.data not in DATA_DESCRIPTION:
-        parser.error(f"--data: one of {', '.join(sorted(DATA_DESCRIPTION))}")
     if args.ranks < 2:
         parser.error("--ranks: at least 2 (1 server + 1 worker)")
-    mpirun = find_mpirun(args.mpirun)
-    if mpirun is None:
+    if find_mpirun(args.mpirun) is None:
         parser.error("no mpirun (pip install mpich)")
     with tempfile.TemporaryDirectory(prefix="bench_timeline_") as workdir:
-        shards = prepare_shards(args.data, args.ranks - 1,
-                                args.shards or os.path.join(workdir, "shards"))
-        trace, out = os.path.join(workdir, "trace.json"), os.path.join(workdir, "run.json")
-        cmd = [mpirun, "-n", str(args.ranks), sys.executable, os.path.abspath(__file__),
-               "--rank-side", trace, "--out", out, "--data", args.data, "--loss", args.loss,
-               "--lam-ratio", repr(args.lam_ratio), "--tol", repr(args.tol),
-               "--max-time", repr(args.time_cap), "--seed", str(args.seed),
-               "--shards", shards] + ([] if args.no_intercept else ["--fit-intercept"])
-        wall, error = run_job(cmd, out, args.time_cap + 120)
+        trace = os.path.join(workdir, "trace.json")
+        run, _, error = launch(
+            args.ranks, os.path.join(workdir, "run.json"), seed=args.seed,
+            shard_root=args.shards or os.path.join(workdir, "shards"),
+            extra_args=[TRACE_FLAG, trace], script=os.path.abspath(__file__),
+            **solve_options(args))
         if error:
             print(f"bench_timeline: {error}", file=sys.stderr)
             return 1
         with open(trace) as f:
             ranks = json.load(f)
-        with open(out) as f:
-            run = json.load(f)
     rows = summarise(ranks)
     history = run["history"]
     print(f"bench_timeline: mpirun -n {args.ranks}, {args.data} "
@@ -188,7 +175,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--rank-side":
-        rank_main(sys.argv[2], sys.argv[3:])
+    if TRACE_FLAG in sys.argv[1:]:      # a rank under the mpirun that ``main`` started
+        rank_main(sys.argv[1:])
     else:
         sys.exit(main())
