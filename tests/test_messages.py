@@ -6,7 +6,7 @@ import pytest
 
 from asyncopt.kernels.messages import (ChangeLog, add_weighted_delta, apply_reply,
                                        bitmap_words, changed_since, decode_index,
-                                       encode_index, take_delta)
+                                       encode_index, take_delta, unpack_bitmap)
 
 HEADER = 4
 
@@ -142,6 +142,22 @@ def test_index_travels_as_indices_or_bitmap_whichever_is_shorter(p, density):
         np.testing.assert_array_equal(np.flatnonzero(bits), support)
     out = np.full(p, -1, dtype=np.int32)
     np.testing.assert_array_equal(decode_index(wire, k, p, out), support)
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 100, 1000])
+def test_unpack_bitmap_gives_the_set_bits_below_n_ascending(n):
+    """Every set bit j < n of random words, in order, as np.unpackbits reads them; bits
+    from n on (in the last word, or in words beyond the bitmap's) are not coordinates."""
+    rng = np.random.default_rng(n)
+    for _ in range(10):
+        words = rng.integers(0, 2 ** 32, bitmap_words(n) + 2, dtype=np.uint64)
+        words = words.astype(np.uint32)
+        words[rng.random(words.shape[0]) < 0.3] = 0
+        bits = np.unpackbits(words.view(np.uint8), bitorder="little")
+        want = np.flatnonzero(bits[:n])
+        out = np.full(32 * words.shape[0], -1, dtype=np.int32)
+        k = unpack_bitmap(words, n, out)
+        np.testing.assert_array_equal(out[:k], want)
 
 
 def test_a_bitmap_that_disagrees_with_its_values_is_an_error():

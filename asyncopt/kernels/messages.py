@@ -119,6 +119,18 @@ def _lowest_bit(low):
                       >> np.uint64(27)]
 
 
+@njit(cache=True, inline="always")
+def _append_bits(word, base, out, k):
+    """The set bits b of the uint32 ``word``, ascending, as base + b into out[k:] (one
+    step per set bit, ``_lowest_bit``); returns the new k."""
+    while word:
+        low = word & (~word + np.uint32(1))
+        out[k] = base + _lowest_bit(low)
+        k += 1
+        word ^= low
+    return k
+
+
 @njit(cache=True, nogil=True)
 def changed_in_log(log, start, stop, changed_at, seen, worker, run_source, before_run,
                    judged, owed):
@@ -146,13 +158,8 @@ def changed_in_log(log, start, stop, changed_at, seen, worker, run_source, befor
     k = 0
     for w in range(first, last + 1):
         judged[w] = 0
-        word = owed[w]
+        k = _append_bits(owed[w], w << 5, out, k)
         owed[w] = 0
-        while word:
-            low = word & (~word + np.uint32(1))
-            out[k] = (w << 5) + _lowest_bit(low)
-            k += 1
-            word ^= low
     return out
 
 
@@ -230,16 +237,12 @@ def unpack_bitmap(words, n, index):
     """The set bits of ``words`` (uint32) among the first n, ascending, into index[:k];
     returns k."""
     k = 0
-    for w in range(words.shape[0]):
+    for w in range(min(words.shape[0], (n + 31) // 32)):
         word = words[w]
-        if word == 0:
-            continue
-        for b in range(32):
-            if word & (np.uint32(1) << np.uint32(b)):
-                j = (w << 5) + b
-                if j < n:
-                    index[k] = j
-                    k += 1
+        left = n - (w << 5)
+        if left < 32:                       # the bits of the last word from n on
+            word &= (np.uint32(1) << np.uint32(left)) - np.uint32(1)
+        k = _append_bits(word, w << 5, index, k)
     return k
 
 
