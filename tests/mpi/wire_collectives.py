@@ -2,8 +2,8 @@
 uses on an oversubscribed node, and those it sends through the inner loop's shared-memory
 window on one node (``channels.SharedCollectives``, a window of capacity 600: the
 1000-long vectors go through it in pieces where the node is oversubscribed, else as
-MPI's collectives), give what MPI's own collectives give, and count the same bytes. Every rank contributes rank-dependent vectors; rank 0 writes
-JSON to argv[1]."""
+MPI's collectives), give what MPI's own collectives give, and count the same bytes.
+Every rank contributes rank-dependent vectors; rank 0 writes JSON to argv[1]."""
 import json
 import sys
 
