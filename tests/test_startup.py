@@ -1,5 +1,6 @@
 """Start-up of an MPI rank: what it imports and what data it reads."""
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -146,3 +147,26 @@ def test_a_new_process_loads_the_epoch_kernels_from_numbas_cache(tmp_path):
     assert first == [(0, 1)] * 4              # compiled into the empty cache
     assert second == [(1, 0)] * 4             # then loaded, nothing compiled
     assert len(list(tmp_path.rglob("*epoch_l1*.nbc"))) == 2    # serial and tracked
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_the_server_kernels_loaded_before_a_solve_are_the_ones_it_runs(tmp_path, loss):
+    """load_server_kernels (what the command line's server runs while the workers parse)
+    loads each server kernel with the overloads solve_mpi's server then calls: the solve
+    adds none. An overload of other types would leave numba's load (and, first in the
+    process, its 0.2 s context) inside the first certificate."""
+    mpirun = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    if not os.path.exists(mpirun):
+        pytest.skip("no mpirun next to the interpreter")
+    out = tmp_path / "kernels.json"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    run = subprocess.run([mpirun, "-n", "3", sys.executable,
+                          os.path.join(ROOT, "tests", "mpi", "server_kernels.py"),
+                          str(out), loss], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stdout[-1000:] + run.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["converged"]
+    assert all(result["warmed"].values()), result["warmed"]
+    assert result["added"] == {name: [] for name in result["warmed"]}, result["added"]
+

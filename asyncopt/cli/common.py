@@ -428,7 +428,7 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     from asyncopt.losses import get_loss
     from asyncopt.penalties import L1
     from asyncopt.problem import Problem
-    from asyncopt.solvers.mpi import distributed_lam_max, solve_mpi
+    from asyncopt.solvers.mpi import distributed_lam_max, load_server_kernels, solve_mpi
 
     from .distributed import agree, labels, load_shard
 
@@ -436,10 +436,12 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     if args.method not in MPI_METHODS:
         raise CliUsageError(f"--method {args.method} does not run under mpirun yet: use one "
                             f"of {', '.join(MPI_METHODS)}")
-    X, y, name, n, p, nnz = load_shard(args, comm)
+    code = get_loss(loss).code
+    # L1(1): the same kernels as the problem's L1(p), whose p the workers are reading
+    X, y, name, n, p, nnz = load_shard(
+        args, comm, server_meanwhile=lambda: load_server_kernels(L1(1), code))
     y, classes = labels(comm, y, loss, name)
     fit_intercept = not args.no_intercept
-    code = get_loss(loss).code
     penalty = L1(p)
     shard = None if X is None else Problem(X, y, loss, penalty, 1.0, fit_intercept)
     lmax = distributed_lam_max(comm, shard, penalty, n, code, fit_intercept)

@@ -31,8 +31,9 @@ def agree(comm, fn):
     return out
 
 
-def load_shard(args, comm):
-    """(X_k, y_k, name, n, p, nnz): this worker's rows (None on rank 0) and the global sizes."""
+def load_shard(args, comm, server_meanwhile=None):
+    """(X_k, y_k, name, n, p, nnz): this worker's rows (None on rank 0) and the global sizes.
+    ``server_meanwhile``: what rank 0, which reads nothing, runs while the workers read."""
     from asyncopt.cores import available_cores, blas_threads_beside
     from asyncopt.data import load_libsvm, libsvm_byte_ranges
     from asyncopt.data.libsvm import _is_compressed
@@ -47,6 +48,8 @@ def load_shard(args, comm):
     if args.data is None or not splittable:
         def whole():
             if rank == 0:
+                if server_meanwhile is not None:
+                    server_meanwhile()
                 return None, None, None
             X, y, name = load_data(args, threads)
             rows = np.array_split(np.arange(X.shape[0]), workers)[rank - 1]
@@ -62,6 +65,8 @@ def load_shard(args, comm):
         def part():
             ranges = libsvm_byte_ranges(name, workers)    # every rank: a missing file fails
             if rank == 0:
+                if server_meanwhile is not None:
+                    server_meanwhile()
                 return None, None
             offset, length = ranges[rank - 1]
             return load_libsvm(name, n_features=ANY_WIDTH, zero_based=True, offset=offset,

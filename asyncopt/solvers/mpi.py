@@ -1188,3 +1188,25 @@ def distributed_lam_max(comm, problem, penalty, n, loss_code, fit_intercept):
     if comm.Get_rank() == 0:
         value[0] = penalty.restricted(np.arange(penalty.n_blocks)).dual_norm(total) / n
     return float(wire.bcast(value)[0])
+
+
+def load_server_kernels(penalty, loss_code):
+    """Load the numba kernels the server runs in every Dis-DDSS solve (from numba's cache,
+    or compiled where it is cold), on tiny inputs of the solve's types. A process's first
+    kernel also builds numba's typing and target contexts, ~0.2 s on the 2-core VM that
+    the server otherwise spends inside the first certificate while every worker waits
+    for its decision; a caller with idle time on the server calls this there (the command
+    line, while the workers parse their byte ranges)."""
+    empty = np.zeros(0)
+    generalized_residual(loss_code, empty, empty, np.empty(0))
+    penalty.value(np.zeros(penalty.ids.shape[0]))
+    x, omega = np.zeros(1), np.ones(1)
+    index, values = np.zeros(1, dtype=np.int32), np.zeros(HEADER + 1)
+    changed_at, before_run = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    run_source = np.zeros(1, dtype=np.int32)
+    for orthant in (None, np.ones(1, dtype=bool)) if penalty.is_l1 else (None,):
+        add_weighted_delta(x, changed_at, index, values, HEADER, 1.0, omega, 1, 1,
+                           run_source, before_run, orthant)
+    log = ChangeLog(1, 1)
+    log.add(index)
+    log.owed(1, changed_at, 0, run_source, before_run)
