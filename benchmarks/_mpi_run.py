@@ -300,7 +300,9 @@ def main(argv=None):
     from asyncopt.losses import get_loss
     from asyncopt.problem import Problem
     from asyncopt.solvers.mpi import distributed_lam_max, solve_mpi
+    from asyncopt.cli.common import freeze_at_exit
 
+    freeze_at_exit()        # as the command lines: the mpirun's wall time is theirs
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     if size < 2:
