@@ -17,6 +17,7 @@ from asyncopt.penalties import L1, weighted_l1_value
 from asyncopt.problem import Problem
 from asyncopt.solvers.methods import solver_flags
 from asyncopt.solvers.mpi import load_server_kernels, solve_mpi
+from asyncopt.cli.common import freeze_at_exit
 
 KERNELS = {"generalized_residual": generalized_residual,
            "weighted_l1_value": weighted_l1_value,
@@ -58,4 +59,5 @@ def main(out, loss, n=400, p=150):
 
 
 if __name__ == "__main__":
+    freeze_at_exit()     # as the command lines: their exit, not numba's last collection
     main(sys.argv[1], sys.argv[2])

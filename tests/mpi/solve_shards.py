@@ -21,6 +21,7 @@ from asyncopt.penalties import L1, GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers import solve_ddss
 from asyncopt.solvers.mpi import solve_mpi
+from asyncopt.cli.common import freeze_at_exit
 
 
 def main(out, loss, method, groups, options=(), batch=None, seed=0, n=400, p=150):
@@ -77,4 +78,5 @@ def main(out, loss, method, groups, options=(), batch=None, seed=0, n=400, p=150
 
 
 if __name__ == "__main__":
+    freeze_at_exit()     # as the command lines: their exit, not numba's last collection
     main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:])

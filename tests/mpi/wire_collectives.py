@@ -12,6 +12,7 @@ from mpi4py import MPI
 
 from asyncopt.solvers.channels import open_channel
 from asyncopt.solvers.wire import Wire
+from asyncopt.cli.common import freeze_at_exit
 
 
 def exchange(wire):
@@ -64,4 +65,5 @@ def main(out):
 
 
 if __name__ == "__main__":
+    freeze_at_exit()     # as the command lines: their exit, not numba's last collection
     main(sys.argv[1])
