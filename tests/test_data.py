@@ -73,9 +73,12 @@ def write_lines(path, lines, trailing_newline=True):
     return path
 
 
+@pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("trailing_newline", [True, False])
 @pytest.mark.parametrize("n_parts", [1, 2, 3, 4, 7, 16, 40, 97])
-def test_byte_range_shards_concatenate_to_whole_file(tmp_path, n_parts, trailing_newline):
+def test_byte_range_shards_concatenate_to_whole_file(tmp_path, n_parts, trailing_newline,
+                                                     threads):
+    """Each range is read whole and parsed where it lies, in ``threads`` pieces."""
     X = random_sparse(60, 20, 0.15, seed=3)
     y = np.arange(60, dtype=float)
     path = tmp_path / "data.svm"
@@ -90,8 +93,8 @@ def test_byte_range_shards_concatenate_to_whole_file(tmp_path, n_parts, trailing
     assert len(ranges) == n_parts
     size = os.path.getsize(path)
     assert all(0 <= o <= size and length >= 0 for o, length in ranges)
-    shards = [load_libsvm(path, n_features=20, zero_based=False, offset=o, length=length)
-              for o, length in ranges]
+    shards = [load_libsvm(path, n_features=20, zero_based=False, offset=o, length=length,
+                          n_threads=threads) for o, length in ranges]
     assert all(s[0].shape[1] == 20 for s in shards)
     np.testing.assert_array_equal(np.concatenate([s[1] for s in shards]), y_all)
     assert_same_csr(sp.vstack([s[0] for s in shards]).tocsr(), X_all)

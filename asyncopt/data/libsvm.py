@@ -16,7 +16,6 @@ cuts the range itself and parses whole lines.
 """
 import bz2
 import gzip
-import io
 import lzma
 import math
 import os
@@ -151,16 +150,16 @@ def _read_span(path, start, end):
         return f.read(end - start)
 
 
-def _line_cuts(text, parts):
-    """Offsets 0 = c_0 < ... < c_k = len(text) (k <= parts) cutting ``text`` (whole lines)
-    into k pieces of about the same bytes, each made of whole lines."""
+def _line_cuts(text, parts, end):
+    """Offsets 0 = c_0 < ... < c_k = end (k <= parts) cutting text[:end] (whole lines) into
+    k pieces of about the same bytes, each made of whole lines."""
     cuts = [0]
     for k in range(1, parts):
-        at = text.find(b"\n", max(k * len(text) // parts, cuts[-1])) + 1
-        if at <= cuts[-1] or at >= len(text):
+        at = text.find(b"\n", max(k * end // parts, cuts[-1]), end) + 1
+        if at <= cuts[-1] or at >= end:
             continue
         cuts.append(at)
-    return cuts + [len(text)]
+    return cuts + [end]
 
 
 class _Block:
@@ -216,36 +215,27 @@ def _nth_line(text, line):
     return text.split(b"\n", line + 1)[line]
 
 
-def _parse_stream(stream, zero_based, n_features, fail, n_threads=1):
-    """(y, indptr, indices, data, row_line) of the LIBSVM lines of a binary stream, read
-    in blocks of about _PARSE_BLOCK bytes cut at line ends, each parsed in ``n_threads``
-    pieces at once; indices as written; row_line: each row's 0-based line in the stream.
-    ``fail(line, problem)`` builds the error for a 0-based line of the stream."""
+def _parse_lines(text, end, zero_based, n_features, fail, n_threads, blocks, lines):
+    """Parse the whole lines text[:end] in ``n_threads`` pieces at once (no copy of the
+    text: each piece is read in place) and append them, finished, to ``blocks``; ``lines``
+    lines came before text. Returns the line count after it."""
     from asyncopt.kernels.linalg import run_in_parallel
-    blocks, carry, lines = [], b"", 0
-    while True:
-        text = stream.read(_PARSE_BLOCK)
-        if text:
-            text = carry + text
-            cut = text.rfind(b"\n") + 1
-            if cut == 0:
-                carry = text
-                continue
-            text, carry = text[:cut], text[cut:]
-        elif carry:
-            text, carry = carry, b""
-        else:
-            break
-        cuts = _line_cuts(text, max(1, int(n_threads)))
-        pieces = [_Block(text, a, b, zero_based, n_features)
-                  for a, b in zip(cuts[:-1], cuts[1:])]
-        run_in_parallel([piece.parse for piece in pieces])
-        for piece in pieces:
-            base = lines
-            piece.finish(lambda line, problem: fail(base + line, problem))
-            piece.row_line += base
-            blocks.append(piece)
-            lines += piece.n_lines
+    if end == 0:
+        return lines
+    cuts = _line_cuts(text, max(1, int(n_threads)), end)
+    pieces = [_Block(text, a, b, zero_based, n_features) for a, b in zip(cuts[:-1], cuts[1:])]
+    run_in_parallel([piece.parse for piece in pieces])
+    for piece in pieces:
+        base = lines
+        piece.finish(lambda line, problem: fail(base + line, problem))
+        piece.row_line += base
+        blocks.append(piece)
+        lines += piece.n_lines
+    return lines
+
+
+def _joined(blocks):
+    """(y, indptr, indices, data, row_line) of parsed blocks, in order."""
     if len(blocks) == 1:
         b = blocks[0]
         return b.y, b.indptr, b.indices, b.data, b.row_line
@@ -255,6 +245,29 @@ def _parse_stream(stream, zero_based, n_features, fail, n_threads=1):
             np.concatenate([b.indices for b in blocks] or [np.empty(0, np.int64)]),
             np.concatenate([b.data for b in blocks] or [np.empty(0)]),
             np.concatenate([b.row_line for b in blocks] or [np.empty(0, np.int64)]))
+
+
+def _parse_stream(stream, zero_based, n_features, fail, n_threads=1):
+    """(y, indptr, indices, data, row_line) of the LIBSVM lines of a binary stream, read
+    in blocks of about _PARSE_BLOCK bytes cut at line ends, each parsed in ``n_threads``
+    pieces at once; indices as written; row_line: each row's 0-based line in the stream.
+    ``fail(line, problem)`` builds the error for a 0-based line of the stream."""
+    blocks, carry, lines = [], b"", 0
+    while True:
+        text = stream.read(_PARSE_BLOCK)
+        if text:
+            text = carry + text if carry else text
+            end = text.rfind(b"\n") + 1
+            carry = text[end:]
+            if end == 0:
+                continue
+        elif carry:
+            text, end, carry = carry, len(carry), b""
+        else:
+            break
+        lines = _parse_lines(text, end, zero_based, n_features, fail, n_threads, blocks,
+                             lines)
+    return _joined(blocks)
 
 
 def load_libsvm(path, n_features=None, zero_based="auto", offset=0, length=-1,
@@ -298,14 +311,18 @@ def load_libsvm(path, n_features=None, zero_based="auto", offset=0, length=-1,
         if zero_based == "auto":
             zero_based = True
 
-        def stream():
-            return io.BytesIO(_read_span(name, start, end))
+        def parse(threads):
+            # the span is read whole, and its lines parsed where they lie
+            text, blocks = _read_span(name, start, end), []
+            _parse_lines(text, len(text), zero_based, n_features, fail, threads, blocks, 0)
+            return _joined(blocks)
 
         def first_line():
             return _newlines_before(name, start) + 1
     else:
-        def stream():
-            return _open_binary(name)
+        def parse(threads):
+            with _open_binary(name) as f:
+                return _parse_stream(f, zero_based, n_features, fail, threads)
 
         def first_line():
             return 1
@@ -314,10 +331,8 @@ def load_libsvm(path, n_features=None, zero_based="auto", offset=0, length=-1,
         return LibsvmFormatError(f"{name}:{first_line() + line}: {problem}")
 
     try:
-        with stream() as f:
-            y, indptr, indices, data, row_line = _parse_stream(
-                f, zero_based, n_features, fail,
-                available_cores() if n_threads is None else n_threads)
+        y, indptr, indices, data, row_line = parse(
+            available_cores() if n_threads is None else n_threads)
     except (EOFError, OSError, lzma.LZMAError) as error:
         raise LibsvmFormatError(f"{name}: cannot decompress/read: {error}") from error
     if y.shape[0] == 0 and not ranged:
