@@ -223,7 +223,8 @@ def _parse_lines(text, end, zero_based, n_features, fail, n_threads, blocks, lin
     if end == 0:
         return lines
     cuts = _line_cuts(text, max(1, int(n_threads)), end)
-    pieces = [_Block(text, a, b, zero_based, n_features) for a, b in zip(cuts[:-1], cuts[1:])]
+    pieces = [_Block(text, a, b, zero_based, n_features)
+              for a, b in zip(cuts[:-1], cuts[1:])]
     run_in_parallel([piece.parse for piece in pieces])
     for piece in pieces:
         base = lines
