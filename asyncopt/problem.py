@@ -21,9 +21,9 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_keep_columns,
-                             csr_margins, csr_rmatvec, csr_row_sq_norms, csr_select,
-                             csr_stored_counts)
+from .kernels.linalg import (csr_column_stats, csr_column_sums, csr_compact_columns_,
+                             csr_keep_columns, csr_margins, csr_rmatvec, csr_row_sq_norms,
+                             csr_select, csr_stored_counts)
 from .losses import (LOGISTIC, SQUARED, generalized_residual, get_loss, loss_derivative,
                      loss_second_derivative, loss_value, mean_loss, mean_neg_conjugate)
 from .penalties import L1, BlockPenalty, contiguous_block_norms
@@ -239,6 +239,14 @@ class ActiveSet:
     def max_row_sq_norm(self):
         """max_i ||a_i||^2 on the active columns plus s^2 for the intercept's column."""
         return float(self._row_sq_norms.max(initial=0.0)) + self.intercept_scale_sq
+
+    @functools.cached_property
+    def column_sums(self):
+        """A^T 1 over these rows: what A^T rho loses when every margin rises by one
+        (the intercept's refit folded into the certificate, ``fold_intercept_shift`` of
+        solvers/mpi.py)."""
+        return csr_column_sums(self.indices[:self.nnz], self.data[:self.nnz],
+                               self.n_features)
 
     @functools.cached_property
     def stored_column_counts(self):

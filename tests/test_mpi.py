@@ -131,6 +131,38 @@ def test_squared_conjugate_from_two_sums_is_the_per_sample_conjugate():
             assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
 
 
+def test_the_intercepts_refit_folded_into_the_certificate_gives_the_refit_sums():
+    """fold_intercept_shift: the certificate's sums at the old intercept, shifted by
+    shift = sum rho / n (over all rows), are the sums the server had after the separate
+    refit round: the margins at b + shift, the loss, sum rho (0), sum rho^2, sum y rho
+    and A^T rho formed from them directly; on one shard, with its own rows and any shift,
+    the same (a worker's own sums)."""
+    import scipy.sparse as sp
+    from asyncopt.losses import SQUARED, generalized_residual, mean_loss
+    from asyncopt.solvers.mpi import CERTIFICATE_SUMS, fold_intercept_shift
+
+    def sums(A, y, z):
+        rho = generalized_residual(SQUARED, z, y, np.empty_like(z))
+        return np.concatenate(([mean_loss(SQUARED, z, y) * z.shape[0], rho.sum(),
+                                rho @ rho, y @ rho], A.T @ rho))
+
+    rng = np.random.default_rng(5)
+    for n, p in ((1, 3), (40, 7), (600, 50)):
+        A = sp.random(n, p, density=0.3, random_state=n, format="csr")
+        y = 2.0 + rng.standard_normal(n)
+        z = A @ rng.standard_normal(p) - 0.4
+        got = sums(A, y, z)
+        shift = got[1] / n
+        fold_intercept_shift(got, shift, n, y.sum(), np.asarray(A.sum(axis=0)).ravel())
+        want = sums(A, y, z + shift)
+        assert abs(got[1]) <= 1e-10 * np.abs(y).sum()
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+        assert got.shape[0] == CERTIFICATE_SUMS + p
+        got = sums(A, y, z)
+        fold_intercept_shift(got, 0.3, n, y.sum(), np.asarray(A.sum(axis=0)).ravel())
+        np.testing.assert_allclose(got, sums(A, y, z + 0.3), rtol=1e-10, atol=1e-10)
+
+
 def test_default_batch_sends_fewer_messages_where_every_rank_has_a_core():
     """default_batch: n / (m l) steps a message, m = ceil(2.5 l) up to 4 workers either
     way; beyond, m = 25 on an oversubscribed node and m = 10 where the server answers at

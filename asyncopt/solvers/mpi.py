@@ -10,21 +10,24 @@ zeros to the sums; root-centred on an oversubscribed node, see ``wire.Wire``):
      a checkpoint, after a rejected epoch): every rank starts at x = 0, b = 0, and each
      inner loop ends with every worker holding exactly the server's x and b
      (``_serve_inner``);
-  2. refit the intercept: squared loss, b += sum(y - z) / n; logistic, Newton steps on
-     the reduced sums of f' and f'';
+  2. refit the intercept: logistic loss, Newton steps on the reduced sums of f' and f'';
+     squared loss, b += sum(y - z) / n with no round of its own: step 3's sums at the old
+     b give the server the shift and the sums at the new one (``fold_intercept_shift``),
+     and the workers get the shift with step 4's broadcast;
   3. reduce [sum f, sum rho, A^T rho] to the server, which forms the dual scaling s;
      logistic loss: it broadcasts s and they reduce sum f*(-rho / s); squared loss: the
      same reduction carried sum rho^2 and sum y rho, from which the server has that sum
      at any s (``squared_conjugate_sum``), so there is no second round. The server has
      P, D and the gap, and stops on the gap at the best dual point so far
      (``screening.BestDual``: G = P - the largest D);
-  4. the server decides (stop, screen, step), broadcasts [status, number of blocks removed]
-     and, when there are any, their positions among the active blocks, then the epoch's
-     anchor, the reweighted full gradient (under DDSS only where x is not a zero, or a zero
-     block, that the epoch freezes, ``_anchor_without_optimal_zeros``); every worker
-     compacts its shard. As in the serial solver (``ddss.worth_compacting``), the blocks
-     the test removes are dropped only once they hold 5% of the stored non-zeros or half
-     the features: a compaction is a pass over every shard;
+  4. the server decides (stop, screen, step), broadcasts [status, number of blocks removed,
+     the intercept's shift] and, when there are any, their positions among the active
+     blocks, then the epoch's anchor, the reweighted full gradient (under DDSS only where
+     x is not a zero, or a zero block, that the epoch freezes,
+     ``_anchor_without_optimal_zeros``); every worker compacts its shard. As in the
+     serial solver (``ddss.worth_compacting``), the blocks the test removes are dropped
+     only once they hold 5% of the stored non-zeros or half the features: a compaction is
+     a pass over every shard;
   5. after an epoch that cut the certified gap by less than half, the support Newton
      step instead of an epoch (``_support_newton``: the workers reduce the Hessian on the
      non-zeros of x, or its products with the vectors of the server's CG, and their
@@ -154,6 +157,23 @@ def squared_conjugate_sum(rho_sq, y_rho, scale):
     return rho_sq / (2.0 * scale * scale) - y_rho / scale
 
 
+def fold_intercept_shift(sums, shift, rows, y_sum, column_sums):
+    """The certificate's sums [sum f, sum rho, sum rho^2, sum y rho, A^T rho] of the
+    squared loss over ``rows`` rows at the intercept b + shift, in place, from those at b:
+    every margin rises by the shift and rho_i = y_i - z_i falls by it, so with S = sum rho,
+    sum f = sum rho^2 / 2 changes by rows shift^2 / 2 - shift S, sum rho^2 by twice that,
+    sum y rho by -shift sum y, S by -rows shift and A^T rho by -shift A^T 1
+    (``column_sums``). With shift = S / n over all rows this is the exact refit
+    b += sum(y - z) / n, folded into the certificate's one reduction instead of a round
+    of its own before it."""
+    s = float(sums[1])
+    sums[0] += 0.5 * rows * shift * shift - shift * s
+    sums[2] += rows * shift * shift - 2.0 * shift * s
+    sums[3] -= shift * y_sum
+    sums[1] -= rows * shift
+    sums[CERTIFICATE_SUMS:] -= shift * column_sums
+
+
 def _intercept_refit(wire, code, z, y, b, n):
     """The exact intercept optimum over all shards; z (margins with b) shifted in place."""
     if code == SQUARED:
@@ -251,9 +271,11 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     active = None if server else problem.full_active_set()
     local_rows = 0 if server else active.y.shape[0]
     row_sq = np.zeros(0) if server else active._row_sq_norms
-    # [rows, sum ||a_i||^2, stored entries] summed, [-rows (workers), max ||a_i||^2] maxed
-    n, sq_total, nnz_total = wire.allreduce(np.array(
-        [float(local_rows), row_sq.sum(), 0.0 if server else float(active.nnz)]))
+    # [rows, sum ||a_i||^2, stored entries, sum y] summed, [-rows (workers), max ||a_i||^2]
+    # maxed
+    n, sq_total, nnz_total, y_total = wire.allreduce(np.array(
+        [float(local_rows), row_sq.sum(), 0.0 if server else float(active.nnz),
+         0.0 if server else float(np.sum(active.y))]))
     n = int(n)
     fewest, max_row_sq = wire.allreduce(np.array(
         [-np.inf if server else -float(local_rows), row_sq.max(initial=0.0)]), _mpi().MAX)
@@ -266,7 +288,13 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     # the stored non-zeros per column (the compaction rule); counts travel as int32, and
     # an L1 penalty's rows per block are its column counts
     count = np.int32 if n < 2 ** 31 else np.int64
-    column_sq = wire.reduce(np.zeros(p) if server else active.column_sq_norms)
+    # squared loss: the intercept's refit rides in the certificate's reduction
+    # (``fold_intercept_shift``), for which the server needs A^T 1 as well
+    folded = fit_intercept and loss_code == SQUARED
+    stats = wire.reduce(np.zeros((1 + folded) * p) if server else np.concatenate(
+        (active.column_sq_norms,) + ((active.column_sums,) if folded else ())))
+    column_sq, column_sums = (stats[:p], stats[p:] if folded else None) if server else \
+        (None, None)
     block_rows = wire.allreduce(np.zeros(penalty.n_blocks, dtype=count) if server
                                 else active.block_row_counts.astype(count))
     if penalty.is_l1:
@@ -366,7 +394,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             else:
                 z = active.margins(x, b)
                 y = active.y
-            if fit_intercept:
+            if fit_intercept and not folded:
                 b = _intercept_refit(wire, loss_code, z, y, b, n)
             rho = generalized_residual(loss_code, z, y, np.empty_like(z))
             # [sum f, sum rho, sum rho^2, sum y rho, A^T rho]
@@ -382,6 +410,10 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             # A^T rho over the server's all rows, a worker's own (a Newton step's trials)
             correlation = (total if server else local)[CERTIFICATE_SUMS:]
             scale = np.zeros(1)
+            if server and folded:       # the workers shift theirs on the control's word
+                shift = float(total[1]) / n
+                fold_intercept_shift(total, shift, n, y_total, column_sums)
+                b += shift
             if server:
                 block_corr = pen.block_norms(correlation)
                 dual_norm = float(np.max(block_corr / pen.weights, initial=0.0))
@@ -395,7 +427,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 conj = np.array([0.0 if server or not z.shape[0] else
                                  -mean_neg_conjugate(loss_code, rho / scale, y) * z.shape[0]])
                 conj_total = wire.reduce(conj)
-            control = np.zeros(2)
+            control = np.zeros(3)     # [status, blocks removed, the intercept's shift]
             if server:
                 primal = total[0] / n + lam * pen.value(x)
                 dual = -conj_total[0] / n
@@ -478,9 +510,16 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                             status, newton_from = NEWTON, certified
                 newton_t, newton_products = 0.0, 0
                 dropped = np.flatnonzero(~keep)
-                control[:] = status, dropped.shape[0]
+                control[:] = status, dropped.shape[0], shift if folded else 0.0
             control = wire.bcast(control)
             status = int(control[0])
+            if folded and not server:
+                shift = float(control[2])
+                fold_intercept_shift(local, shift, z.shape[0], float(np.sum(y)),
+                                     active.column_sums)
+                b += shift
+                z += shift
+                rho -= shift
             if control[1]:      # never with STOP or REJECT: nothing is screened then
                 if not server:
                     dropped = np.empty(int(control[1]), dtype=np.int64)
@@ -513,6 +552,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 if server:
                     firm = None if firm is None else firm[feature_keep]
                     column_sq = column_sq[feature_keep]
+                    if folded:
+                        column_sums = column_sums[feature_keep]
                     column_counts = column_counts[feature_keep]
                 else:
                     active, _, _ = active.compact(keep, np.zeros(feature_keep.shape[0]))
