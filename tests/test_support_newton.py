@@ -12,7 +12,8 @@ from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
 import asyncopt.support_newton as support_newton
 from asyncopt.support_newton import (DROP_MARGIN, LINE, MAX_SUPPORT, MIN_PRODUCTS, PROJECTED,
-                                     STALL_PATIENCE, STALL_RATIO, STEP_GRID, SUPPORT_CHURN,
+                                     PATIENT_CHURN, STALL_PATIENCE, STALL_RATIO, STEP_GRID,
+                                     SUPPORT_CHURN,
                                      TRY_EPOCHS,
                                      CHAIN_STEPS, HessianCache, StallWatch, SupportRows,
                                      best_candidate, block_preconditioner, dense_move,
@@ -320,6 +321,15 @@ def test_stall_watch_tries_a_churning_support_after_patience_crawling_epochs():
         gap *= 0.9
         assert not watch.should_try(epoch, gap, 1000, churn)
     assert watch.should_try(2 * STALL_PATIENCE + 3, gap * 0.9, 1000, churn)
+    # a support that still shrinks fast (CTR at 1e-4 lam_max, 2 workers: a third of it
+    # changing an epoch) waits, crawling or not, until the changes are PATIENT_CHURN |S|
+    watch = StallWatch()
+    watch.should_try(0, 1.0, 1000, None)
+    gap = 1.0
+    for epoch in range(1, 2 * STALL_PATIENCE):
+        gap *= 0.95
+        assert not watch.should_try(epoch, gap, 1000, 1 + int(PATIENT_CHURN * 1000))
+    assert watch.should_try(2 * STALL_PATIENCE, gap * 0.95, 1000, int(PATIENT_CHURN * 1000))
     # epochs slow only by the goal's rule (the gap halves, 1e-6 is far) do not count
     watch = StallWatch()
     watch.should_try(0, 1.0, 1000, None, 1e-6)
