@@ -1048,10 +1048,10 @@ class StallWatch:
     the backends count the changes and pass |S|), with 1 <= |S| <= ``max_support``
     (default MAX_SUPPORT; the group step: group_newton.HESSIAN_FREE_MAX_SUPPORT); or,
     with up to PATIENT_CHURN |S| changes, after STALL_PATIENCE epochs in a row that each
-    cut the gap by less than 1 / STALL_RATIO. After a try that did not cut the gap to STALL_RATIO times what
-    it was, the next try waits 2, 4, 8... epochs (each try costs a pass over the data and
-    a Hessian over S or up to ``product_budget`` products with it, under MPI sums from
-    every worker).
+    cut the gap by less than 1 / STALL_RATIO. After a try that did not cut the gap to
+    STALL_RATIO times what it was, the next try waits 2, 4, 8... epochs (each try costs a
+    pass over the data and a Hessian over S or up to ``product_budget`` products with it,
+    under MPI sums from every worker).
 
     The patience is for asynchronous runs whose support shrinks slowly: Dis-DDSS with 8
     workers on 16 cores (CTR 200,000 x 100,000 at 1e-3 lam_max) kept 1,300-1,550 non-zeros
