@@ -578,18 +578,21 @@ def test_killed_worker_ends_the_job_and_the_checkpoint_resumes(tmp_path, ranks):
     import time
 
     from asyncopt.solvers.checkpoint import load_checkpoint
-    data = _write_libsvm(tmp_path / "killed_worker.svm", n=6000, p=120)
+    data = _write_libsvm(tmp_path / "killed_worker.svm", n=20000, p=120)
     ckpt = tmp_path / "run.npz"
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # one step per message keeps the job running for seconds: the support Newton step can
+    # certify even 1e-15 (a gap at rounding level, or 0) within a few tenths of a second
     argv = [MPIRUN, "-n", ranks, sys.executable, "-m", "asyncopt.cli.lasso", str(data),
-            "--checkpoint", str(ckpt), "--tol", "1e-15", "--max-epochs", "100000", "--quiet"]
+            "--checkpoint", str(ckpt), "--tol", "1e-15", "--max-epochs", "100000",
+            "--batch", "1", "--quiet"]
     job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
     try:
         deadline = time.time() + 60
         records = []
         while len(records) < 3 and time.time() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.05)
             try:
                 records = load_checkpoint(str(ckpt), 120)[3]
             except (OSError, ValueError):
