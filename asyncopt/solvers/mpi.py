@@ -175,11 +175,9 @@ def fold_intercept_shift(sums, shift, rows, y_sum, column_sums):
 
 
 def _intercept_refit(wire, code, z, y, b, n):
-    """The exact intercept optimum over all shards; z (margins with b) shifted in place."""
-    if code == SQUARED:
-        shift = float(wire.allreduce(np.array([np.sum(y - z)]))[0]) / n
-        z += shift
-        return b + shift
+    """The exact intercept optimum over all shards, by Newton steps on the reduced sums of
+    f' and f''; z (margins with b) shifted in place. Not for the squared loss, whose
+    refit rides in the certificate's reduction (``fold_intercept_shift``)."""
     for _ in range(100):
         grad, hess = wire.allreduce(np.array(derivative_sums(code, z, y))) / n
         if abs(grad) <= 1e-13:
