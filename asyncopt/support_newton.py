@@ -625,7 +625,8 @@ def uses_hessian_free(support_size):
     answer (``solvers.mpi.cg_products_from_shares``): by bytes. The Hessian is
     (|S| + 1)(|S| + 2) / 2 numbers from every worker, a product 2 (|S| + 1) (v out, H v
     back), so products win once |S| + 2 > 4 MIN_PRODUCTS (and ``product_budget`` then
-    allows the products that cost as much as the Hessian). On one process the Hessian is formed anyway: no bytes to save."""
+    allows the products that cost as much as the Hessian). On one process the Hessian is
+    formed anyway: no bytes to save."""
     return support_size + 2 > 4 * MIN_PRODUCTS
 
 

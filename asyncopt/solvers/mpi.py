@@ -269,11 +269,12 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     active = None if server else problem.full_active_set()
     local_rows = 0 if server else active.y.shape[0]
     row_sq = np.zeros(0) if server else active._row_sq_norms
+    local_y_sum = 0.0 if server else float(np.sum(active.y))    # compactions keep the rows
     # [rows, sum ||a_i||^2, stored entries, sum y] summed, [-rows (workers), max ||a_i||^2]
     # maxed
     n, sq_total, nnz_total, y_total = wire.allreduce(np.array(
         [float(local_rows), row_sq.sum(), 0.0 if server else float(active.nnz),
-         0.0 if server else float(np.sum(active.y))]))
+         local_y_sum]))
     n = int(n)
     fewest, max_row_sq = wire.allreduce(np.array(
         [-np.inf if server else -float(local_rows), row_sq.max(initial=0.0)]), _mpi().MAX)
@@ -513,7 +514,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
             status = int(control[0])
             if folded and not server:
                 shift = float(control[2])
-                fold_intercept_shift(local, shift, z.shape[0], float(np.sum(y)),
+                fold_intercept_shift(local, shift, z.shape[0], local_y_sum,
                                      active.column_sums)
                 b += shift
                 z += shift
