@@ -453,6 +453,14 @@ def copy_submatrix(source, source_at, target_at, out):
             target_row[target_at[c]] = source_row[source_at[c]]
 
 
+def kept_positions(kept_ids, ids):
+    """Where each feature id of ``ids`` stands in ``kept_ids`` (-1: not there)."""
+    where = np.full(int(max(ids.max(initial=0), kept_ids.max(initial=0))) + 1, -1,
+                    dtype=np.int64)
+    where[kept_ids] = np.arange(kept_ids.shape[0])
+    return where[ids]
+
+
 class HessianCache:
     """The Hessian sum of one shard's last step, by original feature id, for the squared
     loss, where it depends on the rows alone (f'' = 1): H_S = sum_i [a_iS, 1] [a_iS, 1]^T.
@@ -475,10 +483,7 @@ class HessianCache:
         the intercept differs or too much of S' is new."""
         if self.ids is None or self.intercept != bool(intercept) or not ids.shape[0]:
             return None
-        where = np.full(int(max(ids.max(), self.ids.max(initial=0))) + 1, -1,
-                        dtype=np.int64)
-        where[self.ids] = np.arange(self.ids.shape[0])
-        old = where[ids]
+        old = kept_positions(self.ids, ids)
         known = old >= 0
         if np.count_nonzero(~known) > self.REUSE_SHARE * ids.shape[0]:
             return None
@@ -492,6 +497,58 @@ class HessianCache:
         copy_submatrix(self.hessian, old_at, new_at, hessian)
         support_hessian_columns(*args, ~known, hessian)
         return hessian
+
+
+class ReducedHessian:
+    """The Hessian sum a Dis-DDSS step last reduced from the workers' shares, by original
+    feature id, for the squared loss, where it depends on the rows alone (f'' = 1), so a
+    later step on S' finds the entries on S' and S unchanged: every rank keeps S's ids,
+    the server the sum. When at most REUSE_SHARE of S' is new (``fresh``: the same
+    answer on every rank), each worker reduces only its share's rows of the new
+    coordinates N, |N| (|S'| + 1) numbers where the upper triangle is (|S'| + 1)(|S'| +
+    2) / 2, and the server fills in the rest from the kept sum (``assemble``). Dis-DDSS
+    on CTR 200,000 x 100,000 at 1e-3 lam_max: a step that certified no gap left 1-2 of
+    the solution's coordinates at zero in 3 runs of 4 (``StallWatch.should_chain``), and
+    the chained step on the same S plus those reduced the whole 4.2 MB share from every
+    worker again."""
+
+    REUSE_SHARE = HessianCache.REUSE_SHARE
+
+    def __init__(self):
+        self.ids, self.intercept, self.hessian = None, None, None
+
+    def fresh(self, ids, intercept):
+        """(the positions in S' of its coordinates new since the kept sum, the kept sum's
+        positions of the others by their position in S', -1 at the new ones, the
+        intercept's last), or None when the whole upper triangle is to be reduced."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if self.ids is None or self.intercept != bool(intercept) or not ids.shape[0]:
+            return None
+        old = kept_positions(self.ids, ids)
+        fresh = np.flatnonzero(old < 0)
+        if fresh.shape[0] > self.REUSE_SHARE * ids.shape[0]:
+            return None
+        if intercept:
+            old = np.append(old, self.ids.shape[0])
+        return fresh, old
+
+    def assemble(self, plan, rows):
+        """The server's sum on S' from ``plan`` (``fresh``'s) and ``rows``, the summed
+        shares' rows of the new coordinates (|N| x (|S'| + 1), flat)."""
+        fresh, old = plan
+        dim = old.shape[0]
+        hessian = np.zeros((dim, dim))
+        known = np.flatnonzero(old >= 0)
+        copy_submatrix(self.hessian, old[known], known, hessian)
+        rows = rows.reshape(fresh.shape[0], dim)
+        hessian[fresh] = rows
+        hessian[:, fresh] = rows.T
+        return hessian
+
+    def keep(self, ids, intercept, hessian=None):
+        """After a step's reduction on S' = ``ids``: the server passes the sum."""
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self.intercept, self.hessian = bool(intercept), hessian
 
 
 class SupportRows:

@@ -12,8 +12,8 @@ Both trees run their own ``benchmarks/_mpi_run.py`` (warm-up, then the timed sol
 workers' prepared shards, written once by this checkout's ``prepare_shards``) with their
 own asyncopt first on PYTHONPATH, so the base must take the same arguments. Each run
 gives the seconds to the target (the solve's own clock on the server), the records, the
-outer iterations that took a support Newton step, the Newton seconds and the certified
-gap.
+outer iterations that took a support Newton step, the Newton seconds (in all and each
+step's), the bytes the server sent and received, and the certified gap.
 
 Output: a table per rank count (each pair and its ratio base / this, then the medians and
 the median ratio), and ``results/bench_paired.json`` (the machine, both trees and every
@@ -43,6 +43,9 @@ def summary(payload):
             "epochs": payload["epochs"],
             "newton_epochs": [r["epoch"] for r in history if r.get("newton_step")],
             "newton_s": sum(r.get("newton_s", 0.0) for r in history),
+            "newton_step_s": [r.get("newton_s", 0.0) for r in history
+                              if r.get("newton_step")],
+            "bytes": history[-1]["bytes_sent"] + history[-1]["bytes_recv"],
             "rel_gap": history[-1]["rel_gap"], "converged": payload["converged"],
             "source": payload.get("source")}
 

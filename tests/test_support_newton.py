@@ -15,7 +15,8 @@ from asyncopt.support_newton import (DROP_MARGIN, LINE, MAX_SUPPORT, MIN_PRODUCT
                                      PATIENT_CHURN, STALL_PATIENCE, STALL_RATIO, STEP_GRID,
                                      SUPPORT_CHURN,
                                      TRY_EPOCHS,
-                                     CHAIN_STEPS, HessianCache, StallWatch, SupportRows,
+                                     CHAIN_STEPS, HessianCache, ReducedHessian,
+                                     StallWatch, SupportRows,
                                      best_candidate, block_preconditioner, dense_move,
                                      firm_support, from_upper_triangle,
                                      hessian_free_direction, preconditioner_coordinates,
@@ -115,6 +116,45 @@ def test_hessian_cache_extends_the_last_support_to_the_direct_sum(intercept):
     # mostly new coordinates: formed anew
     fresh = np.arange(8, 8 + 2 * support.shape[0] + 2)
     assert cache.extended(fresh, intercept, None) is None
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+def test_reduced_hessian_from_the_new_rows_is_the_sum_of_the_shares(intercept):
+    """Dis-DDSS's server keeps the summed Hessian of the last step (squared loss); a step
+    on S' whose coordinates are mostly known gets from the workers only their shares' rows
+    of the new ones, and the assembled sum is support_hessian_sums over all rows on S'.
+    Feature ids are the original ones (a compaction renumbers the columns in between);
+    mostly new coordinates, another intercept or nothing kept: the whole triangle."""
+    rng = np.random.default_rng(8)
+    X = sp.random(90, 30, density=0.3, random_state=8, format="csr")
+    y = rng.standard_normal(90)
+    shards = (slice(0, 40), slice(40, 90))
+
+    def direct(matrix, support, rows=slice(None)):
+        part = sp.csr_matrix(matrix[rows])
+        position = np.full(matrix.shape[1], -1, dtype=np.int64)
+        position[support] = np.arange(support.shape[0])
+        return support_hessian_sums(part.indptr, part.indices, part.data, position, 0,
+                                    np.zeros(part.shape[0]), y[rows], support.shape[0],
+                                    intercept)
+
+    server, worker = ReducedHessian(), ReducedHessian()
+    first = np.array([1, 4, 6, 9, 13, 22, 27, 29])
+    assert server.fresh(first, intercept) is None
+    server.keep(first, intercept, sum(direct(X, first, rows) for rows in shards))
+    worker.keep(first, intercept)
+    kept = np.setdiff1d(np.arange(30), [2, 6, 17])          # columns 2, 6, 17 screened
+    compact = sp.csr_matrix(X[:, kept])
+    support = np.searchsorted(kept, [1, 3, 4, 9, 11, 13, 22, 27, 29])  # 6 left; 3, 11 in
+    ids = kept[support]
+    plan = server.fresh(ids, intercept)
+    np.testing.assert_array_equal(plan[0], [1, 4])
+    np.testing.assert_array_equal(worker.fresh(ids, intercept)[1], plan[1])
+    rows = sum(direct(compact, support, part)[plan[0]] for part in shards)
+    got = server.assemble(plan, rows.ravel())
+    np.testing.assert_allclose(got, direct(compact, support), rtol=1e-13, atol=1e-13)
+    assert server.fresh(ids, not intercept) is None
+    assert server.fresh(np.r_[ids[:4], np.arange(30, 36)], intercept) is None
 
 
 @pytest.mark.parametrize("loss", ["squared", "logistic"])

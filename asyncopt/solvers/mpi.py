@@ -123,11 +123,12 @@ from ..group_newton import (HESSIAN_FREE_MAX_SUPPORT, entering_groups,
                             group_blocks_length, group_hessian_blocks, group_move,
                             group_support_point, group_uses_hessian_free,
                             hessian_free_group_move)
-from ..support_newton import (LINE, PROJECTED, STEP_GRID, HessianCache, StallWatch,
-                              SupportRows, best_candidate, dense_move, entering_coordinates,
-                              entering_limit, firm_support, from_upper_triangle,
-                              move_candidates, preconditioner_coordinates,
-                              preconditioner_size, pruned_coordinates, shard_slope,
+from ..support_newton import (LINE, PROJECTED, STEP_GRID, HessianCache, ReducedHessian,
+                              StallWatch, SupportRows, best_candidate, dense_move,
+                              entering_coordinates, entering_limit, firm_support,
+                              from_upper_triangle, move_candidates,
+                              preconditioner_coordinates, preconditioner_size,
+                              pruned_coordinates, shard_slope,
                               support_direction, support_point, take_candidate,
                               upper_triangle, uses_hessian_free, violating_zeros)
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -356,6 +357,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     phases = {"inner_s": 0.0, "newton_s": 0.0}
     firm = None       # the server's firm support of x (``firm_support``), for the watch
     hessian_cache = None if server else HessianCache()   # the worker's last step's H
+    # the sum the last step reduced, on every rank (its ids; its matrix on the server)
+    reduced = ReducedHessian() if loss_code == SQUARED else None
     freezing = prox_svrg_epochs(variance_reduced, saga, dense)
     l1_epochs = l1_prox_svrg(penalty, variance_reduced, saga, dense)
     snapshot, step_factor, move_cap = None, 1.0, MOVE_CAP
@@ -565,7 +568,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 x, b, newton_t, newton_products = _support_newton(
                     wire, active, x, b, z, loss_code, lam, n, pen, fit_intercept,
                     correlation, float((total if server else local)[1]), firm,
-                    float(total[0]) if server else 0.0, hessian_cache, column_sq)
+                    float(total[0]) if server else 0.0, hessian_cache, column_sq,
+                    reduced, penalty.active_features(blocks))
                 phases["newton_s"] += time.perf_counter() - newton_start
             if status in (RECERTIFY, NEWTON):
                 snapshot = None
@@ -682,7 +686,7 @@ def _close_channel(wire, channel):
 
 
 def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, correlation,
-                    rho_sum, firm, loss_sum, cache, column_sq):
+                    rho_sum, firm, loss_sum, cache, column_sq, reduced, features):
     """The support Newton step (``support_newton.py``) over the shards; every rank calls
     it with its x and b (equal on every rank: each inner loop ends with the workers
     holding the server's) and its margins z at them. S = the non-zeros of x and the zeros
@@ -690,9 +694,12 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
     broadcasts their count, then their coded indices and signs); each worker forms its
     share of the Hessian on S (``SupportRows``). Then, by what a message costs
     (``cg_products_from_shares``), either
-      - the workers reduce their shares' upper triangles ((|S| + 1)(|S| + 2) / 2 numbers)
-        and the server broadcasts the move (``dense_move``: the end point of the orthant
-        Newton path or the projected direction, [kind, vector]);
+      - the workers reduce their shares' upper triangles ((|S| + 1)(|S| + 2) / 2 numbers;
+        for the squared loss, when most of S was in the last such step's, only their
+        rows of the coordinates new to S: ``ReducedHessian``, ``reduced`` on every rank,
+        ``features`` the active features' original ids) and the server broadcasts the
+        move (``dense_move``: the end point of the orthant Newton path or the projected
+        direction, [kind, vector]);
       - or the server broadcasts the coordinates of CG's preconditioner block
         (``preconditioner_coordinates``, ranked by its column norms ``column_sq``), they
         reduce their shares' diagonals and upper triangles on that block, then, for
@@ -824,8 +831,16 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
     else:
         # [kind (-1: none), vector, the orthant of S (L1)]
         move = np.full(1 + dim + (0 if groups else k), -1.0)
+        ids = features[support]
+        plan = None if reduced is None else reduced.fresh(ids, intercept)
+        fresh_numbers = 0 if plan is None else plan[0].shape[0] * dim   # none: no round
         if server:
-            hessian = from_upper_triangle(wire.reduce(np.zeros(dim * (dim + 1) // 2)), dim)
+            if plan is None:
+                hessian = from_upper_triangle(wire.reduce(np.zeros(dim * (dim + 1) // 2)),
+                                              dim)
+            else:
+                hessian = reduced.assemble(plan, wire.reduce(np.zeros(fresh_numbers))
+                                           if fresh_numbers else np.zeros(0))
             if groups:
                 kind, vector = LINE, group_move(
                     hessian, shard_slope(correlation_S, rho_sum, intercept), point, starts,
@@ -838,7 +853,13 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
                 if not groups:
                     move[1 + dim:] = signs
         else:
-            wire.reduce(upper_triangle(rows.hessian_sums()))
+            share = rows.hessian_sums()
+            if plan is None:
+                wire.reduce(upper_triangle(share))
+            elif fresh_numbers:
+                wire.reduce(share[plan[0]].ravel())
+        if reduced is not None:
+            reduced.keep(ids, intercept, hessian if server else None)
         move = wire.bcast(move)
         if move[0] < 0:
             x[pruned] = saved
