@@ -108,11 +108,16 @@ class RowsView:
         """(the view of ``active`` on ``columns``, the buffers it lies in): ``buffers``,
         the (indptr, indices, data) of an earlier view, are written over when they have
         room (a view in fresh arrays took 35-85 ms against 16 ms for CTR's 200,000 rows,
-        most of it the first touch of the pages), else new ones are made."""
+        most of it the first touch of the pages), else new ones are made, with room for
+        any view ``without_frozen`` makes (UNFROZEN_SHARE of the stored entries): the next
+        epoch's view is often larger than the first (columns enter the moving set), and
+        new arrays for it took 95 ms of a 0.40 s solve where 8 ms is the rule (CTR at
+        mpirun -n 2); a page is touched only where a view writes."""
         count = int(active.stored_column_counts[columns].sum())
         if buffers is None or buffers[1].shape[0] < count + 1:
+            room = max(count, int(np.ceil(UNFROZEN_SHARE * active.indptr[-1]))) + 1
             buffers = (np.empty(active.indptr.shape[0], dtype=np.int64),
-                       np.empty(count + 1, dtype=active.indices.dtype), np.empty(count + 1))
+                       np.empty(room, dtype=active.indices.dtype), np.empty(room))
         indptr, indices, data = buffers
         csr_keep_columns(active.indptr, active.indices, active.data,
                          columns.astype(np.uint8), indptr, indices, data)

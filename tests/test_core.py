@@ -90,11 +90,12 @@ def test_epoch_on_the_unfrozen_rows_is_the_same_epoch(penalty_of):
 
 def test_unfrozen_rows_view_is_kept_while_it_covers_the_unfrozen_columns():
     """without_frozen keeps its view while its columns cover the unfrozen ones (the same
-    arrays again, also with fewer unfrozen), forms a new one for a newly unfrozen column,
-    and gives the set itself when the unfrozen columns hold most entries; margins fall
-    back to all the rows for an x outside the view."""
+    arrays again, also with fewer unfrozen), forms a new one for a newly unfrozen column
+    (in the same arrays), and gives the set itself when the unfrozen columns hold most
+    entries; margins fall back to all the rows for an x outside the view."""
     active, x, cert, thresholds, _, _ = _epoch_at_a_certificate(L1, 0.05)
     first = active.without_frozen(thresholds)
+    first_entries = int(first.indptr[-1])
     again = active.without_frozen(thresholds)
     assert again.indices is first.indices
     fewer = thresholds.copy()
@@ -105,7 +106,9 @@ def test_unfrozen_rows_view_is_kept_while_it_covers_the_unfrozen_columns():
     more[frozen[0]] = 1.0
     grown = active.without_frozen(more)
     assert grown.indices is not first.indices
-    assert grown.indptr[-1] > first.indptr[-1]
+    assert grown.indptr[-1] > first_entries
+    # formed anew in the first view's arrays: they have room for any view
+    assert np.shares_memory(grown.indices, first.indices)
     assert active.without_frozen(np.ones_like(thresholds)) is active
     full = sp.csr_matrix((active.data, active.indices, active.indptr),
                          shape=(active.y.shape[0], active.n_features))
