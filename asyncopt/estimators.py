@@ -112,10 +112,17 @@ class _DDSSModel(BaseEstimator):
         same data; rank 0 serves, rank k >= 1 keeps its contiguous k-th shard of the rows
         and drops the rest. Every rank ends with the same coef_ / intercept_; history_ is
         kept by rank 0 (empty elsewhere). A warm start and the checkpoint are the
-        server's (``solve_mpi``; the checkpoint is written every outer iteration)."""
+        server's (``solve_mpi``; the checkpoint is written every outer iteration).
+
+        A user's mistake (the method, too few ranks, more workers than rows, a checkpoint
+        the server cannot read) raises ValueError on every rank alike; any other error,
+        which may strike some ranks only (a worker out of memory, a checkpoint the
+        server cannot write), prints one message with its traceback and ends every rank
+        (``wire.abort_all_ranks``): the others would wait for the failed one forever."""
         from mpi4py import MPI
 
         from .solvers.mpi import solve_mpi
+        from .solvers.wire import abort_all_ranks
 
         if self.method not in MPI_METHODS:
             raise ValueError(f"method {self.method!r} is not available on the mpi backend "
@@ -124,21 +131,29 @@ class _DDSSModel(BaseEstimator):
         if comm.Get_size() < 2:
             raise ValueError("backend='mpi' needs at least 2 MPI ranks (1 server + workers): "
                              "start the script with mpirun -n K, K >= 2")
-        shard = None
-        if comm.Get_rank() > 0:
-            rows = np.array_split(np.arange(X.shape[0]), comm.Get_size() - 1)[
-                comm.Get_rank() - 1]
-            X_rows = X[rows] if hasattr(X, "tocsr") else np.asarray(X)[rows]
-            shard = Problem(X_rows, problem.y[rows], problem.loss, problem.penalty,
-                            problem.lam, problem.fit_intercept)
-        return solve_mpi(comm, shard, problem.penalty, X.shape[1], problem.loss.code,
-                         problem.lam, problem.fit_intercept, tol=self.tol,
-                         max_epochs=int(self.max_epochs), **solver_flags(self.method,
-                                                                      self.screening),
-                         step_scale=self.step_scale, random_state=self.random_state,
-                         verbose=self.verbose, label=self.method,
-                         checkpoint=self.checkpoint, coef_init=coef_init,
-                         intercept_init=intercept_init)
+        if X.shape[0] < comm.Get_size() - 1:    # an empty shard fails on its rank alone
+            raise ValueError(f"backend='mpi': {comm.Get_size() - 1} workers for "
+                             f"{X.shape[0]} rows: start at most one worker a row")
+        try:
+            shard = None
+            if comm.Get_rank() > 0:
+                rows = np.array_split(np.arange(X.shape[0]), comm.Get_size() - 1)[
+                    comm.Get_rank() - 1]
+                X_rows = X[rows] if hasattr(X, "tocsr") else np.asarray(X)[rows]
+                shard = Problem(X_rows, problem.y[rows], problem.loss, problem.penalty,
+                                problem.lam, problem.fit_intercept)
+            return solve_mpi(comm, shard, problem.penalty, X.shape[1], problem.loss.code,
+                             problem.lam, problem.fit_intercept, tol=self.tol,
+                             max_epochs=int(self.max_epochs),
+                             **solver_flags(self.method, self.screening),
+                             step_scale=self.step_scale, random_state=self.random_state,
+                             verbose=self.verbose, label=self.method,
+                             checkpoint=self.checkpoint, coef_init=coef_init,
+                             intercept_init=intercept_init)
+        except ValueError:
+            raise
+        except Exception:
+            abort_all_ranks(comm, f"asyncopt {type(self).__name__}.fit (backend='mpi')")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -417,6 +417,28 @@ def test_estimators_with_the_mpi_backend_in_an_spmd_script(tmp_path):
     assert got["resumed"]["coef"] == got["checkpointed"]["coef"]
 
 
+def test_estimators_failure_on_one_rank_ends_every_rank_with_one_message():
+    """An error on one worker in the middle of an estimator's fit (backend="mpi", a
+    user's SPMD script): one message with its traceback and every rank ends, within
+    seconds, where the others would wait for it forever; more workers than rows is a
+    ValueError on every rank alike, before any rank holds an empty shard."""
+    import time
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    script = os.path.join(os.path.dirname(__file__), "mpi", "estimator_failure.py")
+    start = time.time()
+    proc = subprocess.run([MPIRUN, "-n", "3", sys.executable, script, "fail"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and time.time() - start < 60
+    assert proc.stderr.count("failed, aborting all ranks") == 1, proc.stderr[-2000:]
+    assert "Lasso.fit (backend='mpi'): rank 2 of 3 failed" in proc.stderr
+    assert "RuntimeError: injected failure on one worker" in proc.stderr
+    proc = subprocess.run([MPIRUN, "-n", "4", sys.executable, script, "rows"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert proc.stdout.count("ValueError: backend='mpi': 3 workers for 2 rows") == 4, \
+        proc.stdout + proc.stderr[-2000:]
+
+
 def test_the_documented_mpi_example_runs():
     """examples/mpi_lasso.py, as the README starts it (here with mpirun -n 3): rank 0 prints
     one summary line with a relative gap below the example's tol."""

@@ -39,16 +39,15 @@ client's local update):
 """
 import sys
 import time
-import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from ..progress import format_bytes
+from ..solvers.wire import abort_all_ranks
 
 FLOAT32_BYTES = 4
-ABORT_GRACE_SECONDS = 0.5
 
 
 class ParameterVector:
@@ -332,21 +331,6 @@ class MPITransport:
     def abort(self):
         """A rank failed: :func:`abort_all_ranks`."""
         abort_all_ranks(self.comm, "asyncopt.deep.federated")
-
-
-def abort_all_ranks(comm, who):
-    """Called in an ``except`` block on the rank that failed: print one message (``who``,
-    the rank, its traceback) and end every rank (``MPI_Abort``), since the others would
-    wait for it forever. The one failure path of the bridge's MPI protocols.
-
-    The pause before ``MPI_Abort`` lets the process manager forward the message: Hydra
-    kills every rank on the abort request, and on a loaded machine that request could
-    overtake the rank's stderr, leaving the user no message at all (seen once in CI)."""
-    print(f"{who}: rank {comm.Get_rank()} of {comm.Get_size()} failed, aborting all ranks\n"
-          + traceback.format_exc(), file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    time.sleep(ABORT_GRACE_SECONDS)
-    comm.Abort(1)
 
 
 @dataclass

@@ -96,7 +96,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .federated import FLOAT32_BYTES, FederatedResult, ParameterVector, abort_all_ranks
+from ..solvers.wire import abort_all_ranks
+from .federated import FLOAT32_BYTES, FederatedResult, ParameterVector
 from .lora import (RANDOM_INITS, LowRankLinear, adapter_parameter_count, freeze_except,
                    wrap_linear_layers)
 from .transformer import bert_encoder

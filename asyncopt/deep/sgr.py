@@ -89,8 +89,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from ..solvers.wire import abort_all_ranks
 from .ato import _batches, _cosine, _labels, _tensor, train_dense
-from .federated import ParameterVector, abort_all_ranks
+from .federated import ParameterVector
 
 __all__ = [
     "ETFClassifier", "etf_matrix", "LocalModule", "LocalNet", "plain_net", "split_sequential",

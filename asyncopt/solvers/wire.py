@@ -13,6 +13,7 @@ import os
 import platform
 import sys
 import time
+import traceback
 
 import numpy as np
 
@@ -29,6 +30,7 @@ SYS_FUTEX = {"x86_64": 202}.get(platform.machine()) if sys.platform.startswith("
     else None
 FUTEX_WAIT, FUTEX_WAKE = 0, 1
 DOORBELL_TIMEOUT = 2e-3    # a doorbell wait re-checks after this long even if not rung
+ABORT_GRACE_SECONDS = 0.5  # abort_all_ranks: the pause that lets the message out first
 
 
 def _mpi():
@@ -81,6 +83,22 @@ class Doorbell:
         """Sleep until the word differs from ``seen``, it is rung, or DOORBELL_TIMEOUT."""
         self._syscall(SYS_FUTEX, ctypes.c_void_p(self.address), FUTEX_WAIT,
                       ctypes.c_int(seen), ctypes.byref(self.timeout), None, 0)
+
+
+def abort_all_ranks(comm, who):
+    """Called in an ``except`` block on the rank that failed: print one message (``who``,
+    the rank, its traceback) and end every rank (``MPI_Abort``), since the others would
+    wait for it forever. The one failure path of the MPI protocols that run inside a
+    user's process (the estimators' Dis-DDSS, the torch bridge's).
+
+    The pause before ``MPI_Abort`` lets the process manager forward the message: Hydra
+    kills every rank on the abort request, and on a loaded machine that request could
+    overtake the rank's stderr, leaving the user no message at all (seen once in CI)."""
+    print(f"{who}: rank {comm.Get_rank()} of {comm.Get_size()} failed, aborting all ranks\n"
+          + traceback.format_exc(), file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    time.sleep(ABORT_GRACE_SECONDS)
+    comm.Abort(1)
 
 
 def poll(ready, spin=SPIN_SECONDS, doorbell=None):
