@@ -204,6 +204,23 @@ def test_malformed_line_names_file_and_line(prog, tmp_path, capsys):
     assert "line 3" in err or "bad.svm:3" in err, err
 
 
+@pytest.mark.parametrize("flag", ["--output", "--history", "--checkpoint"])
+def test_an_output_path_without_its_folder_fails_before_the_solve(flag, tmp_path, capsys,
+                                                                  monkeypatch):
+    """A file the run would write at its end (or on the way, the checkpoint) in a folder
+    that does not exist, or under a file: one line naming the path, before any data is
+    read, not after the solve."""
+    import asyncopt.cli.common as common
+    data = write_libsvm(tmp_path / "small.svm")
+    monkeypatch.setattr(common, "load_data", lambda *a: pytest.fail("data read first"))
+    for path, reason in ((tmp_path / "none" / "out.npz", "No such file or directory"),
+                         (data / "out.npz", "Not a directory")):
+        status, out, err = run_main("asyncopt-lasso", [data, flag, path], capsys)
+        assert status == 1
+        assert_one_line_error(err, "asyncopt-lasso")
+        assert reason in err and str(path) in err
+
+
 @pytest.mark.parametrize("prog", PROGS)
 @pytest.mark.parametrize("argv", [["--alpha", "0"], ["--alpha=-1"], ["--alpha-ratio", "0"],
                                   ["--tol", "-1e-3"], ["--max-epochs", "0"],

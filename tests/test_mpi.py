@@ -439,6 +439,31 @@ def test_estimators_failure_on_one_rank_ends_every_rank_with_one_message():
         proc.stdout + proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("mode", ["bug", "disk"])
+def test_cli_failure_on_one_rank_mid_solve_ends_every_rank(tmp_path, mode):
+    """asyncopt-lasso under mpirun when one rank fails in the middle of the solve: a bug
+    on worker 2 (a traceback, it is ours) or the server's checkpoint write finding the
+    disk full (one line naming the file): one message, a non-zero exit and every rank
+    ended within seconds, where the others would wait for the failed one forever."""
+    import time
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    script = os.path.join(os.path.dirname(__file__), "mpi", "cli_failure.py")
+    checkpoint = tmp_path / "run.npz"
+    start = time.time()
+    proc = subprocess.run([MPIRUN, "-n", "3", sys.executable, script, mode, "--quiet",
+                           "--checkpoint", str(checkpoint)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and time.time() - start < 60
+    assert proc.stderr.count("aborting all ranks") == 1, proc.stderr[-2000:]
+    if mode == "bug":
+        assert "asyncopt-lasso: rank 2 of 3 failed" in proc.stderr
+        assert "RuntimeError: injected failure on one worker" in proc.stderr
+    else:
+        assert f"asyncopt-lasso: error: No space left on device: {checkpoint} (rank 0 of " \
+            "3; aborting all ranks)" in proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
 def test_the_documented_mpi_example_runs():
     """examples/mpi_lasso.py, as the README starts it (here with mpirun -n 3): rank 0 prints
     one summary line with a relative gap below the example's tol."""

@@ -324,6 +324,23 @@ def checkpoint_path(args):
     return path
 
 
+def check_output_paths(args):
+    """Fail before the solve, not after it, where a file the run writes at its end or on
+    the way cannot be made: the folder of --output, --history, --history-json and
+    --checkpoint must exist (OSError naming the path, as writing it would raise)."""
+    import errno
+
+    for path in (args.output, getattr(args, "history", None),
+                 getattr(args, "history_json", None), args.checkpoint):
+        if path is None:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.exists(folder):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        if not os.path.isdir(folder):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+
+
 def write_history_lines(path, history):
     with open(path, "w", encoding="utf-8") as f:
         for record in history or []:
@@ -376,6 +393,7 @@ def fit_and_report(args, prog, loss, title):
         raise CliUsageError("--backend mpi needs mpirun: mpirun -n K " + prog + " ... "
                             "(K >= 2: 1 server + K-1 workers)")
     threads = effective_n_jobs(args.n_jobs)
+    check_output_paths(args)
     X, y, name = load_data(args, threads)
     n, p = X.shape
     nnz = int(X.nnz) if hasattr(X, "nnz") else int(np.count_nonzero(X))
@@ -444,12 +462,15 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     from asyncopt.problem import Problem
     from asyncopt.solvers.mpi import distributed_lam_max, load_server_kernels, solve_mpi
 
+    from asyncopt.solvers.wire import abort_all_ranks
+
     from .distributed import agree, labels, load_shard
 
     comm = MPI.COMM_WORLD
     if args.method not in MPI_METHODS:
         raise CliUsageError(f"--method {args.method} does not run under mpirun yet: use one "
                             f"of {', '.join(MPI_METHODS)}")
+    agree(comm, lambda: check_output_paths(args) if world[0] == 0 else None)
     code = get_loss(loss).code
     # L1(1): the same kernels as the problem's L1(p), whose p the workers are reading
     X, y, name, n, p, nnz = load_shard(
@@ -464,12 +485,19 @@ def fit_and_report_mpi(args, prog, loss, title, world):
         shard = shard.with_lam(alpha)
     leader = world[0] == 0
     t0 = time.perf_counter()
-    result = solve_mpi(comm, shard, penalty, p, code, alpha, fit_intercept, tol=args.tol,
-                       max_epochs=args.max_epochs,
-                       **solver_flags(args.method, not args.no_screening),
-                       batch=args.batch, random_state=args.seed,
-                       checkpoint=checkpoint_path(args),
-                       verbose=0 if args.quiet or not leader else 1, label=args.method)
+    checkpoint = checkpoint_path(args)
+    try:
+        result = solve_mpi(comm, shard, penalty, p, code, alpha, fit_intercept,
+                           tol=args.tol, max_epochs=args.max_epochs,
+                           **solver_flags(args.method, not args.no_screening),
+                           batch=args.batch, random_state=args.seed, checkpoint=checkpoint,
+                           verbose=0 if args.quiet or not leader else 1, label=args.method)
+    except ValueError:
+        raise           # the solver's own (an unreadable checkpoint): on every rank alike
+    except OSError as exc:      # a file one rank writes (the server's checkpoint)
+        abort_all_ranks(comm, prog, _os_error_message(exc))
+    except Exception:           # on some ranks only: the others would wait forever
+        abort_all_ranks(comm, prog)
     wall = time.perf_counter() - t0
     if not leader:
         return EXIT_OK

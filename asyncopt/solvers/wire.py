@@ -85,17 +85,20 @@ class Doorbell:
                       ctypes.c_int(seen), ctypes.byref(self.timeout), None, 0)
 
 
-def abort_all_ranks(comm, who):
+def abort_all_ranks(comm, who, message=None):
     """Called in an ``except`` block on the rank that failed: print one message (``who``,
-    the rank, its traceback) and end every rank (``MPI_Abort``), since the others would
-    wait for it forever. The one failure path of the MPI protocols that run inside a
-    user's process (the estimators' Dis-DDSS, the torch bridge's).
+    the rank, its traceback; or, given ``message``, the error on one line, for a user's
+    trouble such as a file the rank cannot write) and end every rank (``MPI_Abort``),
+    since the others would wait for it forever. The one failure path of the MPI
+    protocols (the command lines' and the estimators' Dis-DDSS, the torch bridge's).
 
     The pause before ``MPI_Abort`` lets the process manager forward the message: Hydra
     kills every rank on the abort request, and on a loaded machine that request could
     overtake the rank's stderr, leaving the user no message at all (seen once in CI)."""
-    print(f"{who}: rank {comm.Get_rank()} of {comm.Get_size()} failed, aborting all ranks\n"
-          + traceback.format_exc(), file=sys.stderr, flush=True)
+    where = f"rank {comm.Get_rank()} of {comm.Get_size()}"
+    print(f"{who}: error: {message} ({where}; aborting all ranks)" if message is not None
+          else f"{who}: {where} failed, aborting all ranks\n" + traceback.format_exc(),
+          file=sys.stderr, flush=True)
     sys.stdout.flush()
     time.sleep(ABORT_GRACE_SECONDS)
     comm.Abort(1)
