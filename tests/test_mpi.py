@@ -709,6 +709,32 @@ def test_sigterm_checkpoints_the_servers_current_x_mid_epoch(tmp_path, ranks):
     assert after[:1] == history and after[-1]["rel_gap"] <= 1e-8
 
 
+def test_ctrl_c_under_mpirun_is_one_message(tmp_path):
+    """Ctrl-C on mpirun, which sends it to every rank: one "interrupted" line (rank 0's),
+    exit status 130, every rank ended within seconds."""
+    import signal
+    import time
+    data = _write_libsvm(tmp_path / "interrupt.svm", n=120000, p=120)
+    ckpt = tmp_path / "run.npz"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    argv = [MPIRUN, "-n", "3", sys.executable, "-m", "asyncopt.cli.lasso", str(data),
+            "--checkpoint", str(ckpt), "--batch", "1", "--quiet"]
+    job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        deadline = time.time() + 60
+        while not ckpt.exists() and time.time() < deadline:       # the solve has begun
+            time.sleep(0.1)
+        job.send_signal(signal.SIGINT)
+        sent = time.time()
+        out, err = job.communicate(timeout=30)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 130 and time.time() - sent < 20, (job.returncode, err)
+    assert (out + err).count("interrupted") == 1, out + err
+
+
 @pytest.mark.parametrize("n_ranks", [2, 4])
 def test_root_centred_and_window_collectives_match_mpis(tmp_path, n_ranks):
     """The point-to-point collectives a Wire uses on an oversubscribed node

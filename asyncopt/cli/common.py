@@ -232,6 +232,8 @@ def run_main(prog, body, argv=None) -> int:
     except CliUsageError as exc:
         return fail(exc, EXIT_USAGE)
     except KeyboardInterrupt:
+        if world is not None and world[0] != 0:    # mpirun sends Ctrl-C to every rank
+            return EXIT_INTERRUPTED
         try:
             tty = sys.stderr.isatty()
         except (AttributeError, ValueError):
