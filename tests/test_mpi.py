@@ -698,6 +698,7 @@ def test_sigterm_checkpoints_the_servers_current_x_mid_epoch(tmp_path, ranks):
     said = f"rc {job.returncode}: " + (out + err)[-2000:]
     assert job.returncode != 0, said
     assert "Traceback" not in out + err, said
+    assert err.count(f"terminated; the checkpoint {ckpt} holds the server's x") == 1, said
     coef, _, _, history = load_checkpoint(str(ckpt), 120)
     assert len(history) == 1 and np.count_nonzero(coef) > 0, \
         (len(history), np.count_nonzero(coef), said)       # mid-epoch x, not x = 0

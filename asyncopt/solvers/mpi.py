@@ -103,6 +103,7 @@ spin without doorbells 0.565 s; -n 5 0.332 -> 0.312 s and 0.338 -> 0.332 s. At -
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -217,6 +218,9 @@ def _checkpoint_on_sigterm(path, live, history, penalty, n_features, lam):
         if "x" in live:
             save_checkpoint(path, coef=_expand(penalty, n_features, live["blocks"], live["x"]),
                             intercept=live["b"], lam=lam, history=history)
+        sys.stderr.write(f"asyncopt: terminated; the checkpoint {path} holds the server's x "
+                         f"(--resume continues from it)\n")
+        sys.stderr.flush()
         raise SystemExit(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
