@@ -218,8 +218,8 @@ def _checkpoint_on_sigterm(path, live, history, penalty, n_features, lam):
         if "x" in live:
             save_checkpoint(path, coef=_expand(penalty, n_features, live["blocks"], live["x"]),
                             intercept=live["b"], lam=lam, history=history)
-        sys.stderr.write(f"asyncopt: terminated; the checkpoint {path} holds the server's x "
-                         f"(--resume continues from it)\n")
+        sys.stderr.write(f"asyncopt: terminated; the checkpoint {path} holds the "
+                         f"server's x (--resume continues from it)\n")
         sys.stderr.flush()
         raise SystemExit(128 + signum)
 
