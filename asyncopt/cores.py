@@ -1,6 +1,7 @@
 """The cores a process may use, and the limit on BLAS threads beside the solvers' own threads
 or ranks (Sha-DDSS's threads, Dis-DDSS's ranks on one machine)."""
 import contextlib
+import functools
 import os
 
 
@@ -43,3 +44,40 @@ def blas_threads(limit):
     from threadpoolctl import threadpool_limits
     with threadpool_limits(limits=max(1, int(limit)), user_api="blas"):
         yield
+
+
+@contextlib.contextmanager
+def small_pages():
+    """Run the block with numpy asking the kernel for no huge pages on the large arrays it
+    allocates (``madvise(MADV_HUGEPAGE)`` above 4 MB, numpy's default on Linux), then
+    restore numpy's setting. Where transparent huge pages are granted on request
+    (``/sys/kernel/mm/transparent_hugepage/enabled`` = madvise, defrag = madvise), the
+    first touch of such an array can stall in the kernel's compaction for tens of ms: a
+    Dis-DDSS worker's first epoch view took 38-95 ms against 8-16 ms, and the server's
+    unpacking of an 8.8 MB Hessian 12.5 ms against 2. The arrays made before the block
+    (the shards' rows) keep theirs. Dis-DDSS (``solve_mpi``) on CTR 200,000 x 100,000 at
+    1e-3 lam_max on the 2-core VM, 3 blocks of 6-8 paired solves (benchmarks/README.md):
+    mean solve at -n 2 0.306 -> 0.306, 0.382 -> 0.344, 0.343 -> 0.339 s; -n 3 0.270 ->
+    0.264, 0.296 -> 0.256, 0.244 -> 0.240 s; -n 9 0.474 -> 0.412, 0.445 -> 0.409, 0.410
+    -> 0.413 s; the spread of -n 2 and -n 3 2-5x narrower. Serial DDSS, which allocates
+    the same arrays again and again in one process, gained nothing (1e-4 lam_max: 3%
+    slower), so it runs without."""
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:          # pragma: no cover - another numpy layout
+        yield
+        return
+    before = _set_madvise_hugepage(False)
+    try:
+        yield
+    finally:
+        _set_madvise_hugepage(before)
+
+
+def in_small_pages(solver):
+    """``solver`` run inside ``small_pages`` (a decorator for the solvers' entry points)."""
+    @functools.wraps(solver)
+    def run(*args, **kwargs):
+        with small_pages():
+            return solver(*args, **kwargs)
+    return run

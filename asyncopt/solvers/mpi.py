@@ -109,7 +109,7 @@ import time
 
 import numpy as np
 
-from ..cores import blas_threads, blas_threads_beside
+from ..cores import blas_threads, blas_threads_beside, in_small_pages
 from ..kernels.linalg import csr_rmatvec
 from ..kernels.messages import (ChangeLog, add_weighted_delta, apply_reply, bitmap_words,
                                 decode_index, encode_index, index_length, take_delta,
@@ -227,6 +227,7 @@ def _checkpoint_on_sigterm(path, live, history, penalty, n_features, lam):
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
+@in_small_pages
 def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept, *,
               tol=1e-4, max_epochs=200, screening=True, variance_reduced=True, batch=None,
               step_scale=1.0, checkpoint=None, saga=False, dense=False,
