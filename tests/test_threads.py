@@ -203,3 +203,37 @@ def test_blas_pools_are_limited_while_threads_or_ranks_compute(monkeypatch):
                        callback=lambda record: seen.append(set(blas_pools())))
             assert seen and all(pools == expected for pools in seen)
         assert set(blas_pools()) == {2}
+
+
+def test_solve_mpi_allocates_without_huge_pages_and_puts_numpy_back():
+    """cores.small_pages: inside, numpy asks for no huge pages (its madvise switch off);
+    after, numpy's own setting again, also when the block raises. solve_mpi runs in it
+    (``in_small_pages`` keeps its name and docstring)."""
+    from numpy._core.multiarray import _set_madvise_hugepage
+
+    from asyncopt import cores
+    from asyncopt.solvers.mpi import solve_mpi
+
+    def current():
+        setting = _set_madvise_hugepage(True)
+        _set_madvise_hugepage(setting)
+        return setting
+
+    numpys = current()
+    try:
+        for before in (True, False):
+            _set_madvise_hugepage(before)
+            with cores.small_pages():
+                assert current() is False
+            assert current() is before
+            with pytest.raises(RuntimeError), cores.small_pages():
+                raise RuntimeError
+            assert current() is before
+        _set_madvise_hugepage(True)
+        seen = []
+        wrapped = cores.in_small_pages(lambda: seen.append(current()) or 7)
+        assert wrapped() == 7 and seen == [False] and current() is True
+    finally:
+        _set_madvise_hugepage(numpys)
+    assert solve_mpi.__name__ == "solve_mpi" and "Dis-DDSS" in solve_mpi.__doc__
+    assert solve_mpi.__wrapped__.__name__ == "solve_mpi"
