@@ -213,12 +213,16 @@ def test_an_output_path_without_its_folder_fails_before_the_solve(flag, tmp_path
     import asyncopt.cli.common as common
     data = write_libsvm(tmp_path / "small.svm")
     monkeypatch.setattr(common, "load_data", lambda *a: pytest.fail("data read first"))
-    for path, reason in ((tmp_path / "none" / "out.npz", "No such file or directory"),
-                         (data / "out.npz", "Not a directory")):
+    cases = [(str(tmp_path / "none" / "out.npz"), "No such file or directory"),
+             (str(data / "out.npz"), "Not a directory"),
+             (str(tmp_path / "new") + os.sep, "No such file or directory")]
+    if flag != "--checkpoint":      # a checkpoint may be a folder (checkpoint.npz in it)
+        cases.append((str(tmp_path), "Is a directory"))
+    for path, reason in cases:
         status, out, err = run_main("asyncopt-lasso", [data, flag, path], capsys)
         assert status == 1
         assert_one_line_error(err, "asyncopt-lasso")
-        assert reason in err and str(path) in err
+        assert reason in err and path in err
 
 
 @pytest.mark.parametrize("prog", PROGS)

@@ -329,18 +329,23 @@ def checkpoint_path(args):
 def check_output_paths(args):
     """Fail before the solve, not after it, where a file the run writes at its end or on
     the way cannot be made: the folder of --output, --history, --history-json and
-    --checkpoint must exist (OSError naming the path, as writing it would raise)."""
+    --checkpoint must exist (a --checkpoint ending in a separator is a folder itself,
+    ``checkpoint_path``), and the files must not be folders (OSError naming the path, as
+    writing it would raise)."""
     import errno
 
-    for path in (args.output, getattr(args, "history", None),
-                 getattr(args, "history_json", None), args.checkpoint):
+    files = (args.output, getattr(args, "history", None),
+             getattr(args, "history_json", None))
+    for path in files + (args.checkpoint,):
         if path is None:
             continue
-        folder = os.path.dirname(os.path.abspath(path))
+        folder = path if path.endswith(os.sep) else os.path.dirname(os.path.abspath(path))
         if not os.path.exists(folder):
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
         if not os.path.isdir(folder):
             raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+        if path in files and os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
 
 
 def write_history_lines(path, history):
