@@ -204,7 +204,8 @@ def test_malformed_line_names_file_and_line(prog, tmp_path, capsys):
     assert "line 3" in err or "bad.svm:3" in err, err
 
 
-@pytest.mark.parametrize("flag", ["--output", "--history", "--checkpoint"])
+@pytest.mark.parametrize("flag", ["--output", "--save-coef", "--history", "--history-json",
+                                  "--checkpoint"])
 def test_an_output_path_without_its_folder_fails_before_the_solve(flag, tmp_path, capsys,
                                                                   monkeypatch):
     """A file the run would write at its end (or on the way, the checkpoint) in a folder

@@ -328,13 +328,13 @@ def checkpoint_path(args):
 
 def check_output_paths(args):
     """Fail before the solve, not after it, where a file the run writes at its end or on
-    the way cannot be made: the folder of --output, --history, --history-json and
-    --checkpoint must exist (a --checkpoint ending in a separator is a folder itself,
-    ``checkpoint_path``), and the files must not be folders (OSError naming the path, as
-    writing it would raise)."""
+    the way cannot be made: the folder of --output, --save-coef, --history,
+    --history-json and --checkpoint must exist (a --checkpoint ending in a separator is a
+    folder itself, ``checkpoint_path``), and the files must not be folders (OSError naming
+    the path, as writing it would raise)."""
     import errno
 
-    files = (args.output, getattr(args, "history", None),
+    files = (args.output, getattr(args, "save_coef", None), getattr(args, "history", None),
              getattr(args, "history_json", None))
     for path in files + (args.checkpoint,):
         if path is None:
