@@ -439,13 +439,19 @@ class SharedCollectives:
         which move only while both ranks are inside MPI, the server of mpirun -n 9 on 2
         cores waited 162 ms for eight of them (their forming included), workers up to
         48 ms each for their send to leave."""
-        if send.shape[0] <= self.capacity:
-            return self._gather_piece(send, combine)
-        total = np.empty_like(send) if self.rank == 0 else None
-        for start in range(0, send.shape[0], self.capacity):
-            piece = self._gather_piece(send[start:start + self.capacity], combine)
-            if total is not None:
-                total[start:start + self.capacity] = piece
+        pieces = range(0, max(send.shape[0], 1), self.capacity)
+        if self.rank != 0:
+            for start in pieces:
+                self._post_piece(send[start:start + self.capacity])
+            return None
+        total = send.copy()
+        # worker by worker, each one's pieces in turn (piece by piece over the workers
+        # before): the first to finish its vector is summed while the others still form
+        # theirs, and each element's sum runs in rank order either way. The Newton step
+        # at -n 3 on 2 cores (CTR, 8 paired): 60.9 -> 56.1 ms, median
+        for worker in range(1, self.n_workers + 1):
+            for start in pieces:
+                self._add_piece(worker, total[start:start + self.capacity], combine)
         return total
 
     def _bcast_piece(self, buf):
@@ -469,25 +475,22 @@ class SharedCollectives:
             sequence[self.rank, SEQ_BCAST_READ] = expected
             _ring(self.bells, 0)
 
-    def _gather_piece(self, send, combine):
-        sequence, k = self.sequence, send.shape[0]
-        if self.rank != 0:
-            posted = self.sums[self.rank]
-            row = sequence[self.rank]
-            poll(lambda: row[SEQ_SUM_READ] >= posted, self.wire.spin, self.bell)
-            self.summands[self.rank][:k] = send
-            self.sync()
-            self.sums[self.rank] = posted + 1
-            row[SEQ_SUM_POSTED] = posted + 1
-            _ring(self.bells, 0)
-            return None
-        total = send.copy()
-        for worker in range(1, self.n_workers + 1):
-            row, expected = sequence[worker], self.sums[worker] + 1
-            poll(lambda: row[SEQ_SUM_POSTED] >= expected, self.wire.spin, self.bell)
-            self.sync()
-            combine(total, self.summands[worker][:k], out=total)
-            self.sums[worker] = expected
-            row[SEQ_SUM_READ] = expected
-            _ring(self.bells, worker)
-        return total
+    def _post_piece(self, send):
+        """A worker: ``send`` into its summand slot once the server has read the last."""
+        posted, row = self.sums[self.rank], self.sequence[self.rank]
+        poll(lambda: row[SEQ_SUM_READ] >= posted, self.wire.spin, self.bell)
+        self.summands[self.rank][:send.shape[0]] = send
+        self.sync()
+        self.sums[self.rank] = posted + 1
+        row[SEQ_SUM_POSTED] = posted + 1
+        _ring(self.bells, 0)
+
+    def _add_piece(self, worker, total, combine):
+        """The server: ``worker``'s next posted piece combined into ``total`` (in place)."""
+        row, expected = self.sequence[worker], self.sums[worker] + 1
+        poll(lambda: row[SEQ_SUM_POSTED] >= expected, self.wire.spin, self.bell)
+        self.sync()
+        combine(total, self.summands[worker][:total.shape[0]], out=total)
+        self.sums[worker] = expected
+        row[SEQ_SUM_READ] = expected
+        _ring(self.bells, worker)
