@@ -94,7 +94,10 @@ def abort_all_ranks(comm, who, message=None):
 
     The pause before ``MPI_Abort`` lets the process manager forward the message: Hydra
     kills every rank on the abort request, and on a loaded machine that request could
-    overtake the rank's stderr, leaving the user no message at all (seen once in CI)."""
+    overtake the rank's stderr, leaving the user no message at all (seen once in CI).
+    MPICH's ``MPI_Abort`` can return before the process manager's kill arrives (a busy
+    2-core VM: the failed rank then went on past its error); the rank then ends itself
+    (``os._exit``), never returning to its caller."""
     where = f"rank {comm.Get_rank()} of {comm.Get_size()}"
     print(f"{who}: error: {message} ({where}; aborting all ranks)" if message is not None
           else f"{who}: {where} failed, aborting all ranks\n" + traceback.format_exc(),
@@ -102,6 +105,7 @@ def abort_all_ranks(comm, who, message=None):
     sys.stdout.flush()
     time.sleep(ABORT_GRACE_SECONDS)
     comm.Abort(1)
+    os._exit(1)
 
 
 def poll(ready, spin=SPIN_SECONDS, doorbell=None):
