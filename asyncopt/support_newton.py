@@ -455,12 +455,19 @@ def copy_submatrix(source, source_at, target_at, out):
             target_row[target_at[c]] = source_row[source_at[c]]
 
 
-def kept_positions(kept_ids, ids):
-    """Where each feature id of ``ids`` stands in ``kept_ids`` (-1: not there)."""
-    where = np.full(int(max(ids.max(initial=0), kept_ids.max(initial=0))) + 1, -1,
-                    dtype=np.int64)
+def reusable_positions(kept_ids, kept_intercept, ids, intercept, share):
+    """Where each feature id of ``ids`` (a step's S') stands in ``kept_ids`` (the S of
+    a kept Hessian; -1 where it is new), or None when nothing is kept, the intercept
+    differs, S' is empty or more than ``share`` of it is new: what ``HessianCache`` and
+    ``ReducedHessian`` reuse a kept Hessian by."""
+    if kept_ids is None or kept_intercept != bool(intercept) or not ids.shape[0]:
+        return None
+    where = np.full(int(max(ids.max(), kept_ids.max(initial=0))) + 1, -1, dtype=np.int64)
     where[kept_ids] = np.arange(kept_ids.shape[0])
-    return where[ids]
+    old = where[ids]
+    if np.count_nonzero(old < 0) > share * ids.shape[0]:
+        return None
+    return old
 
 
 class HessianCache:
@@ -483,12 +490,10 @@ class HessianCache:
         """H on ``ids`` from the kept one plus the new coordinates' rows and columns
         (``args``: those of ``support_hessian_sums`` for S'), or None when nothing is kept,
         the intercept differs or too much of S' is new."""
-        if self.ids is None or self.intercept != bool(intercept) or not ids.shape[0]:
+        old = reusable_positions(self.ids, self.intercept, ids, intercept, self.REUSE_SHARE)
+        if old is None:
             return None
-        old = kept_positions(self.ids, ids)
         known = old >= 0
-        if np.count_nonzero(~known) > self.REUSE_SHARE * ids.shape[0]:
-            return None
         size = ids.shape[0]
         dim = size + 1 if intercept else size
         new_at, old_at = np.flatnonzero(known), old[known]
@@ -523,13 +528,11 @@ class ReducedHessian:
         """(the positions in S' of its coordinates new since the kept sum, the kept sum's
         positions of the others by their position in S', -1 at the new ones, the
         intercept's last), or None when the whole upper triangle is to be reduced."""
-        ids = np.asarray(ids, dtype=np.int64)
-        if self.ids is None or self.intercept != bool(intercept) or not ids.shape[0]:
+        old = reusable_positions(self.ids, self.intercept, np.asarray(ids, dtype=np.int64),
+                                 intercept, self.REUSE_SHARE)
+        if old is None:
             return None
-        old = kept_positions(self.ids, ids)
         fresh = np.flatnonzero(old < 0)
-        if fresh.shape[0] > self.REUSE_SHARE * ids.shape[0]:
-            return None
         if intercept:
             old = np.append(old, self.ids.shape[0])
         return fresh, old
@@ -1077,9 +1080,10 @@ def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, in
             projected_candidates(point, best[1], k, best[3])[0]
         further = _with_violating_zeros(times, diagonal, block, smooth, point, end,
                                         lam * weights_S, k)
-        if further is None or not model(further) < best[2]:
+        value = np.inf if further is None else model(further)
+        if not value < best[2]:
             break
-        best = (LINE, further, model(further),
+        best = (LINE, further, value,
                 np.where(further[:k] != 0.0, np.sign(further[:k]), orthant_S))
     return best
 
