@@ -118,11 +118,12 @@ class _DDSSModel(BaseEstimator):
         the server cannot read) raises ValueError on every rank alike; any other error,
         which may strike some ranks only (a worker out of memory, a checkpoint the
         server cannot write), prints one message with its traceback and ends every rank
-        (``wire.abort_all_ranks``): the others would wait for the failed one forever."""
+        (``wire.ending_every_rank_on_error``): the others would wait for the failed one
+        forever."""
         from mpi4py import MPI
 
         from .solvers.mpi import solve_mpi
-        from .solvers.wire import abort_all_ranks
+        from .solvers.wire import ending_every_rank_on_error
 
         if self.method not in MPI_METHODS:
             raise ValueError(f"method {self.method!r} is not available on the mpi backend "
@@ -134,7 +135,8 @@ class _DDSSModel(BaseEstimator):
         if X.shape[0] < comm.Get_size() - 1:    # an empty shard fails on its rank alone
             raise ValueError(f"backend='mpi': {comm.Get_size() - 1} workers for "
                              f"{X.shape[0]} rows: start at most one worker a row")
-        try:
+        with ending_every_rank_on_error(
+                comm, f"asyncopt {type(self).__name__}.fit (backend='mpi')"):
             shard = None
             if comm.Get_rank() > 0:
                 rows = np.array_split(np.arange(X.shape[0]), comm.Get_size() - 1)[
@@ -150,10 +152,6 @@ class _DDSSModel(BaseEstimator):
                              verbose=self.verbose, label=self.method,
                              checkpoint=self.checkpoint, coef_init=coef_init,
                              intercept_init=intercept_init)
-        except ValueError:
-            raise
-        except Exception:
-            abort_all_ranks(comm, f"asyncopt {type(self).__name__}.fit (backend='mpi')")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

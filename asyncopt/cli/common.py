@@ -469,7 +469,7 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     from asyncopt.problem import Problem
     from asyncopt.solvers.mpi import distributed_lam_max, load_server_kernels, solve_mpi
 
-    from asyncopt.solvers.wire import abort_all_ranks
+    from asyncopt.solvers.wire import ending_every_rank_on_error
 
     from .distributed import agree, labels, load_shard
 
@@ -493,18 +493,14 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     leader = world[0] == 0
     t0 = time.perf_counter()
     checkpoint = checkpoint_path(args)
-    try:
+    # an OSError there is a file one rank writes (the server's checkpoint): one line
+    with ending_every_rank_on_error(comm, prog, lambda exc: _os_error_message(exc)
+                                    if isinstance(exc, OSError) else None):
         result = solve_mpi(comm, shard, penalty, p, code, alpha, fit_intercept,
                            tol=args.tol, max_epochs=args.max_epochs,
                            **solver_flags(args.method, not args.no_screening),
                            batch=args.batch, random_state=args.seed, checkpoint=checkpoint,
                            verbose=0 if args.quiet or not leader else 1, label=args.method)
-    except ValueError:
-        raise           # the solver's own (an unreadable checkpoint): on every rank alike
-    except OSError as exc:      # a file one rank writes (the server's checkpoint)
-        abort_all_ranks(comm, prog, _os_error_message(exc))
-    except Exception:           # on some ranks only: the others would wait forever
-        abort_all_ranks(comm, prog)
     wall = time.perf_counter() - t0
     if not leader:
         return EXIT_OK

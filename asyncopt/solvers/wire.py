@@ -7,6 +7,7 @@ holds a core (:func:`poll`: a short spin that yields the core at every check, th
 so runs with more ranks than cores (``mpirun -n 9`` on 2 cores) stay usable.
 :class:`Wire` counts the bytes this rank put on and took off the wire, headers included.
 """
+import contextlib
 import ctypes
 import functools
 import os
@@ -106,6 +107,21 @@ def abort_all_ranks(comm, who, message=None):
     time.sleep(ABORT_GRACE_SECONDS)
     comm.Abort(1)
     os._exit(1)
+
+
+@contextlib.contextmanager
+def ending_every_rank_on_error(comm, who, describe=None):
+    """Run an MPI solve's block so that an error on some ranks only does not leave the
+    others waiting for them forever: a ValueError passes (a user's mistake, which the
+    solvers raise on every rank alike), any other Exception ends every rank through
+    ``abort_all_ranks``, on one line where ``describe(exc)`` gives one (else with its
+    traceback). The command lines' and the estimators' Dis-DDSS run in it."""
+    try:
+        yield
+    except ValueError:
+        raise
+    except Exception as exc:
+        abort_all_ranks(comm, who, None if describe is None else describe(exc))
 
 
 def poll(ready, spin=SPIN_SECONDS, doorbell=None):
