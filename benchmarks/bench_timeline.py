@@ -12,10 +12,16 @@ split shows as waits. On the second 16-core lend (benchmarks/README.md) every ke
 7.9-9x at 8 workers while each worker waited 25-30% of the solve, mostly for whichever
 rank ran slower for a while.
 
-Output: per rank, the solve's milliseconds and each timed name's total; for each worker
-its waits in all and those at the inner loops' ends (its last batch done, the server's
-stop not yet there); ``results/bench_timeline.json`` holds the machine, the run's
-history and every event (name, start, end; seconds from the first rank's solve start).
+Each rank also reports its process's CPU time in the solve, and the run the sum over
+the ranks divided by this machine's cores: no schedule of that work on these cores ends
+sooner. Where there are more ranks than cores this floor is what bounds a speed-up: on 2
+cores, 1 worker's solve hides the server's CPU on the second core, 2 workers' cannot.
+
+Output: per rank, the solve's milliseconds, its CPU milliseconds and each timed name's
+total; for each worker its waits in all and those at the inner loops' ends (its last
+batch done, the server's stop not yet there); the floor; ``results/bench_timeline.json``
+holds the machine, the run's history, the CPU total and every event (name, start, end;
+seconds from the first rank's solve start).
 """
 import argparse
 import json
@@ -70,7 +76,7 @@ def install_timers(events):
 def rank_main(argv):
     """Under mpirun: _mpi_run.main(argv less ``--trace PATH``) with the timers; each
     solve_mpi starts a fresh event list, and at its end rank 0 writes every rank's (rank,
-    solve start, solve end, events) to PATH (the warm-up's solve is overwritten by the
+    solve start, solve end, events, CPU seconds of the solve) to PATH (the warm-up's solve is overwritten by the
     timed one)."""
     import asyncopt.solvers.mpi as mpi
     from benchmarks import _mpi_run
@@ -83,10 +89,10 @@ def rank_main(argv):
 
     def traced(comm, *args, **kwargs):
         events.clear()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = solve(comm, *args, **kwargs)
-        ranks = comm.gather((comm.Get_rank(), start, time.perf_counter(), list(events)),
-                            root=0)
+        ranks = comm.gather((comm.Get_rank(), start, time.perf_counter(), list(events),
+                             time.process_time() - cpu), root=0)
         if comm.Get_rank() == 0:
             with open(trace + ".tmp", "w") as f:
                 json.dump(ranks, f)
@@ -100,15 +106,17 @@ def rank_main(argv):
 # --------------------------------------------------------------------------- driver side
 
 def summarise(ranks):
-    """Per rank: {"rank", "solve_ms", "totals_ms" {name: inclusive ms}, and for workers
-    "inner_end_wait_ms"}; event times relative to the earliest solve start."""
-    origin = min(start for _, start, _, _ in ranks)
+    """Per rank: {"rank", "solve_ms", "cpu_ms" (the process's CPU time in the solve),
+    "totals_ms" {name: inclusive ms}, and for workers "inner_end_wait_ms"}; event times
+    relative to the earliest solve start."""
+    origin = min(start for _, start, _, _, _ in ranks)
     out = []
-    for rank, start, end, events in sorted(ranks):
+    for rank, start, end, events, cpu in sorted(ranks):
         totals = {}
         for name, a, z in events:
             totals[name] = totals.get(name, 0.0) + 1e3 * (z - a)
-        row = {"rank": rank, "solve_ms": 1e3 * (end - start), "totals_ms": totals,
+        row = {"rank": rank, "solve_ms": 1e3 * (end - start), "cpu_ms": 1e3 * cpu,
+               "totals_ms": totals,
                "events": [(name, a - origin, z - origin) for name, a, z in events]}
         if rank > 0:
             tail = 0.0
@@ -125,7 +133,7 @@ def summarise(ranks):
 
 def format_rank(row):
     totals = sorted(row["totals_ms"].items(), key=lambda item: -item[1])
-    head = f"rank {row['rank']}: solve {row['solve_ms']:.0f} ms"
+    head = f"rank {row['rank']}: solve {row['solve_ms']:.0f} ms, CPU {row['cpu_ms']:.0f} ms"
     if "inner_end_wait_ms" in row:
         head += (f", waits {row['totals_ms'].get(WAIT, 0.0):.0f} ms "
                  f"({row['inner_end_wait_ms']:.0f} at the inner loops' ends)")
@@ -165,11 +173,17 @@ def main(argv=None):
           f"{history[-1]['rel_gap']:.1e}; times inclusive, in ms")
     for row in rows:
         print(format_rank(row))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count()
+    cpu_total = sum(row["cpu_ms"] for row in rows)
+    print(f"CPU of all ranks {cpu_total:.0f} ms on {cores} cores: no schedule of this work "
+          f"ends before {cpu_total / cores:.0f} ms")
     path = args.output or os.path.join(RESULTS_DIR, "bench_timeline.json")
     write_json(path, {"benchmark": "bench_timeline", "machine": machine_info(("mpi4py",)),
                       "ranks": args.ranks, "data": args.data, "loss": args.loss,
                       "lam_ratio": args.lam_ratio, "seed": args.seed, "tol": args.tol,
-                      "history": history, "per_rank": rows})
+                      "cores": cores, "cpu_ms": cpu_total, "history": history,
+                      "per_rank": rows})
     print(f"wrote {path}")
     return 0
 
