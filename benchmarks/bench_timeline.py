@@ -76,8 +76,8 @@ def install_timers(events):
 def rank_main(argv):
     """Under mpirun: _mpi_run.main(argv less ``--trace PATH``) with the timers; each
     solve_mpi starts a fresh event list, and at its end rank 0 writes every rank's (rank,
-    solve start, solve end, events, CPU seconds of the solve) to PATH (the warm-up's solve is overwritten by the
-    timed one)."""
+    solve start, solve end, events, CPU seconds of the solve) to PATH (the warm-up's
+    solve is overwritten by the timed one)."""
     import asyncopt.solvers.mpi as mpi
     from benchmarks import _mpi_run
 
