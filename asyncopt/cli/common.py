@@ -314,12 +314,17 @@ def write_history(path, history):
         f.write("\n")
 
 
+def checkpoint_file(path):
+    """The file a --checkpoint PATH names: PATH, or checkpoint.npz in it where PATH is a
+    folder (one that exists, or one ending in a separator); None for None."""
+    if path is not None and (path.endswith(os.sep) or os.path.isdir(path)):
+        return os.path.join(path, "checkpoint.npz")
+    return path
+
+
 def checkpoint_path(args):
-    """--checkpoint as a file path (a directory gets checkpoint.npz inside); checks
-    --resume."""
-    path = args.checkpoint
-    if path is not None and os.path.isdir(path):
-        path = os.path.join(path, "checkpoint.npz")
+    """--checkpoint as a file path (``checkpoint_file``); checks --resume."""
+    path = checkpoint_file(args.checkpoint)
     if args.resume and (path is None or not os.path.exists(path)):
         raise CliUsageError("--resume needs an existing --checkpoint file" +
                             ("" if path is None else f" ({path} not found)"))
@@ -328,23 +333,22 @@ def checkpoint_path(args):
 
 def check_output_paths(args):
     """Fail before the solve, not after it, where a file the run writes at its end or on
-    the way cannot be made: the folder of --output, --save-coef, --history,
-    --history-json and --checkpoint must exist (a --checkpoint ending in a separator is a
-    folder itself, ``checkpoint_path``), and the files must not be folders (OSError naming
-    the path, as writing it would raise)."""
+    the way cannot be made: the folders of --output, --save-coef, --history,
+    --history-json and --checkpoint's file (``checkpoint_file``) must exist, and the
+    files must not be folders (OSError naming the path, as writing it would raise)."""
     import errno
 
-    files = (args.output, getattr(args, "save_coef", None), getattr(args, "history", None),
-             getattr(args, "history_json", None))
-    for path in files + (args.checkpoint,):
+    for path in (args.output, getattr(args, "save_coef", None),
+                 getattr(args, "history", None), getattr(args, "history_json", None),
+                 checkpoint_file(args.checkpoint)):
         if path is None:
             continue
-        folder = path if path.endswith(os.sep) else os.path.dirname(os.path.abspath(path))
+        folder = os.path.abspath(os.path.dirname(path) or os.curdir)
         if not os.path.exists(folder):
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
         if not os.path.isdir(folder):
             raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
-        if path in files and os.path.isdir(path):
+        if os.path.isdir(path):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
 
 
