@@ -42,14 +42,14 @@ def load_shard(args, comm, server_meanwhile=None):
     from .common import CliUsageError, load_data
 
     rank, workers = comm.Get_rank(), comm.Get_size() - 1
+    meanwhile = server_meanwhile or (lambda: None)
     # the parser's threads: this rank's share of the node's cores
     threads = blas_threads_beside(local_ranks(comm)) or available_cores()
     splittable = args.data is not None and not _is_compressed(args.data)
     if args.data is None or not splittable:
         def whole():
             if rank == 0:
-                if server_meanwhile is not None:
-                    server_meanwhile()
+                meanwhile()
                 return None, None, None
             X, y, name = load_data(args, threads)
             rows = np.array_split(np.arange(X.shape[0]), workers)[rank - 1]
@@ -65,8 +65,7 @@ def load_shard(args, comm, server_meanwhile=None):
         def part():
             ranges = libsvm_byte_ranges(name, workers)    # every rank: a missing file fails
             if rank == 0:
-                if server_meanwhile is not None:
-                    server_meanwhile()
+                meanwhile()
                 return None, None
             offset, length = ranges[rank - 1]
             return load_libsvm(name, n_features=ANY_WIDTH, zero_based=True, offset=offset,
