@@ -277,7 +277,7 @@ class ActiveSet:
         where the block is frozen at zero (``ddss.freeze_optimal_zeros``)."""
         return np.repeat(np.isfinite(thresholds), np.diff(self.block_indptr))
 
-    def without_frozen(self, thresholds):
+    def without_frozen(self, thresholds, moving=None):
         """This set for one inner epoch, its rows restricted to the columns of the
         blocks not frozen at zero (``thresholds`` per block; +inf: frozen for the epoch,
         ``ddss.freeze_optimal_zeros``), or this set itself when those columns hold more
@@ -290,8 +290,10 @@ class ActiveSet:
         The view (a RowsView, a pass over the rows to form) is kept and serves later
         epochs while its columns cover the unfrozen ones and hold at most VIEW_SLACK
         times their non-zeros; ``margins`` uses it too. For the inner loop only: the
-        returned set's other attributes are this set's."""
-        moving = self.unfrozen_features(thresholds)
+        returned set's other attributes are this set's. ``moving``: the caller's
+        ``unfrozen_features(thresholds)``, where it has them."""
+        if moving is None:
+            moving = self.unfrozen_features(thresholds)
         needed = int(self.column_counts[moving].sum())
         if needed > UNFROZEN_SHARE * int(self.column_counts.sum()):
             return self

@@ -652,9 +652,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                                          active.block_indptr)
                 else:
                     kernel = svrg_epoch_l1 if active.penalty.is_l1 else svrg_epoch_group
-                    rows = active.without_frozen(thresholds)
-                    args = (rows.indptr, rows.indices, rows.data, active.y, loss_code)
                     moving = active.unfrozen_features(thresholds)
+                    rows = active.without_frozen(thresholds, moving)
+                    args = (rows.indptr, rows.indices, rows.data, active.y, loss_code)
                     if not moving.all():      # x stays put elsewhere on every rank
                         movable = np.flatnonzero(moving)
 
