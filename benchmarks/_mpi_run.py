@@ -114,14 +114,20 @@ def add_solve_arguments(parser):
     parser.add_argument("--shards", default=None, metavar="DIR",
                         help="where the shards are written (default: a temporary folder)")
     parser.add_argument("--output", default=None)
+    parser.add_argument("--newton-products", action="store_true",
+                        help="the Newton step's CG asks the workers for every product, as "
+                        "across machines")
 
 
-def solve_options(args):
+def solve_options(args, extra_args=()):
     """``launch``'s keyword arguments from ``add_solve_arguments``' flags (a run gets
-    2 minutes beyond its time cap before it is killed)."""
+    2 minutes beyond its time cap before it is killed), with ``extra_args`` for the
+    rank script."""
     return dict(data=args.data, loss=args.loss, lam_ratio=args.lam_ratio,
                 fit_intercept=not args.no_intercept, method=args.method, tol=args.tol,
-                max_time=args.time_cap, timeout=args.time_cap + 120, mpirun=args.mpirun)
+                max_time=args.time_cap, timeout=args.time_cap + 120, mpirun=args.mpirun,
+                extra_args=list(extra_args) +
+                (["--newton-products"] if args.newton_products else []))
 
 
 def launch(n_ranks, out, *, data, loss, lam_ratio, fit_intercept, method, tol, max_time,

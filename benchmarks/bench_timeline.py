@@ -158,8 +158,7 @@ def main(argv=None):
         run, _, error = launch(
             args.ranks, os.path.join(workdir, "run.json"), seed=args.seed,
             shard_root=args.shards or os.path.join(workdir, "shards"),
-            extra_args=[TRACE_FLAG, trace], script=os.path.abspath(__file__),
-            **solve_options(args))
+            script=os.path.abspath(__file__), **solve_options(args, [TRACE_FLAG, trace]))
         if error:
             print(f"bench_timeline: {error}", file=sys.stderr)
             return 1
