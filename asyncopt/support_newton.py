@@ -1018,8 +1018,10 @@ LINE, PROJECTED = 0, 1   # how a move's vector makes candidates (``move_candidat
 
 def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, intercept,
                signs=None):
-    """The move from the summed Hessian: (kind, vector, predicted change of the model,
-    the orthant of S its candidates keep), kind None when no move predicts a decrease.
+    """The move from the summed Hessian (``support_move`` with its products, diagonal
+    and preconditioner block, and the orthant path where |S| allows it): (kind,
+    vector, predicted change of the model, the orthant of S its candidates keep), kind
+    None when no move predicts a decrease.
     Two moves are formed and the one whose full step (t = 1) has the lower model value
     (the loss's quadratic model plus the exact change of the penalty) is kept:
       - LINE: the end of the orthant Newton path (``orthant_newton_target``, settled zeros
@@ -1042,7 +1044,31 @@ def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, in
     lam_max) the projected direction won every time, with the same certified gap, in
     1.05-1.78 s a solve against 2.14-2.66 s."""
     k = correlation_S.shape[0]
-    hessian = hessian_sum / n
+    diagonal = np.diag(hessian_sum).copy()
+    positions = preconditioner_coordinates(diagonal[:k], intercept)
+    return support_move(lambda v: symmetric_times(hessian_sum, v), diagonal,
+                        (positions, hessian_sum[np.ix_(positions, positions)]),
+                        correlation_S, rho_sum, point, weights_S, lam, n, intercept, signs,
+                        hessian_sum)
+
+
+def support_move(hessian_times, diagonal_sum, block_sum, correlation_S, rho_sum, point,
+                 weights_S, lam, n, intercept, signs=None, hessian_sum=None):
+    """``dense_move`` from the Hessian sum as products: ``hessian_times(v)`` = H_sum v
+    (unscaled: summed over the rows, or over the workers' shares), ``diagonal_sum`` its
+    diagonal, ``block_sum`` = (positions, H_sum on them), CG's preconditioner block
+    (``preconditioner_coordinates``); ``hessian_sum`` the matrix itself where it is
+    formed (the orthant path needs it; None: the projected direction only). Under MPI
+    across machines the products are the workers' (``solvers.mpi``), so that the step
+    is the same maths with or without the summed Hessian on the server; each model
+    value of a candidate is one product."""
+    k = correlation_S.shape[0]
+
+    def times(v):
+        return hessian_times(v) / n
+
+    diagonal = diagonal_sum / n
+    block = (block_sum[0], block_sum[1] / n)
     gradient = support_gradient(correlation_S, rho_sum, point[:k], weights_S, lam, n,
                                 intercept, signs)
     kept_zero = settled_zeros(correlation_S, n, lam, weights_S, intercept)
@@ -1053,22 +1079,16 @@ def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, in
 
     def model(candidate):
         move = candidate - point
-        return float(smooth @ move + 0.5 * move @ (hessian @ move) + lam * weights_S @ (
+        return float(smooth @ move + 0.5 * move @ times(move) + lam * weights_S @ (
             np.abs(candidate[:k]) - np.abs(point[:k])))
 
     orthant_S = orthant(point[:k], signs)
     best = (None, None, 0.0, orthant_S)
-    if not uses_hessian_free(k):
-        target, predicted, _ = orthant_newton_target(hessian, gradient, point, k, kept_zero)
+    if hessian_sum is not None and not uses_hessian_free(k):
+        target, predicted, _ = orthant_newton_target(hessian_sum / n, gradient, point, k,
+                                                     kept_zero)
         if predicted < 0.0:
             best = (LINE, target, model(target), orthant_S)
-    diagonal = np.diag(hessian).copy()
-    positions = preconditioner_coordinates(diagonal[:k], intercept)
-    block = (positions, hessian[np.ix_(positions, positions)])
-
-    def times(v):
-        return symmetric_times(hessian, v)
-
     direction, _, ending = hessian_free_direction(times, diagonal, gradient, point, k, None,
                                                   signs, block, lam * weights_S)
     if direction is not None:
@@ -1120,26 +1140,10 @@ def _with_violating_zeros(hessian_times, diagonal, block, smooth, point, end, pe
 
 
 def move_candidates(kind, vector, point, n_penalized, signs=None):
-    """The candidates of a move (``dense_move``; PROJECTED for ``support_direction``)."""
+    """The candidates of a move (``dense_move``, ``support_move``)."""
     if kind == LINE:
         return linear_candidates(point, vector)
     return projected_candidates(point, vector, n_penalized, signs)
-
-
-def support_direction(hessian_times, diagonal_sum, correlation_S, rho_sum, point,
-                      weights_S, lam, n, intercept, signs=None, block_sum=None):
-    """``hessian_free_direction`` from the summed products and diagonal
-    (``hessian_times(v)`` = the unscaled sum H v; ``block_sum`` = (positions, the
-    summed Hessian on them), the preconditioner's block): (d or None, products, the
-    orthant of S at the end)."""
-    k = correlation_S.shape[0]
-    gradient = support_gradient(correlation_S, rho_sum, point[:k], weights_S, lam, n,
-                                intercept, signs)
-    block = None if block_sum is None else (block_sum[0], block_sum[1] / n)
-    return hessian_free_direction(lambda v: hessian_times(v) / n, diagonal_sum / n,
-                                  gradient, point, k,
-                                  settled_zeros(correlation_S, n, lam, weights_S, intercept),
-                                  signs, block, lam * weights_S)
 
 
 def take_candidate(x, b, support, candidate, intercept):

@@ -18,6 +18,7 @@ from asyncopt.support_newton import (DROP_MARGIN, LINE, MAX_SUPPORT, MIN_PRODUCT
                                      CHAIN_STEPS, HessianCache, ReducedHessian,
                                      StallWatch, SupportRows,
                                      best_candidate, block_preconditioner, dense_move,
+                                     support_move,
                                      firm_support, from_upper_triangle,
                                      hessian_free_direction, preconditioner_coordinates,
                                      upper_triangle,
@@ -480,6 +481,45 @@ def test_dense_move_on_a_large_support_is_the_projected_newton_step():
     assert np.all(first * signs >= 0.0) and np.any(first[:20] == 0.0)
     clipped = np.maximum(x - np.linalg.solve(H, g), 0.0) - x
     assert predicted <= g @ clipped + 0.5 * clipped @ H @ clipped + 1e-12
+
+@pytest.mark.parametrize("wrong_sided", [0, 5])
+def test_the_move_from_products_is_the_move_from_the_summed_hessian(wrong_sided):
+    """Across machines the server has products of the Hessian sum, not the sum
+    (``support_move``, what solvers/mpi.py runs there); on one node, the sum
+    (``dense_move``). Above 398 coordinates both are the same maths: the same kind, move
+    and orthant from the same H, n = 50; also with 5 coordinates of x on the wrong side
+    of zero (what asynchronous epochs leave), which the projected move takes to zero
+    and the second solve with the violating zeros to their side (the model -17.7 ->
+    -24.4). Each model value and CG iteration is one product."""
+    k, n = 4 * MIN_PRODUCTS + 10, 50
+    rng = np.random.default_rng(5)
+    M = rng.standard_normal((k + 50, k)) / np.sqrt(k)
+    H_sum = n * (M.T @ M + 0.5 * np.eye(k))
+    x = 0.5 + rng.random(k)
+    weights = 0.5 + rng.random(k)
+    corr = n * (weights + 0.3 * rng.standard_normal(k))
+    x[:wrong_sided] = -0.01
+    corr[:wrong_sided] = 2.5 * n * weights[:wrong_sided]
+    products = []
+
+    def times(v):
+        products.append(1)
+        return H_sum @ v
+
+    diagonal = np.diag(H_sum).copy()
+    positions = preconditioner_coordinates(diagonal, False)
+    block = (positions, H_sum[np.ix_(positions, positions)])
+    want = dense_move(H_sum, corr, 0.0, x, weights, 1.0, n, False)
+    got = support_move(times, diagonal, block, corr, 0.0, x, weights, 1.0, n, False)
+    assert got[0] == want[0] and want[0] is not None
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-9, atol=1e-12)
+    assert got[2] == pytest.approx(want[2], rel=1e-9) and want[2] < 0.0
+    np.testing.assert_array_equal(got[3], want[3])
+    assert len(products) >= 2
+    if wrong_sided:     # the projected move leaves them at zero; the second solve not
+        end = move_candidates(got[0], got[1], x, k, got[3])[0]
+        assert got[0] == LINE and np.all(end[:wrong_sided] > 0.0)
+
 
 def test_settled_zeros_are_the_non_zeros_far_below_the_threshold():
     corr = np.array([3.0, 0.4, 0.6, -2.0])

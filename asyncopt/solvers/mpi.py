@@ -124,13 +124,13 @@ from ..group_newton import (HESSIAN_FREE_MAX_SUPPORT, entering_groups,
                             group_blocks_length, group_hessian_blocks, group_move,
                             group_support_point, group_uses_hessian_free,
                             hessian_free_group_move)
-from ..support_newton import (LINE, PROJECTED, STEP_GRID, HessianCache, ReducedHessian,
+from ..support_newton import (LINE, STEP_GRID, HessianCache, ReducedHessian,
                               StallWatch, SupportRows, best_candidate, dense_move,
                               entering_coordinates, entering_limit, firm_support,
                               from_upper_triangle, move_candidates,
                               preconditioner_coordinates, preconditioner_size,
                               pruned_coordinates, shard_slope,
-                              support_direction, support_point, take_candidate,
+                              support_move, support_point, take_candidate,
                               upper_triangle, uses_hessian_free, violating_zeros)
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import (SolverResult, epoch_rows, l1_prox_svrg, optimal_zeros,
@@ -708,9 +708,11 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
       - or the server broadcasts the coordinates of CG's preconditioner block
         (``preconditioner_coordinates``, ranked by its column norms ``column_sq``), they
         reduce their shares' diagonals and upper triangles on that block, then, for
-        every product the server's CG needs, it broadcasts [1, v] and they reduce their
-        shares of H v; [0, d] ends the loop with the direction d ([-1, ...]: none, no
-        step);
+        every product the server's move needs (``support_move``: the same projected
+        direction and second solve with the violating zeros as ``dense_move``, and a
+        product per model value), it broadcasts [1, v] and they reduce their shares of
+        H v; [0, vector] ends the loop ([-1, ...]: no move, no step), then [kind, the
+        orthant of S];
     every rank forms the same candidates from it, the workers reduce their losses at
     them and the server broadcasts the one taken (-1: none). Returns (x, b, t), the same
     on every rank, and the Hessian-vector products the server's solve took (0 on the
@@ -818,21 +820,27 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
             block = (positions, from_upper_triangle(sums[dim:], positions.shape[0]))
 
             def solve(hessian_times):
-                direction, used["products"], ending["signs"] = support_direction(
-                    hessian_times, diagonal, correlation_S, rho_sum, point, weights_S,
-                    lam, n, intercept, signs, block)
-                return direction
+                def counted(v):
+                    used["products"] += 1
+                    return hessian_times(v)
+
+                kind, vector, _, ending["signs"] = support_move(
+                    counted, diagonal, block, correlation_S, rho_sum, point, weights_S,
+                    lam, n, intercept, signs)
+                ending["kind"] = kind
+                return vector
         else:
             wire.reduce(np.concatenate((rows.hessian_diagonal(),
                                         rows.hessian_block(positions))))
-        direction = _product_loop(wire, dim, solve,
-                                  None if server else rows.hessian_times)
-        if direction is None:
+        vector = _product_loop(wire, dim, solve, None if server else rows.hessian_times)
+        if vector is None:
             x[pruned] = saved
             return x, b, 0.0, used["products"]
-        # the orthant the direction ends in (coordinates whose sign it changed)
-        signs = wire.bcast(ending["signs"] if server else np.empty(k))
-        candidates = move_candidates(PROJECTED, direction, point, k, signs)
+        # the move's kind and the orthant its candidates keep
+        tail = wire.bcast(np.append(float(ending["kind"]), ending["signs"]) if server
+                          else np.empty(1 + k))
+        signs = tail[1:]
+        candidates = move_candidates(int(tail[0]), vector, point, k, signs)
     else:
         # [kind (-1: none), vector, the orthant of S (L1)]
         move = np.full(1 + dim + (0 if groups else k), -1.0)
