@@ -33,7 +33,9 @@ table's "no comm." rows and the target lines show it. The "1 block" rows run the
 the k blocks alone (what the work itself splits into k), and ``core_probe`` gives k
 processes the same fixed arithmetic or streaming reads (what the machine's k cores give).
 A table shows where Dis-DDSS's solve went on the server's clock (certificates, inner
-loops, Newton steps; solve_mpi's record fields certificate_s, inner_s, newton_s).
+loops, Newton steps; solve_mpi's record fields certificate_s, inner_s, newton_s), and the
+CPU seconds of every rank in the solve with the floor they set on the machine's cores
+(``cpu_floor``): where ranks outnumber cores, t(1) over that floor bounds the speed-up.
 
 Targets: Dis-DDSS 2 workers >= 1.6x faster than 1 worker; -n 9 (8 workers) within 3x of
 -n 3's time (solve, whole mpirun, whole command); 8 workers >= 6x faster than 1 on a
@@ -88,7 +90,20 @@ def run_dis(spec, workers, target, cap, rep, args, workdir, cores):
         # mpirun wall minus the slowest rank's solve: process start-up, imports, data,
         # warm-up, the final gather and exit
         run.extra["startup_s"] = run.extra["mpirun_wall_s"] - max(r["solve_s"] for r in ranks)
+        cpu = [r["solve_cpu_s"] for r in ranks if "solve_cpu_s" in r]
+        if len(cpu) == len(ranks):
+            run.extra["solve_cpu_s"] = sum(cpu)
+            run.extra["cpu_floor_s"] = cpu_floor(cpu, cores)
     return run
+
+
+def cpu_floor(rank_cpu, cores):
+    """The shortest time any schedule of the ranks' CPU seconds ``rank_cpu`` takes on
+    ``cores`` cores: their sum over the cores, and no less than the busiest rank's. On 2
+    cores 1 worker's solve hides the server's CPU on the second core and 2 workers'
+    cannot, so t(1) / (the floor of k) bounds the speed-up whatever the protocol does
+    (benchmarks/README.md, "The CPU floor at 2 workers")."""
+    return max(sum(rank_cpu) / max(1, cores), max(rank_cpu, default=0.0))
 
 
 def write_command_data(X, y, spec, workdir):
@@ -484,9 +499,17 @@ def targets_report(best, cap, cores, free_speedup=None, commands=None):
         pairs = paired_ratios(d1, d2)
         paired = (f"; round by round {', '.join(f'{r:.2f}' for r in pairs)} (median "
                   f"{float(np.median(pairs)):.2f})" if len(pairs) > 1 else "")
+        floor = d2.extra.get("cpu_floor_s")
+        solve1 = max((r["solve_s"] for r in d1.extra.get("ranks") or []), default=None)
+        bound = solve1 / floor if floor and solve1 else None
+        cpu = (f"; the CPU of the -n 3 solve ({d2.extra['solve_cpu_s']:.2f} s, all ranks) "
+               f"on {cores} cores allows at most {bound:.2f}x (whole solves, t1 / floor)"
+               if bound else "")
         add("dis@1/dis@2 >= 1.6", "Dis-DDSS 2 workers >= 1.6x faster than 1 (t1/t2, solve "
-            "to 1e-6, best of rounds)", v, shown, kind, ">=", 1.6, paired + free)
+            "to 1e-6, best of rounds)", v, shown, kind, ">=", 1.6, paired + free + cpu)
         out["dis@1/dis@2 >= 1.6"]["paired_ratios"] = pairs
+        if bound:
+            out["dis@1/dis@2 >= 1.6"]["cpu_floor_bound"] = bound
         if free:
             out["dis@1/dis@2 >= 1.6"]["no_communication_ratio"] = free_speedup[2]
     if d2 and d8:
@@ -532,14 +555,17 @@ def phase_rows(best, workers):
             continue
         epochs = run.extra.get("epochs") or 1
         solve = run.extra["timeline"][-1]["time"]
+        floor = run.extra.get("cpu_floor_s")
         rows.append([k, run.extra.get("batch", "-"), f"{solve:.3f}",
                      f"{totals['certificate_s']:.3f}", f"{totals['inner_s']:.3f}",
                      f"{totals['inner_s'] / epochs * 1e3:.1f}", f"{totals['newton_s']:.3f}",
-                     totals["newton_products"], epochs])
+                     totals["newton_products"], epochs,
+                     "-" if floor is None else f"{run.extra['solve_cpu_s']:.3f}",
+                     "-" if floor is None else f"{floor:.3f}"])
     if not rows:
         return None
     return (["workers", "batch", "solve s", "certificate s", "inner s", "inner ms/epoch",
-             "Newton s", "products", "epochs"], rows)
+             "Newton s", "products", "epochs", "CPU s", "CPU floor s"], rows)
 
 
 def table_rows(best, workers, threads, cap, commands=None):
@@ -621,7 +647,8 @@ def report(best, workers, threads, cap, target, args, info, meta, cores, json_pa
     if phases:
         log("\nwhere Dis-DDSS's solve went (server clock, best round; certificate: the "
             "synchronous part of every outer iteration, inner: the asynchronous inner "
-            "loops, Newton: the support Newton steps with their Hessian products)\n")
+            "loops, Newton: the support Newton steps with their Hessian products; CPU: all "
+            "ranks' CPU seconds in the solve, and the floor that sets on these cores)\n")
         log(format_table(*phases))
     if probe:
         log("\nthe machine: k processes at once, each the same fixed work (throughput "
@@ -662,7 +689,9 @@ def report(best, workers, threads, cap, target, args, info, meta, cores, json_pa
                    ".run_mpi): shards of contiguous rows, warm-up solve, barrier, solve_mpi(tol="
                    "target, max_time=cap); time = history time of the first record with "
                    "rel_gap <= target (solver clock); extra.mpirun_wall_s: the whole mpirun, "
-                   "extra.startup_s: that minus the slowest rank's solve",
+                   "extra.startup_s: that minus the slowest rank's solve; extra.solve_cpu_s: "
+                   "the ranks' CPU seconds in the solve, extra.cpu_floor_s: their sum over "
+                   "the cores (no less than the busiest rank's)",
             "sha": "solve_ddss(problem, tol=target, inner_loop=ThreadsInnerLoop(T), max_time=cap)"
                    " in the driver after a warm-up; time read off its history the same way; "
                    "extra.call_wall_s: the whole call",

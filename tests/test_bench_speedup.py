@@ -1,6 +1,7 @@
 """benchmarks/bench_speedup.py end to end on its --quick problem (1 and 2 workers, 1
 thread): every run reaches the target, the server's phase seconds account for the solve
-they split, and the no-communication, one-block, machine and command rows are there. A change to
+they split, the ranks' CPU sets a floor no longer than the solve, and the
+no-communication, one-block, machine and command rows are there. A change to
 _mpi_run.py once broke every Dis-DDSS run of the benchmark and only a device run showed
 it."""
 import json
@@ -41,6 +42,15 @@ def test_bench_speedup_quick_reports_where_each_solve_went(tmp_path):
         # the records' phases cover the solve but for the steps' broadcasts between them
         assert 0.5 * solve <= spent <= solve
         assert totals["inner_s"] > 0 and totals["certificate_s"] > 0
+        # the ranks' CPU over the cores: a floor the solve's own wall time cannot beat
+        walls = [r["solve_s"] for r in extra["ranks"]]
+        assert extra["solve_cpu_s"] > 0
+        assert extra["solve_cpu_s"] / os.cpu_count() <= extra["cpu_floor_s"] <= \
+            1.05 * max(walls) + 0.01
+    whole = [max(r["solve_s"] for r in runs[key]["extra"]["ranks"])
+             for key in ("dis@1", "dis@2")]
+    assert payload["targets"]["dis@1/dis@2 >= 1.6"]["cpu_floor_bound"] >= \
+        0.95 * whole[0] / whole[1]
     assert [row[0] for row in payload["phases"]["rows"]] == [1, 2]
     ceiling = payload["no_communication"]
     assert set(ceiling["seconds"]) == set(ceiling["one_block_alone_seconds"]) == {"1", "2"}
