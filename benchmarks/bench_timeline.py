@@ -12,10 +12,12 @@ split shows as waits. On the second 16-core lend (benchmarks/README.md) every ke
 7.9-9x at 8 workers while each worker waited 25-30% of the solve, mostly for whichever
 rank ran slower for a while.
 
-Each rank also reports its process's CPU time in the solve, and the run the sum over
-the ranks divided by this machine's cores: no schedule of that work on these cores ends
-sooner. Where there are more ranks than cores this floor is what bounds a speed-up: on 2
-cores, 1 worker's solve hides the server's CPU on the second core, 2 workers' cannot.
+Each rank also reports its process's CPU time in the solve and how much of it its waits
+took (their spins and sleeps), and the run the sum over the ranks divided by this
+machine's cores: no schedule of that work on these cores ends sooner; without the waits'
+own CPU, the floor of the work itself. Where there are more ranks than cores this floor
+is what bounds a speed-up: on 2 cores, 1 worker's solve hides the server's CPU on the
+second core, 2 workers' cannot.
 
 Output: per rank, the solve's milliseconds, its CPU milliseconds and each timed name's
 total; for each worker its waits in all and those at the inner loops' ends (its last
@@ -50,16 +52,17 @@ EPOCH_KERNELS = ("svrg_epoch_l1", "svrg_epoch_group")
 
 def install_timers(events):
     """Wrap TIMED and the waits (``wire.poll``, as solvers/wire.py and channels.py call
-    it) so that each call appends (name, start, end) to ``events``."""
+    it) so that each call appends (name, start, end, CPU seconds of this process in it)
+    to ``events``."""
     import importlib
 
     def timed(name, fn):
         def wrapper(*args, **kwargs):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
-                events.append((name, start, time.perf_counter()))
+                events.append((name, start, time.perf_counter(), time.process_time() - cpu))
         return wrapper
 
     for module_name, class_name, names in TIMED:
@@ -107,23 +110,25 @@ def rank_main(argv):
 
 def summarise(ranks):
     """Per rank: {"rank", "solve_ms", "cpu_ms" (the process's CPU time in the solve),
-    "totals_ms" {name: inclusive ms}, and for workers "inner_end_wait_ms"}; event times
-    relative to the earliest solve start."""
+    "totals_ms" {name: inclusive ms}, "cpu_totals_ms" {name: CPU ms in it}, and for
+    workers "inner_end_wait_ms"}; event times relative to the earliest solve start."""
     origin = min(start for _, start, _, _, _ in ranks)
     out = []
     for rank, start, end, events, cpu in sorted(ranks):
         totals = {}
-        for name, a, z in events:
+        cpu_totals = {}
+        for name, a, z, c in events:
             totals[name] = totals.get(name, 0.0) + 1e3 * (z - a)
+            cpu_totals[name] = cpu_totals.get(name, 0.0) + 1e3 * c
         row = {"rank": rank, "solve_ms": 1e3 * (end - start), "cpu_ms": 1e3 * cpu,
-               "totals_ms": totals,
-               "events": [(name, a - origin, z - origin) for name, a, z in events]}
+               "totals_ms": totals, "cpu_totals_ms": cpu_totals,
+               "events": [(name, a - origin, z - origin) for name, a, z, _ in events]}
         if rank > 0:
             tail = 0.0
-            for name, a, z in events:
+            for name, a, z, _ in events:
                 if name != "_work_inner":
                     continue
-                batches = [zz for nn, aa, zz in events
+                batches = [zz for nn, aa, zz, _ in events
                            if nn in EPOCH_KERNELS and a <= aa <= z]
                 tail += z - max(batches, default=z)
             row["inner_end_wait_ms"] = 1e3 * tail
@@ -133,7 +138,8 @@ def summarise(ranks):
 
 def format_rank(row):
     totals = sorted(row["totals_ms"].items(), key=lambda item: -item[1])
-    head = f"rank {row['rank']}: solve {row['solve_ms']:.0f} ms, CPU {row['cpu_ms']:.0f} ms"
+    head = (f"rank {row['rank']}: solve {row['solve_ms']:.0f} ms, CPU "
+            f"{row['cpu_ms']:.0f} ms ({row['cpu_totals_ms'].get(WAIT, 0.0):.0f} in waits)")
     if "inner_end_wait_ms" in row:
         head += (f", waits {row['totals_ms'].get(WAIT, 0.0):.0f} ms "
                  f"({row['inner_end_wait_ms']:.0f} at the inner loops' ends)")
@@ -175,13 +181,16 @@ def main(argv=None):
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         os.cpu_count()
     cpu_total = sum(row["cpu_ms"] for row in rows)
+    waiting = sum(row["cpu_totals_ms"].get(WAIT, 0.0) for row in rows)
     print(f"CPU of all ranks {cpu_total:.0f} ms on {cores} cores: no schedule of this work "
-          f"ends before {cpu_total / cores:.0f} ms")
+          f"ends before {cpu_total / cores:.0f} ms; {waiting:.0f} ms of it in waits (spins "
+          f"and sleeps), without which {(cpu_total - waiting) / cores:.0f} ms")
     path = args.output or os.path.join(RESULTS_DIR, "bench_timeline.json")
     write_json(path, {"benchmark": "bench_timeline", "machine": machine_info(("mpi4py",)),
                       "ranks": args.ranks, "data": args.data, "loss": args.loss,
                       "lam_ratio": args.lam_ratio, "seed": args.seed, "tol": args.tol,
-                      "cores": cores, "cpu_ms": cpu_total, "history": history,
+                      "cores": cores, "cpu_ms": cpu_total, "wait_cpu_ms": waiting,
+                      "history": history,
                       "per_rank": rows})
     print(f"wrote {path}")
     return 0

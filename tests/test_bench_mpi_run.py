@@ -131,8 +131,9 @@ def test_bench_paired_runs_each_tree_on_its_own_asyncopt(tmp_path):
 def test_bench_timeline_times_every_ranks_kernels_and_waits(tmp_path):
     """benchmarks/bench_timeline.py on mpirun -n 3: the server's record holds its inner
     loops and waits, each worker's its SVRG batches (inside its inner loops), its
-    certificate passes and its waits; no inclusive total exceeds the solve, and the waits
-    at the inner loops' ends lie within the worker's waits."""
+    certificate passes and its waits; no inclusive total exceeds the solve, the waits
+    at the inner loops' ends lie within the worker's waits, and no CPU time exceeds the
+    wall time it was spent in."""
     import json
     from benchmarks.bench_timeline import main
     out = tmp_path / "timeline.json"
@@ -151,3 +152,11 @@ def test_bench_timeline_times_every_ranks_kernels_and_waits(tmp_path):
     for row in rows.values():
         assert max(row["totals_ms"].values()) <= row["solve_ms"] * 1.01
         assert all(0.0 <= a <= z for _, a, z in row["events"])
+        # one thread a rank: the CPU a name took is within its wall time, the rank's
+        # within the solve's, and the waits' within the rank's
+        for name, cpu in row["cpu_totals_ms"].items():
+            assert 0.0 <= cpu <= row["totals_ms"][name] * 1.05 + 1.0
+        assert 0.0 < row["cpu_ms"] <= row["solve_ms"] * 1.05 + 1.0
+        assert row["cpu_totals_ms"]["wait"] <= row["cpu_ms"]
+    assert payload["cpu_ms"] == pytest.approx(sum(row["cpu_ms"] for row in rows.values()))
+    assert 0.0 < payload["wait_cpu_ms"] < payload["cpu_ms"]
