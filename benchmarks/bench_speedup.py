@@ -101,8 +101,9 @@ def cpu_floor(rank_cpu, cores):
     """The shortest time any schedule of the ranks' CPU seconds ``rank_cpu`` takes on
     ``cores`` cores: their sum over the cores, and no less than the busiest rank's. On 2
     cores 1 worker's solve hides the server's CPU on the second core and 2 workers'
-    cannot, so t(1) / (the floor of k) bounds the speed-up whatever the protocol does
-    (benchmarks/README.md, "The CPU floor at 2 workers")."""
+    cannot, so t(1) / (the floor of k) bounds the speed-up of that work, its waits'
+    spins and sleeps included (benchmarks/README.md, "The CPU floor at 2 workers", has
+    the floor without them from bench_timeline)."""
     return max(sum(rank_cpu) / max(1, cores), max(rank_cpu, default=0.0))
 
 
@@ -502,9 +503,9 @@ def targets_report(best, cap, cores, free_speedup=None, commands=None):
         floor = d2.extra.get("cpu_floor_s")
         solve1 = max((r["solve_s"] for r in d1.extra.get("ranks") or []), default=None)
         bound = solve1 / floor if floor and solve1 else None
-        cpu = (f"; the CPU of the -n 3 solve ({d2.extra['solve_cpu_s']:.2f} s, all ranks) "
-               f"on {cores} cores allows at most {bound:.2f}x (whole solves, t1 / floor)"
-               if bound else "")
+        cpu = (f"; the CPU of the -n 3 solve ({d2.extra['solve_cpu_s']:.2f} s, all "
+               f"ranks, waits included) on {cores} cores allows at most {bound:.2f}x "
+               f"(whole solves, t1 / floor)" if bound else "")
         add("dis@1/dis@2 >= 1.6", "Dis-DDSS 2 workers >= 1.6x faster than 1 (t1/t2, solve "
             "to 1e-6, best of rounds)", v, shown, kind, ">=", 1.6, paired + free + cpu)
         out["dis@1/dis@2 >= 1.6"]["paired_ratios"] = pairs
