@@ -157,9 +157,10 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
     p.add_argument("--history-json", default=None, metavar="PATH",
                    help="write the per-iteration history (list of records) as JSON")
     p.add_argument("--checkpoint", default=None, metavar="PATH",
-                   help="write the solution so far to PATH (.npz; a directory gets "
-                        "PATH/checkpoint.npz) every minute (under mpirun: every outer "
-                        "iteration) and at the end; if it exists, resume from it")
+                   help="write the solution so far to PATH (.npz; an existing directory, "
+                        "or a PATH ending in /, gets PATH/checkpoint.npz) every minute "
+                        "(under mpirun: every outer iteration) and at the end; if it "
+                        "exists, resume from it")
     p.add_argument("--resume", action="store_true",
                    help="require resuming: fail unless the --checkpoint file exists")
     p.add_argument("--output", default=None, metavar="PATH",
