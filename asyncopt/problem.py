@@ -21,9 +21,9 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from .kernels.linalg import (csr_column_stats, csr_column_sums, csr_compact_columns_,
-                             csr_keep_columns, csr_margins, csr_rmatvec, csr_row_sq_norms,
-                             csr_select, csr_stored_counts)
+from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_keep_columns,
+                             csr_margins, csr_rmatvec, csr_row_sq_norms, csr_select,
+                             csr_stored_counts)
 from .losses import (LOGISTIC, SQUARED, generalized_residual, get_loss, loss_derivative,
                      loss_second_derivative, loss_value, mean_loss, mean_neg_conjugate)
 from .penalties import L1, BlockPenalty, contiguous_block_norms
@@ -250,8 +250,8 @@ class ActiveSet:
         """A^T 1 over these rows: what A^T rho loses when every margin rises by one
         (the intercept's refit folded into the certificate, ``fold_intercept_shift`` of
         solvers/mpi.py)."""
-        return csr_column_sums(self.indices[:self.nnz], self.data[:self.nnz],
-                               self.n_features)
+        return csr_rmatvec(self.indptr, self.indices, self.data, np.ones(self.y.shape[0]),
+                           self.n_features)
 
     @functools.cached_property
     def stored_column_counts(self):
