@@ -470,6 +470,17 @@ def reusable_positions(kept_ids, kept_intercept, ids, intercept, share):
     return old
 
 
+def kept_entries(kept, old):
+    """The square matrix on S' holding a kept Hessian's entries where both coordinates
+    were kept (``old``: each one's position in ``kept``, -1 where new, as
+    ``reusable_positions`` gives, the intercept's appended) and zeros in the new ones'
+    rows and columns, which ``HessianCache`` forms and ``ReducedHessian`` is sent."""
+    known = np.flatnonzero(old >= 0)
+    out = np.zeros((old.shape[0], old.shape[0]))
+    copy_submatrix(kept, old[known], known, out)
+    return out
+
+
 class HessianCache:
     """The Hessian sum of one shard's last step, by original feature id, for the squared
     loss, where it depends on the rows alone (f'' = 1): H_S = sum_i [a_iS, 1] [a_iS, 1]^T.
@@ -493,16 +504,9 @@ class HessianCache:
         old = reusable_positions(self.ids, self.intercept, ids, intercept, self.REUSE_SHARE)
         if old is None:
             return None
-        known = old >= 0
-        size = ids.shape[0]
-        dim = size + 1 if intercept else size
-        new_at, old_at = np.flatnonzero(known), old[known]
-        if intercept:
-            new_at = np.append(new_at, size)
-            old_at = np.append(old_at, self.ids.shape[0])
-        hessian = np.zeros((dim, dim))
-        copy_submatrix(self.hessian, old_at, new_at, hessian)
-        support_hessian_columns(*args, ~known, hessian)
+        hessian = kept_entries(self.hessian, np.append(old, self.ids.shape[0]) if intercept
+                               else old)
+        support_hessian_columns(*args, old < 0, hessian)
         return hessian
 
 
@@ -541,11 +545,8 @@ class ReducedHessian:
         """The server's sum on S' from ``plan`` (``fresh``'s) and ``rows``, the summed
         shares' rows of the new coordinates (|N| x (|S'| + 1), flat)."""
         fresh, old = plan
-        dim = old.shape[0]
-        hessian = np.zeros((dim, dim))
-        known = np.flatnonzero(old >= 0)
-        copy_submatrix(self.hessian, old[known], known, hessian)
-        rows = rows.reshape(fresh.shape[0], dim)
+        hessian = kept_entries(self.hessian, old)
+        rows = rows.reshape(fresh.shape[0], old.shape[0])
         hessian[fresh] = rows
         hessian[:, fresh] = rows.T
         return hessian
