@@ -59,8 +59,9 @@ from benchmarks.bench_distributed import (add_common_arguments, load_results,  #
 from benchmarks.bench_serial import (DATA_DESCRIPTION, _check, _yes_no, load_data,  # noqa: E402
                                      log, problem_specs, source_fingerprint)
 from benchmarks.bench_shared import better  # noqa: E402
-from benchmarks.common import (RESULTS_DIR, SolverRun, format_table, from_history,  # noqa: E402
-                               machine_info, ratio, run_from_dict, write_json)
+from benchmarks.common import (RESULTS_DIR, SolverRun, cpu_floor,  # noqa: E402
+                               format_table, from_history, machine_info, ratio,
+                               run_from_dict, write_json)
 
 from asyncopt.data import make_ctr, save_libsvm  # noqa: E402
 from asyncopt.problem import Problem  # noqa: E402
@@ -95,16 +96,6 @@ def run_dis(spec, workers, target, cap, rep, args, workdir, cores):
             run.extra["solve_cpu_s"] = sum(cpu)
             run.extra["cpu_floor_s"] = cpu_floor(cpu, cores)
     return run
-
-
-def cpu_floor(rank_cpu, cores):
-    """The shortest time any schedule of the ranks' CPU seconds ``rank_cpu`` takes on
-    ``cores`` cores: their sum over the cores, and no less than the busiest rank's. On 2
-    cores 1 worker's solve hides the server's CPU on the second core and 2 workers'
-    cannot, so t(1) / (the floor of k) bounds the speed-up of that work, its waits'
-    spins and sleeps included (benchmarks/README.md, "The CPU floor at 2 workers", has
-    the floor without them from bench_timeline)."""
-    return max(sum(rank_cpu) / max(1, cores), max(rank_cpu, default=0.0))
 
 
 def write_command_data(X, y, spec, workdir):

@@ -13,9 +13,10 @@ split shows as waits. On the second 16-core lend (benchmarks/README.md) every ke
 rank ran slower for a while.
 
 Each rank also reports its process's CPU time in the solve and how much of it its waits
-took (their spins and sleeps), and the run the sum over the ranks divided by this
-machine's cores: no schedule of that work on these cores ends sooner; without the waits'
-own CPU, the floor of the work itself. Where there are more ranks than cores this floor
+took (their spins and sleeps), and the run the floor those times set on this machine's
+cores (``common.cpu_floor``: their sum over the cores, no less than the busiest rank's):
+no schedule of that work on these cores ends sooner; without the waits' own CPU, the
+floor of the work itself. Where there are more ranks than cores this floor
 is what bounds a speed-up: on 2 cores, 1 worker's solve hides the server's CPU on the
 second core, 2 workers' cannot.
 
@@ -154,7 +155,8 @@ def main(argv=None):
     add_solve_arguments(parser)
     args = parser.parse_args(argv)
     from benchmarks.bench_serial import DATA_DESCRIPTION
-    from benchmarks.common import RESULTS_DIR, machine_info, write_json
+    from asyncopt.cores import available_cores
+    from benchmarks.common import RESULTS_DIR, cpu_floor, machine_info, write_json
     if args.ranks < 2:
         parser.error("--ranks: at least 2 (1 server + 1 worker)")
     if find_mpirun(args.mpirun) is None:
@@ -178,13 +180,14 @@ def main(argv=None):
           f"{history[-1]['rel_gap']:.1e}; times inclusive, in ms")
     for row in rows:
         print(format_rank(row))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        os.cpu_count()
-    cpu_total = sum(row["cpu_ms"] for row in rows)
-    waiting = sum(row["cpu_totals_ms"].get(WAIT, 0.0) for row in rows)
+    cores = available_cores()
+    cpu = [row["cpu_ms"] for row in rows]
+    waits = [row["cpu_totals_ms"].get(WAIT, 0.0) for row in rows]
+    cpu_total, waiting = sum(cpu), sum(waits)
     print(f"CPU of all ranks {cpu_total:.0f} ms on {cores} cores: no schedule of this work "
-          f"ends before {cpu_total / cores:.0f} ms; {waiting:.0f} ms of it in waits (spins "
-          f"and sleeps), without which {(cpu_total - waiting) / cores:.0f} ms")
+          f"ends before {cpu_floor(cpu, cores):.0f} ms; {waiting:.0f} ms of it in waits "
+          f"(spins and sleeps), without which "
+          f"{cpu_floor([c - w for c, w in zip(cpu, waits)], cores):.0f} ms")
     path = args.output or os.path.join(RESULTS_DIR, "bench_timeline.json")
     write_json(path, {"benchmark": "bench_timeline", "machine": machine_info(("mpi4py",)),
                       "ranks": args.ranks, "data": args.data, "loss": args.loss,

@@ -124,6 +124,16 @@ class SolverRun:
         return asdict(self)
 
 
+def cpu_floor(rank_cpu, cores):
+    """The shortest time any schedule of the ranks' CPU times ``rank_cpu`` takes on
+    ``cores`` cores: their sum over the cores, and no less than the busiest rank's. On 2
+    cores 1 worker's solve hides the server's CPU on the second core and 2 workers'
+    cannot, so t(1) / (the floor of k) bounds the speed-up of that work (bench_speedup,
+    with the waits' spins and sleeps; bench_timeline, with and without them;
+    benchmarks/README.md, "The CPU floor at 2 workers")."""
+    return max(sum(rank_cpu) / max(1, cores), max(rank_cpu, default=0.0))
+
+
 def first_time_below(curve, target):
     """The first time in a (time, rel_gap) curve with rel_gap <= target, or None."""
     for t, g in curve:
