@@ -11,8 +11,8 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-import asyncopt.solvers.mpi as mpi
 from asyncopt import Lasso
+from cli_failure import inject      # the same failure the command line's test injects
 
 
 def main(mode):
@@ -20,10 +20,8 @@ def main(mode):
     X = sp.random(300 if mode == "fail" else 2, 20, density=0.3, random_state=0,
                   format="csr")
     y = np.asarray(X.sum(axis=1)).ravel()
-    if mode == "fail" and comm.Get_rank() == 2:
-        def broken(*args, **kwargs):
-            raise RuntimeError("injected failure on one worker")
-        mpi._work_inner = broken
+    if mode == "fail":
+        inject("bug", comm.Get_rank())
     try:
         Lasso(alpha=0.01, backend="mpi").fit(X, y)
     except ValueError as exc:
