@@ -18,10 +18,16 @@ pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN),
                                 reason="no mpirun next to the interpreter (pip install mpich)")
 
 
+def rank_env(**extra):
+    """The environment of the ranks these tests start: this checkout first on
+    PYTHONPATH, plus ``extra``."""
+    return dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                **extra)
+
+
 def run_spmd(tmp_path, n_ranks, loss, method, groups, transport="auto", options=()):
     out = tmp_path / "result.json"
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               ASYNCOPT_MPI_TRANSPORT=transport)
+    env = rank_env(ASYNCOPT_MPI_TRANSPORT=transport)
     proc = subprocess.run([MPIRUN, "-n", str(n_ranks), sys.executable, SCRIPT, str(out), loss,
                            method, str(groups), *options], env=env, capture_output=True,
                           text=True,
@@ -356,7 +362,7 @@ def test_estimators_with_the_mpi_backend_in_an_spmd_script(tmp_path):
     takes no epoch."""
     import celer
     import sklearn.linear_model as sklm
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = rank_env()
     script = os.path.join(os.path.dirname(__file__), "mpi", "estimators_spmd.py")
     out, checkpoint = tmp_path / "out.json", tmp_path / "run.npz"
     proc = subprocess.run([MPIRUN, "-n", "3", sys.executable, script, str(out),
@@ -423,7 +429,7 @@ def test_estimators_failure_on_one_rank_ends_every_rank_with_one_message():
     seconds, where the others would wait for it forever; more workers than rows is a
     ValueError on every rank alike, before any rank holds an empty shard."""
     import time
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = rank_env()
     script = os.path.join(os.path.dirname(__file__), "mpi", "estimator_failure.py")
     start = time.time()
     proc = subprocess.run([MPIRUN, "-n", "3", sys.executable, script, "fail"], env=env,
@@ -446,7 +452,7 @@ def test_cli_failure_on_one_rank_mid_solve_ends_every_rank(tmp_path, mode):
     disk full (one line naming the file): one message, a non-zero exit and every rank
     ended within seconds, where the others would wait for the failed one forever."""
     import time
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = rank_env()
     script = os.path.join(os.path.dirname(__file__), "mpi", "cli_failure.py")
     checkpoint = tmp_path / "run.npz"
     start = time.time()
@@ -468,7 +474,7 @@ def test_the_documented_mpi_example_runs():
     """examples/mpi_lasso.py, as the README starts it (here with mpirun -n 3): rank 0 prints
     one summary line with a relative gap below the example's tol."""
     import re
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = rank_env()
     proc = subprocess.run([MPIRUN, "-n", "3", sys.executable,
                            os.path.join(ROOT, "examples", "mpi_lasso.py")], env=env,
                           capture_output=True, text=True, timeout=240)
@@ -484,7 +490,7 @@ def test_dis_ddss_naive_makes_progress(tmp_path):
 
 
 def _cli(n_ranks, *args):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = rank_env()
     return subprocess.run([MPIRUN, "-n", str(n_ranks), sys.executable, "-m",
                            "asyncopt.cli.lasso", *args], env=env, capture_output=True,
                           text=True, timeout=240)
@@ -562,7 +568,7 @@ def test_a_hostfile_puts_the_server_and_the_workers_on_two_nodes(tmp_path):
     data = _write_libsvm(tmp_path / "d.svm")
     hosts = tmp_path / "hosts"
     hosts.write_text("localhost:1\n127.0.0.1:2\n")
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = rank_env()
     proc = subprocess.run([MPIRUN, "-f", str(hosts), "-n", "3", sys.executable, "-m",
                            "asyncopt.cli.lasso", str(data), "--quiet", "--tol", "1e-10",
                            "--output", str(tmp_path / "out.npz"), "--history",
@@ -627,7 +633,7 @@ def test_killed_worker_ends_the_job_and_the_checkpoint_resumes(tmp_path, ranks):
     from asyncopt.solvers.checkpoint import load_checkpoint
     data = _write_libsvm(tmp_path / "killed_worker.svm", n=20000, p=120)
     ckpt = tmp_path / "run.npz"
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = rank_env()
     # one step per message keeps the job running for seconds: the support Newton step can
     # certify even 1e-15 (a gap at rounding level, or 0) within a few tenths of a second
     argv = [MPIRUN, "-n", ranks, sys.executable, "-m", "asyncopt.cli.lasso", str(data),
@@ -673,7 +679,7 @@ def test_sigterm_checkpoints_the_servers_current_x_mid_epoch(tmp_path, ranks):
     from asyncopt.solvers.checkpoint import load_checkpoint
     data = _write_libsvm(tmp_path / "sigterm.svm", n=120000, p=120)
     ckpt = tmp_path / "run.npz"
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = rank_env()
     # one step per message: the first epoch takes 120,000 round trips (2.9-4.4 s on 2
     # cores), so the signal, 1 s after the epoch-0 checkpoint (x = 0), lands inside it
     # and before epoch 1's. With 0.3 s the test failed twice in ~150 runs of the whole
@@ -719,7 +725,7 @@ def test_ctrl_c_under_mpirun_is_one_message(tmp_path):
     import time
     data = _write_libsvm(tmp_path / "interrupt.svm", n=120000, p=120)
     ckpt = tmp_path / "run.npz"
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = rank_env()
     argv = [MPIRUN, "-n", "3", sys.executable, "-m", "asyncopt.cli.lasso", str(data),
             "--checkpoint", str(ckpt), "--batch", "1", "--quiet"]
     job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -748,7 +754,7 @@ def test_root_centred_and_window_collectives_match_mpis(tmp_path, n_ranks):
     1e-12, as the order of additions differs; the window's and the root-centred sums in
     the same order, bit for bit) and the same byte counts."""
     out = tmp_path / "wire.json"
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = rank_env()
     proc = subprocess.run([MPIRUN, "-n", str(n_ranks), sys.executable,
                            os.path.join(os.path.dirname(SCRIPT), "wire_collectives.py"),
                            str(out)], env=env, capture_output=True, text=True, timeout=120)
@@ -939,7 +945,7 @@ def test_a_job_whose_ranks_see_different_room_still_runs(tmp_path):
     hostfile. Before the ranks agreed on the flag, the server's root-centred sends never
     met the worker's Ibcast and the job hung."""
     out = tmp_path / "result.json"
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = rank_env()
     command = [sys.executable, SCRIPT, str(out), "squared", "ddss", "1"]
     proc = subprocess.run([MPIRUN, "-n", "1", "taskset", "-c", "0", *command, ":",
                            "-n", "1", *command], env=env, capture_output=True, text=True,
