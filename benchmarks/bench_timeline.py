@@ -20,11 +20,18 @@ floor of the work itself. Where there are more ranks than cores this floor
 is what bounds a speed-up: on 2 cores, 1 worker's solve hides the server's CPU on the
 second core, 2 workers' cannot.
 
-Output: per rank, the solve's milliseconds, its CPU milliseconds and each timed name's
+Where the cores idle (``idle_cores``): the core-ms that the ranks left unused while
+fewer of them computed than there were cores, split by what the computing ones did. On
+2 cores that is what 2 workers lose against the floor: CTR at -n 3, 18% of the cores'
+time, a fifth of it with the server deciding alone.
+
+Output: per rank, the solve's milliseconds, its CPU milliseconds (with those spent in the
+kernel and the minor page faults: on the 2-core VM the first touch of new memory costs
+~1-2.5 us a 4 KB page, a quarter of a rank's CPU in some solves) and each timed name's
 total; for each worker its waits in all and those at the inner loops' ends (its last
-batch done, the server's stop not yet there); the floor; ``results/bench_timeline.json``
-holds the machine, the run's history, the CPU total and every event (name, start, end;
-seconds from the first rank's solve start).
+batch done, the server's stop not yet there); the floor; the idle cores;
+``results/bench_timeline.json`` holds the machine, the run's history, the CPU total, the
+idle cores and every event (name, start, end; seconds from the first rank's solve start).
 """
 import argparse
 import json
@@ -32,6 +39,8 @@ import os
 import sys
 import tempfile
 import time
+
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -77,11 +86,20 @@ def install_timers(events):
     wire.poll = channels.poll = timed(WAIT, wire.poll)
 
 
+def kernel_usage():
+    """[seconds of this process's CPU spent in the kernel, minor page faults] so far
+    (``getrusage``): the page faults of first-touched memory are most of the kernel's
+    share of a solve (zeroing each 4 KB page; on the 2-core VM ~1-2.5 us a fault)."""
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return [usage.ru_stime, usage.ru_minflt]
+
+
 def rank_main(argv):
     """Under mpirun: _mpi_run.main(argv less ``--trace PATH``) with the timers; each
     solve_mpi starts a fresh event list, and at its end rank 0 writes every rank's (rank,
-    solve start, solve end, events, CPU seconds of the solve) to PATH (the warm-up's
-    solve is overwritten by the timed one)."""
+    solve start, solve end, events, CPU seconds of the solve, ``kernel_usage`` in the
+    solve) to PATH (the warm-up's solve is overwritten by the timed one)."""
     import asyncopt.solvers.mpi as mpi
     from benchmarks import _mpi_run
 
@@ -93,10 +111,12 @@ def rank_main(argv):
 
     def traced(comm, *args, **kwargs):
         events.clear()
-        start, cpu = time.perf_counter(), time.process_time()
+        start, cpu, usage = time.perf_counter(), time.process_time(), kernel_usage()
         result = solve(comm, *args, **kwargs)
-        ranks = comm.gather((comm.Get_rank(), start, time.perf_counter(), list(events),
-                             time.process_time() - cpu), root=0)
+        end, cpu = time.perf_counter(), time.process_time() - cpu
+        usage = [after - before for after, before in zip(kernel_usage(), usage)]
+        ranks = comm.gather((comm.Get_rank(), start, end, list(events), cpu, *usage),
+                            root=0)
         if comm.Get_rank() == 0:
             with open(trace + ".tmp", "w") as f:
                 json.dump(ranks, f)
@@ -110,18 +130,21 @@ def rank_main(argv):
 # --------------------------------------------------------------------------- driver side
 
 def summarise(ranks):
-    """Per rank: {"rank", "solve_ms", "cpu_ms" (the process's CPU time in the solve),
+    """Per rank: {"rank", "start_s" (its solve's start), "solve_ms", "cpu_ms" (the
+    process's CPU time in the solve), "system_ms" (of it in the kernel), "page_faults",
     "totals_ms" {name: inclusive ms}, "cpu_totals_ms" {name: CPU ms in it}, and for
     workers "inner_end_wait_ms"}; event times relative to the earliest solve start."""
-    origin = min(start for _, start, _, _, _ in ranks)
+    origin = min(rank[1] for rank in ranks)
     out = []
-    for rank, start, end, events, cpu in sorted(ranks):
+    for rank, start, end, events, cpu, system, faults in sorted(ranks):
         totals = {}
         cpu_totals = {}
         for name, a, z, c in events:
             totals[name] = totals.get(name, 0.0) + 1e3 * (z - a)
             cpu_totals[name] = cpu_totals.get(name, 0.0) + 1e3 * c
-        row = {"rank": rank, "solve_ms": 1e3 * (end - start), "cpu_ms": 1e3 * cpu,
+        row = {"rank": rank, "start_s": start - origin, "solve_ms": 1e3 * (end - start),
+               "cpu_ms": 1e3 * cpu,
+               "system_ms": 1e3 * system, "page_faults": int(faults),
                "totals_ms": totals, "cpu_totals_ms": cpu_totals,
                "events": [(name, a - origin, z - origin) for name, a, z, _ in events]}
         if rank > 0:
@@ -137,10 +160,68 @@ def summarise(ranks):
     return out
 
 
+IDLE_BIN_S = 1e-4      # the idle cores' time is counted on this grid
+IDLE_SHOWN = 6         # the activities the idle line names
+
+
+def idle_cores(rows, cores):
+    """Where the cores idle: on a grid of IDLE_BIN_S from the first solve's start to the
+    last one's end, the cores that min(cores, ranks) could keep busy less the ranks
+    then busy (in their solve and not in a wait), summed in core-ms, and that sum split
+    by what the busy ranks were doing (each one's innermost timed name, "other" outside
+    them): {"idle_core_ms", "by_activity": [[activity, core-ms], ...] largest first}.
+    On 2 cores, 2 workers lose to it what a perfect schedule of the same work would
+    not: the server deciding alone, one worker's tail while the other waits."""
+    def bin_of(seconds):
+        return int(round(seconds / IDLE_BIN_S))
+
+    bins = max(bin_of(row["start_s"] + row["solve_ms"] / 1e3) for row in rows)
+    names = ["other"]
+    busy = np.zeros((len(rows), bins), dtype=bool)
+    doing = np.zeros((len(rows), bins), dtype=np.int64)
+    for at, row in enumerate(rows):
+        start = row["start_s"]
+        busy[at, bin_of(start):bin_of(start + row["solve_ms"] / 1e3)] = True
+        # nested events: the later start (the inner one) paints over the outer
+        for name, a, z in sorted(row["events"], key=lambda event: (event[1], -event[2])):
+            a, z = bin_of(a), bin_of(z)
+            if name == WAIT:
+                busy[at, a:z] = False
+            else:
+                if name not in names:
+                    names.append(name)
+                doing[at, a:z] = names.index(name)
+    idle = np.maximum(min(cores, len(rows)) - busy.sum(axis=0), 0) * IDLE_BIN_S * 1e3
+    by_activity = {}
+    for k in np.flatnonzero(idle):
+        label = activity_label([(row["rank"], names[doing[at, k]])
+                                for at, row in enumerate(rows) if busy[at, k]])
+        by_activity[label] = by_activity.get(label, 0.0) + float(idle[k])
+    return {"idle_core_ms": float(idle.sum()),
+            "by_activity": sorted(([label, ms] for label, ms in by_activity.items()),
+                                  key=lambda item: -item[1])}
+
+
+def activity_label(busy):
+    """"server dense_move, 1 worker svrg_epoch_l1" for [(rank, name), ...] of the busy
+    ranks; "every rank waits" when none is."""
+    if not busy:
+        return "every rank waits"
+    parts = [f"server {name}" for rank, name in busy if rank == 0]
+    counts = {}
+    for rank, name in busy:
+        if rank:
+            counts[name] = counts.get(name, 0) + 1
+    parts += [f"{k} worker{'s' if k > 1 else ''} {name}"
+              for name, k in sorted(counts.items())]
+    return ", ".join(parts)
+
+
 def format_rank(row):
     totals = sorted(row["totals_ms"].items(), key=lambda item: -item[1])
     head = (f"rank {row['rank']}: solve {row['solve_ms']:.0f} ms, CPU "
-            f"{row['cpu_ms']:.0f} ms ({row['cpu_totals_ms'].get(WAIT, 0.0):.0f} in waits)")
+            f"{row['cpu_ms']:.0f} ms ({row['cpu_totals_ms'].get(WAIT, 0.0):.0f} in waits, "
+            f"{row['system_ms']:.0f} in the kernel, {row['page_faults']} page faults)")
     if "inner_end_wait_ms" in row:
         head += (f", waits {row['totals_ms'].get(WAIT, 0.0):.0f} ms "
                  f"({row['inner_end_wait_ms']:.0f} at the inner loops' ends)")
@@ -188,12 +269,17 @@ def main(argv=None):
           f"ends before {cpu_floor(cpu, cores):.0f} ms; {waiting:.0f} ms of it in waits "
           f"(spins and sleeps), without which "
           f"{cpu_floor([c - w for c, w in zip(cpu, waits)], cores):.0f} ms")
+    idle = idle_cores(rows, cores)
+    span = max(row["solve_ms"] for row in rows) * min(cores, len(rows))
+    print(f"cores idle {idle['idle_core_ms']:.0f} of {span:.0f} core-ms "
+          f"({idle['idle_core_ms'] / span:.0%}), while: " + "; ".join(
+              f"{label} {ms:.1f}" for label, ms in idle["by_activity"][:IDLE_SHOWN]))
     path = args.output or os.path.join(RESULTS_DIR, "bench_timeline.json")
     write_json(path, {"benchmark": "bench_timeline", "machine": machine_info(("mpi4py",)),
                       "ranks": args.ranks, "data": args.data, "loss": args.loss,
                       "lam_ratio": args.lam_ratio, "seed": args.seed, "tol": args.tol,
                       "cores": cores, "cpu_ms": cpu_total, "wait_cpu_ms": waiting,
-                      "history": history,
+                      "history": history, "idle": idle,
                       "per_rank": rows})
     print(f"wrote {path}")
     return 0

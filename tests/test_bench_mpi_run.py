@@ -160,3 +160,37 @@ def test_bench_timeline_times_every_ranks_kernels_and_waits(tmp_path):
         assert row["cpu_totals_ms"]["wait"] <= row["cpu_ms"]
     assert payload["cpu_ms"] == pytest.approx(sum(row["cpu_ms"] for row in rows.values()))
     assert 0.0 < payload["wait_cpu_ms"] < payload["cpu_ms"]
+    for row in rows.values():
+        assert 0.0 <= row["system_ms"] <= row["cpu_ms"] + 1.0
+        assert row["page_faults"] >= 0
+    idle = payload["idle"]
+    span = max(row["solve_ms"] for row in rows.values()) * min(payload["cores"], 3)
+    assert 0.0 <= idle["idle_core_ms"] <= span * 1.01
+    assert sum(ms for _, ms in idle["by_activity"]) == pytest.approx(idle["idle_core_ms"])
+
+
+def test_bench_timeline_finds_where_the_cores_idle():
+    """idle_cores on a made-up timeline of mpirun -n 3 on 2 cores: for 10 ms the server
+    solves alone (one core idle), for 5 ms one worker computes alone (one idle), then
+    both workers compute (none idle), and a rank waiting inside a timed call counts as
+    idle, its enclosing call not as busy."""
+    from benchmarks.bench_timeline import idle_cores
+    rows = [
+        {"rank": 0, "start_s": 0.0, "solve_ms": 20.0,
+         "events": [("dense_move", 0.0, 0.010), ("wait", 0.010, 0.020)]},
+        {"rank": 1, "start_s": 0.0, "solve_ms": 20.0,
+         "events": [("_work_inner", 0.0, 0.020), ("wait", 0.0, 0.010),
+                    ("svrg_epoch_l1", 0.010, 0.020)]},
+        {"rank": 2, "start_s": 0.0, "solve_ms": 20.0,
+         "events": [("wait", 0.0, 0.015), ("svrg_epoch_l1", 0.015, 0.020)]},
+    ]
+    idle = idle_cores(rows, cores=2)
+    assert idle["idle_core_ms"] == pytest.approx(15.0)
+    assert dict(idle["by_activity"]) == pytest.approx(
+        {"server dense_move": 10.0, "1 worker svrg_epoch_l1": 5.0})
+    # on 4 cores the same timeline leaves 3 - busy ranks idle: 20 + 10 + 5 core-ms
+    idle = idle_cores(rows, cores=4)
+    assert idle["idle_core_ms"] == pytest.approx(35.0)
+    assert dict(idle["by_activity"]) == pytest.approx(
+        {"server dense_move": 20.0, "1 worker svrg_epoch_l1": 10.0,
+         "2 workers svrg_epoch_l1": 5.0})
