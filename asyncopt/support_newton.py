@@ -79,9 +79,8 @@ PRECONDITIONER_BLOCK = 50   # coordinates of S whose Hessian block CG's M^-1 inv
 STEP_GRID = 2.0 ** -np.arange(7)   # 1, 1/2, ..., 1/64
 STALL_RATIO = 0.5        # try the step after an epoch that cut the gap by less than 2x
 RIDGE = 1e-10            # relative ridge on the Hessian (exactly equal columns)
-SUPPORT_CHURN = 0.05     # try only when at most this share of S changed in the epoch
-STALL_PATIENCE = 4       # ... or after this many such stalls in a row
-PATIENT_CHURN = 0.1      # ... if then at most this share of S changed
+SUPPORT_CHURN = 0.2      # try only when at most this share of S changed in the epoch
+PRUNED_CHURN = 0.05      # ... this share where the step prunes x to its firm support
 TRY_EPOCHS = 2           # ... or when the gap's rate needs more epochs than this to the goal
 DROP_MARGIN = 0.5        # non-zeros with |A_j^T rho| < n lam w_j / 2 go to zero at once
 ENTERING_SHARE = 0.05    # zeros of x that violate the optimality condition, at most this
@@ -1157,33 +1156,37 @@ class StallWatch:
     """When to try the step: after an epoch that cut the certified gap by less than
     1 / STALL_RATIO (or, given the goal, that left it more than TRY_EPOCHS epochs from
     it), that changed at most SUPPORT_CHURN |S| of x's firm support S (``firm_support``;
-    the backends count the changes and pass |S|), with 1 <= |S| <= ``max_support``
-    (default MAX_SUPPORT; the group step: group_newton.HESSIAN_FREE_MAX_SUPPORT); or,
-    with up to PATIENT_CHURN |S| changes, after STALL_PATIENCE epochs in a row that each
-    cut the gap by less than 1 / STALL_RATIO. After a try that did not cut the gap to
-    STALL_RATIO times what it was, the next try waits 2, 4, 8... epochs (each try costs a
-    pass over the data and a Hessian over S or up to ``product_budget`` products with it,
-    under MPI sums from every worker).
+    the backends count the changes and pass |S|), or PRUNED_CHURN |S| where the step
+    would first prune x (``prunes_for_step``), with 1 <= |S| <= ``max_support`` (default
+    MAX_SUPPORT; the group step: group_newton.HESSIAN_FREE_MAX_SUPPORT). After a try
+    that did not cut the gap to STALL_RATIO times what it was, the next try waits 2, 4,
+    8... epochs (each try costs a pass over the data and a Hessian over S or up to
+    ``product_budget`` products with it, under MPI sums from every worker).
 
-    The patience is for asynchronous runs whose support shrinks slowly: Dis-DDSS with 8
-    workers on 16 cores (CTR 200,000 x 100,000 at 1e-3 lam_max) kept 1,300-1,550 non-zeros
-    (the solution has 1,010) for 6-9 epochs, 90-140 of them changing each epoch, while the
-    gap crawled from 0.11 to 0.07; the step came at epochs 4-11 (7 in the median) and
-    then certified 1e-11 at once. With the patience it came at epoch 5 (7 in one run):
-    seeds 1-6, paired, median solve 0.37 -> 0.26 s (ratios 0.50-2.51, median 1.53); on
-    1,600,000 rows 0.60 -> 0.59 s (3 pairs). Runs whose support settles first (1 or 2
-    workers) are unchanged. Serial DDSS (seed 0): CTR at 1e-4 lam_max 8 -> 6 epochs, a9a
-    degree 3 at 1e-2 lam_max Lasso 13 -> 11, logistic 12 -> 13.
+    SUPPORT_CHURN is 0.2 since 2026-11-26 (0.05 before): the step now comes while x
+    still sheds its last extra non-zeros, 10-15% of its firm support an epoch, and
+    certifies from there. Dis-DDSS on CTR 200,000 x 100,000 (2-core VM, seeds 1-6,
+    median paired ratios of the solve against 0.05): at 1e-3 lam_max the step at the
+    third epoch instead of the fifth, -n 2 / 3 / 9 1.15 / 1.10 / 1.13; at 1e-4 lam_max
+    -n 3 0.95 (one epoch earlier, on a larger S). At -n 3 half the early steps leave 1-3
+    of the solution's coordinates at zero and a chained step follows. Serial DDSS (seeds
+    0-2): CTR 1e-3 5 -> 3 epochs, 1e-4 7-8 -> 7; a9a degree 3 (1e-2 lam_max) Lasso 11-12
+    -> 8, logistic 9 -> 7-9; degree 2 Lasso 7 -> 6, logistic 8-9 -> 7, the seconds'
+    ranges overlapping or lower (benchmarks/README.md, "The Newton step at 20% support
+    churn").
 
-    The patience's own churn limit is for supports that still shrink fast: Dis-DDSS with
-    2 workers on CTR at 1e-4 lam_max crawled from 2.1e-2 to 2.0e-2 for four epochs while
-    x's non-zeros halved (4,000-4,600 -> 2,200-2,300, 450-750 changes an epoch); a try
-    there (31 MB of Hessian shares) left the gap where it was in 4 runs of 4, the step
-    that worked came 1-4 epochs later, and the bytes of a run rose from 64-69 MB to 95-99
-    (above 0.3 of Dis-ProxASVRG's). With the limit: 66-74 MB, one try a run (4 of 4),
-    paired solves 0.750 -> 0.534 s (median of 6, all faster); at 1e-3 lam_max, -n 3
-    median ratio 1.01, -n 9 on 2 cores 0.93 (two of six runs stepped 2-3 epochs later).
-    Serial CTR at 1e-4 lam_max: 6 -> 7-8 epochs in the same 0.49-0.60 s (seeds 0-3).
+    It also serves asynchronous runs whose support shrinks slowly: Dis-DDSS with 8
+    workers on 16 cores (CTR at 1e-3 lam_max) kept 1,300-1,550 non-zeros (the solution
+    has 1,010) for 6-9 epochs, 90-140 of them changing each epoch, while the gap crawled
+    from 0.11 to 0.07; at 0.05 the step came at epochs 4-11 and then certified 1e-11 at
+    once. Until this change a patience rule served them (a try after 4 such epochs in a
+    row with up to 10% changes: median solve 0.37 -> 0.26 s on 16 cores).
+
+    Where the step prunes x the limit stays at 0.05: Dis-DDSS with 2 workers on CTR at
+    1e-4 lam_max tried at 2,268 non-zeros with 12% of the firm support changing and left
+    the gap where it was (0.24 s); earlier, with 450-750 changes an epoch on 2,200-4,600
+    non-zeros, a try failed in 4 runs of 4 and the bytes of a run rose from 64-69 MB to
+    95-99 MB (above 0.3 of Dis-ProxASVRG's).
 
     Serial DDSS to 1e-6, two seeds each (2-core AMD EPYC), with SUPPORT_CHURN 0.02 / 0.05
     / 0.1: a9a degree 3 Lasso 35-38 / 23-24 / 18 epochs, logistic 18-26 / 17-20 / 14-16;
@@ -1194,30 +1197,29 @@ class StallWatch:
     def __init__(self, max_support=None):
         self.max_support = MAX_SUPPORT if max_support is None else int(max_support)
         self.previous_gap = None
-        self.crawling = 0     # epochs in a row that cut the gap by less than 1/STALL_RATIO
         self.wait_until = 0
         self.backoff = 1
         self.chained = 0
 
-    def should_try(self, epoch, gap, support_size, support_changes, goal=None):
+    def should_try(self, epoch, gap, support_size, support_changes, goal=None,
+                   pruned=False):
         """``support_changes``: coordinates that entered or left x's firm support in the
         last epoch (None when unknown). ``goal``: the gap the run stops at; with it an
         epoch also counts as slow when, at its rate, more than TRY_EPOCHS epochs would
         still be needed to reach the goal (Dis-DDSS on CTR 200,000 x 100,000 at 1e-4
         lam_max, 2 workers: the firm support settled at epoch 12, the gap then fell 3-5x
-        an epoch from 7e-3, and the step waited for the first stall at epoch 14)."""
-        stalled = crawled = False
+        an epoch from 7e-3, and the step waited for the first stall at epoch 14).
+        ``pruned``: whether the step would prune x (``pruned_coordinates``: more than
+        MAX_SUPPORT non-zeros, or a group penalty)."""
+        stalled = False
         if self.previous_gap is not None and gap > 0.0:
             rate = gap / self.previous_gap
-            stalled = crawled = rate > STALL_RATIO
+            stalled = rate > STALL_RATIO
             if goal is not None and 0.0 < goal < gap and not stalled:
                 stalled = np.log(gap / goal) > TRY_EPOCHS * -np.log(rate)
         self.previous_gap = gap
-        self.crawling = self.crawling + 1 if crawled else 0
-        settled = support_changes is not None and (
-            support_changes <= SUPPORT_CHURN * support_size or
-            (self.crawling >= STALL_PATIENCE and
-             support_changes <= PATIENT_CHURN * support_size))
+        settled = support_changes is not None and \
+            support_changes <= (PRUNED_CHURN if pruned else SUPPORT_CHURN) * support_size
         return stalled and settled and 1 <= support_size <= self.max_support and \
             epoch >= self.wait_until
 
@@ -1237,7 +1239,6 @@ class StallWatch:
         return False
 
     def tried(self, epoch, gap_before, gap_after):
-        self.crawling = 0
         if gap_after <= STALL_RATIO * gap_before:
             self.backoff = 1
         else:
@@ -1258,9 +1259,15 @@ def pruned_coordinates(x, firm, always=False):
     step drops its settled zeros inside the model: Dis-DDSS on a9a degree 2, groups of 5,
     took its step with 1,319-1,535 non-zeros of x for a firm support of ~330, and reduced
     7-10 MB of Hessian from each worker)."""
-    if not always and np.count_nonzero(x) <= MAX_SUPPORT:
+    if not prunes_for_step(x, always):
         return np.zeros(0, dtype=np.int64)
     return np.flatnonzero((x != 0) & ~firm)
+
+
+def prunes_for_step(x, always=False):
+    """Whether a step from x sets the non-zeros outside its firm support to zero first
+    (``pruned_coordinates``): x has more than MAX_SUPPORT non-zeros, or ``always``."""
+    return bool(always) or int(np.count_nonzero(x)) > MAX_SUPPORT
 
 
 def prune_for_step(active, cert, x, block_indptr=None):

@@ -20,7 +20,7 @@ def _problem():
 def test_interrupted_solve_resumes_from_its_checkpoint(tmp_path):
     _, _, problem = _problem()
     path = str(tmp_path / "run.npz")
-    # prox-SVRG epochs only: with the support Newton step this problem converges in 8
+    # prox-SVRG epochs only: with the support Newton step this problem converges within 8
     first = solve_ddss(problem, tol=1e-10, max_epochs=8, random_state=0, checkpoint=path,
                        support_newton=False)
     assert not first.converged
@@ -66,7 +66,9 @@ def test_estimator_checkpoint_and_bad_checkpoint_file(tmp_path):
 def test_callback_and_max_time_stop_the_solve():
     _, _, problem = _problem()
     seen = []
-    res = solve_ddss(problem, tol=1e-12, max_epochs=5000,
+    # prox-SVRG epochs only: with the support Newton step this problem converges at the
+    # second epoch
+    res = solve_ddss(problem, tol=1e-12, max_epochs=5000, support_newton=False,
                      callback=lambda rec: seen.append(rec["epoch"]) or rec["epoch"] >= 3)
     assert seen == [0, 1, 2, 3] and res.n_iter == 3 and not res.converged
     res = solve_ddss(problem, tol=1e-12, max_epochs=10 ** 6, max_time=0.0)

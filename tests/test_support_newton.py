@@ -12,7 +12,7 @@ from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
 import asyncopt.support_newton as support_newton
 from asyncopt.support_newton import (DROP_MARGIN, LINE, MAX_SUPPORT, MIN_PRODUCTS, PROJECTED,
-                                     PATIENT_CHURN, STALL_PATIENCE, STALL_RATIO, STEP_GRID,
+                                     PRUNED_CHURN, STALL_RATIO, STEP_GRID,
                                      SUPPORT_CHURN,
                                      TRY_EPOCHS,
                                      CHAIN_STEPS, HessianCache, ReducedHessian,
@@ -327,6 +327,24 @@ def test_stall_watch_tries_after_a_slow_epoch_on_a_settled_support():
     assert not watch.should_try(9, 0.00088, 0, 0)
 
 
+def test_stall_watch_asks_a_step_that_prunes_x_for_a_support_that_changed_less():
+    """A support changing 10-15% an epoch (CTR at 1e-3 lam_max, the third epoch) is
+    tried; where the step would prune x (more than MAX_SUPPORT non-zeros, or a group
+    penalty: ``prunes_for_step``) only below PRUNED_CHURN |S|."""
+    changes = int(0.15 * 1000)
+    assert PRUNED_CHURN * 1000 < changes <= SUPPORT_CHURN * 1000
+    watch = StallWatch()
+    watch.should_try(0, 0.11, 1000, None)
+    assert watch.should_try(1, 0.10, 1000, changes)
+    for pruned in (True, support_newton.prunes_for_step(np.ones(MAX_SUPPORT + 1)),
+                   support_newton.prunes_for_step(np.ones(10), always=True)):
+        watch = StallWatch()
+        watch.should_try(0, 0.11, 1000, None)
+        assert not watch.should_try(1, 0.10, 1000, changes, pruned=pruned)
+        assert watch.should_try(2, 0.095, 1000, int(PRUNED_CHURN * 1000), pruned=pruned)
+    assert not support_newton.prunes_for_step(np.ones(MAX_SUPPORT))
+
+
 def test_stall_watch_with_a_goal_tries_a_fast_epoch_that_is_still_far_from_it():
     # the gap falls 4x an epoch: 1e-2 -> 1e-6 needs log(1e4) / log(4) = 6.6 epochs
     watch = StallWatch()
@@ -340,42 +358,6 @@ def test_stall_watch_with_a_goal_tries_a_fast_epoch_that_is_still_far_from_it():
     watch = StallWatch()
     watch.should_try(0, 4e-2, 1000, None, 1e-6)
     assert not watch.should_try(1, 1e-2, 1000, 1 + int(SUPPORT_CHURN * 1000), 1e-6)
-
-
-def test_stall_watch_tries_a_churning_support_after_patience_crawling_epochs():
-    """Dis-DDSS at 8 workers on 16 cores (CTR 200,000 x 100,000, 1e-3 lam_max): the gap
-    crawled from 0.11 to 0.074 over six epochs while 90-140 of x's ~1,400 non-zeros
-    changed each epoch (above SUPPORT_CHURN), and the step came at epochs 9-11."""
-    churn = 1 + int(SUPPORT_CHURN * 1000)
-    watch = StallWatch()
-    watch.should_try(0, 1.0, 1000, None)
-    gap = 1.0
-    for epoch in range(1, STALL_PATIENCE):
-        gap *= 0.9
-        assert not watch.should_try(epoch, gap, 1000, churn)
-    assert watch.should_try(STALL_PATIENCE, gap * 0.9, 1000, churn)
-    # a try, then an epoch that more than halved the gap: the count starts again
-    watch.tried(STALL_PATIENCE, gap, gap * 0.8)
-    gap *= 0.8 * 0.3
-    assert not watch.should_try(STALL_PATIENCE + 3, gap, 1000, churn)
-    for epoch in range(STALL_PATIENCE + 4, 2 * STALL_PATIENCE + 3):
-        gap *= 0.9
-        assert not watch.should_try(epoch, gap, 1000, churn)
-    assert watch.should_try(2 * STALL_PATIENCE + 3, gap * 0.9, 1000, churn)
-    # a support that still shrinks fast (CTR at 1e-4 lam_max, 2 workers: a third of it
-    # changing an epoch) waits, crawling or not, until the changes are PATIENT_CHURN |S|
-    watch = StallWatch()
-    watch.should_try(0, 1.0, 1000, None)
-    gap = 1.0
-    for epoch in range(1, 2 * STALL_PATIENCE):
-        gap *= 0.95
-        assert not watch.should_try(epoch, gap, 1000, 1 + int(PATIENT_CHURN * 1000))
-    assert watch.should_try(2 * STALL_PATIENCE, gap * 0.95, 1000, int(PATIENT_CHURN * 1000))
-    # epochs slow only by the goal's rule (the gap halves, 1e-6 is far) do not count
-    watch = StallWatch()
-    watch.should_try(0, 1.0, 1000, None, 1e-6)
-    for epoch in range(1, 2 * STALL_PATIENCE):
-        assert not watch.should_try(epoch, 0.4 ** epoch, 1000, churn, 1e-6)
 
 
 def test_stall_watch_chains_a_full_step_that_left_violating_zeros():

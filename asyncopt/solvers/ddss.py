@@ -28,8 +28,8 @@ from ..kernels.linalg import csr_rmatvec
 from ..penalties import contiguous_block_norms
 from ..screening import BestDual, screen_active_set
 from ..group_newton import HESSIAN_FREE_MAX_SUPPORT, group_support_newton_step
-from ..support_newton import (HessianCache, StallWatch, firm_support, support_newton_step,
-                              violating_zeros)
+from ..support_newton import (HessianCache, StallWatch, firm_support, prunes_for_step,
+                              support_newton_step, violating_zeros)
 from .checkpoint import load_checkpoint, save_checkpoint
 from .serial import SerialInnerLoop
 
@@ -238,7 +238,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
             churn = None if firm_before is None else int(np.count_nonzero(firm_before != firm))
             if watch is not None and gap > tol * reference and \
                     watch.should_try(epoch, gap, int(np.count_nonzero(firm)), churn,
-                                     tol * reference):
+                                     tol * reference,
+                                     prunes_for_step(x, groups is not None)):
                 while True:
                     gap_before = best.gap(cert.primal)
                     moved = newton_step(active, cert, x, hessian_cache, n_threads)

@@ -127,6 +127,7 @@ from ..group_newton import (HESSIAN_FREE_MAX_SUPPORT, entering_groups,
 from ..support_newton import (LINE, STEP_GRID, HessianCache, ReducedHessian,
                               StallWatch, SupportRows, best_candidate, dense_move,
                               entering_coordinates, entering_limit, firm_support,
+                              prunes_for_step,
                               from_upper_triangle, move_candidates,
                               preconditioner_coordinates, preconditioner_size,
                               pruned_coordinates, shard_slope,
@@ -513,7 +514,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                                 status, newton_from = NEWTON, certified
                         elif status == INNER and watch.should_try(
                                 epoch, certified, int(np.count_nonzero(firm)), churn,
-                                tol * reference):
+                                tol * reference, prunes_for_step(x, groups is not None)):
                             status, newton_from = NEWTON, certified
                 newton_t, newton_products = 0.0, 0
                 dropped = np.flatnonzero(~keep)
