@@ -169,7 +169,8 @@ def idle_cores(rows, cores):
     last one's end, the cores that min(cores, ranks) could keep busy less the ranks
     then busy (in their solve and not in a wait), summed in core-ms, and that sum split
     by what the busy ranks were doing (each one's innermost timed name, "other" outside
-    them): {"idle_core_ms", "by_activity": [[activity, core-ms], ...] largest first}.
+    them): {"idle_core_ms", "span_core_ms" (the usable cores' time on that grid),
+    "by_activity": [[activity, core-ms], ...] largest first}.
     On 2 cores, 2 workers lose to it what a perfect schedule of the same work would
     not: the server deciding alone, one worker's tail while the other waits."""
     def bin_of(seconds):
@@ -191,13 +192,15 @@ def idle_cores(rows, cores):
                 if name not in names:
                     names.append(name)
                 doing[at, a:z] = names.index(name)
-    idle = np.maximum(min(cores, len(rows)) - busy.sum(axis=0), 0) * IDLE_BIN_S * 1e3
+    usable = min(cores, len(rows))
+    idle = np.maximum(usable - busy.sum(axis=0), 0) * IDLE_BIN_S * 1e3
     by_activity = {}
     for k in np.flatnonzero(idle):
         label = activity_label([(row["rank"], names[doing[at, k]])
                                 for at, row in enumerate(rows) if busy[at, k]])
         by_activity[label] = by_activity.get(label, 0.0) + float(idle[k])
     return {"idle_core_ms": float(idle.sum()),
+            "span_core_ms": usable * bins * IDLE_BIN_S * 1e3,
             "by_activity": sorted(([label, ms] for label, ms in by_activity.items()),
                                   key=lambda item: -item[1])}
 
@@ -270,7 +273,7 @@ def main(argv=None):
           f"(spins and sleeps), without which "
           f"{cpu_floor([c - w for c, w in zip(cpu, waits)], cores):.0f} ms")
     idle = idle_cores(rows, cores)
-    span = max(row["solve_ms"] for row in rows) * min(cores, len(rows))
+    span = idle["span_core_ms"]
     print(f"cores idle {idle['idle_core_ms']:.0f} of {span:.0f} core-ms "
           f"({idle['idle_core_ms'] / span:.0%}), while: " + "; ".join(
               f"{label} {ms:.1f}" for label, ms in idle["by_activity"][:IDLE_SHOWN]))

@@ -186,6 +186,7 @@ def test_bench_timeline_finds_where_the_cores_idle():
     ]
     idle = idle_cores(rows, cores=2)
     assert idle["idle_core_ms"] == pytest.approx(15.0)
+    assert idle["span_core_ms"] == pytest.approx(40.0)      # 2 cores for 20 ms
     assert dict(idle["by_activity"]) == pytest.approx(
         {"server dense_move": 10.0, "1 worker svrg_epoch_l1": 5.0})
     # on 4 cores the same timeline leaves 3 - busy ranks idle: 20 + 10 + 5 core-ms
