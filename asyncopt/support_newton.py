@@ -105,21 +105,27 @@ def _insert_sorted(where, value, first, end, q, v):
 
 
 @njit(cache=True, nogil=True)
-def support_hessian_sums(indptr, indices, data, position, code, z, y, size, intercept):
-    """sum_i f''(z_i) [a_iS, 1] [a_iS, 1]^T as a dense (size + intercept) square matrix:
-    ``position[j]`` is feature j's index in S (-1 when j is not in S).
+def support_hessian_triangle(indptr, indices, data, position, code, z, y, size, intercept):
+    """The upper triangle, row by row (``upper_triangle``'s order), of sum_i f''(z_i)
+    [a_iS, 1] [a_iS, 1]^T for S of (size + intercept) coordinates: ``position[j]`` is
+    feature j's index in S (-1 when j is not in S). What a Dis-DDSS worker reduces of
+    its Hessian share; ``support_hessian_sums`` unpacks it.
 
     One pass over the rows; each row's S-entries are sorted by position (insertion, a
-    no-op on rows stored in column order) and their products summed into the upper
-    triangle only (sum_i m_i^2 / 2 for m_i entries of row i in S), then mirrored. CTR
-    200,000 x 100,000 with its 500 / 1,000 / 1,692 most frequent features as S: 0.10 /
-    0.17 / 0.34 s; accumulating row a of the matrix over the rows holding feature a was
-    slower (0.44 / 0.54 / 0.78 s: a random access to a row's data per product row). The
-    sums go into the matrix's flat buffer by offset: a worker's 100,000 rows of it on a
-    Dis-DDSS step's S (|S| = 1,059), 22 ms against 29 ms through a row view of the 2-D
-    matrix per entry."""
+    no-op on rows stored in column order) and their products (sum_i m_i^2 / 2 for m_i
+    entries of row i in S) summed into the packed triangle by offset. CTR 200,000 x
+    100,000 with its 500 / 1,000 / 1,692 most frequent features as S: 0.10 / 0.17 / 0.34
+    s; accumulating row a of the matrix over the rows holding feature a was slower (0.44
+    / 0.54 / 0.78 s: a random access to a row's data per product row). Against the square
+    matrix mirrored, then packed for the reduction (|S| = 1,087, the 2-core VM, one
+    process): 7.8-8.2 ms against 9.8-16.5 ms on a worker's 25,000 rows of mpirun -n 9,
+    the same 30-31 ms on 100,000 rows; a worker of a fresh process first touches half
+    the memory."""
     dim = size + 1 if intercept else size
-    flat = np.zeros(dim * dim)
+    flat = np.zeros(dim * (dim + 1) // 2)
+    row_at = np.empty(dim, dtype=np.int64)    # entry (q, c), c >= q, is at row_at[q] + c
+    for q in range(dim):
+        row_at[q] = q * dim - (q * (q - 1)) // 2 - q
     where = np.empty(size, dtype=np.int64)
     value = np.empty(size)
     for i in range(indptr.shape[0] - 1):
@@ -132,39 +138,94 @@ def support_hessian_sums(indptr, indices, data, position, code, z, y, size, inte
                 m += 1
         for a in range(m):
             va = weight * value[a]
-            row = where[a] * dim
+            row = row_at[where[a]]
             for c in range(a, m):
                 flat[row + where[c]] += va * value[c]
             if intercept:
                 flat[row + size] += va
         if intercept:
-            flat[size * dim + size] += weight
-    out = flat.reshape((dim, dim))
-    for a in range(dim):
-        for c in range(a + 1, dim):
-            out[c, a] = out[a, c]
+            flat[row_at[size] + size] += weight
+    return flat
+
+
+def support_hessian_sums(indptr, indices, data, position, code, z, y, size, intercept):
+    """sum_i f''(z_i) [a_iS, 1] [a_iS, 1]^T as a dense (size + intercept) square matrix
+    (``support_hessian_triangle`` unpacked)."""
+    return from_upper_triangle(support_hessian_triangle(
+        indptr, indices, data, position, code, z, y, size, intercept),
+        size + 1 if intercept else size)
+
+
+@njit(cache=True)
+def support_hessian_rows(indptr, indices, data, position, code, z, y, size, intercept,
+                         fresh):
+    """The rows of ``support_hessian_sums`` of the coordinates of S at the positions
+    ``fresh`` (distinct), as a len(fresh) x (size + intercept) matrix: one pass over the
+    rows, sum_i m_i f_i products for m_i entries of row i in S of which f_i are fresh.
+    What a step on S' forms when it has the sum on S and S' \\ S is small
+    (``HessianCache``, ``ReducedHessian``; ``place_rows`` puts them in)."""
+    dim = size + 1 if intercept else size
+    out = np.zeros((fresh.shape[0], dim))
+    flat = out.reshape(fresh.shape[0] * dim)
+    fresh_row = np.full(size, -1, dtype=np.int64)
+    for r in range(fresh.shape[0]):
+        fresh_row[fresh[r]] = r
+    where = np.empty(size, dtype=np.int64)
+    value = np.empty(size)
+    for i in range(indptr.shape[0] - 1):
+        m = 0
+        touched = False
+        for k in range(indptr[i], indptr[i + 1]):
+            q = position[indices[k]]
+            if q >= 0:
+                where[m] = q
+                value[m] = data[k]
+                touched = touched or fresh_row[q] >= 0
+                m += 1
+        if not touched:
+            continue
+        weight = loss_second_derivative(code, z[i], y[i])
+        for a in range(m):
+            r = fresh_row[where[a]]
+            if r >= 0:
+                va = weight * value[a]
+                row = r * dim
+                for c in range(m):
+                    flat[row + where[c]] += va * value[c]
+                if intercept:
+                    flat[row + size] += va
     return out
+
+
+def place_rows(matrix, positions, rows):
+    """A symmetric matrix's rows and columns at ``positions`` set to ``rows`` (their
+    ``support_hessian_rows``), in place; returns the matrix."""
+    matrix[positions] = rows
+    matrix[:, positions] = rows.T
+    return matrix
 
 
 PARALLEL_HESSIAN_BYTES = 2 ** 28   # the threads' partial Hessians take at most this
 
 
-def parallel_hessian_sums(indptr, indices, data, position, code, z, y, size, intercept,
-                          n_threads=1):
-    """``support_hessian_sums`` on ``n_threads`` threads: each forms the sum over its
+def parallel_hessian_triangle(indptr, indices, data, position, code, z, y, size,
+                              intercept, n_threads=1):
+    """``support_hessian_triangle`` on ``n_threads`` threads: each forms the sum over its
     contiguous block of the rows (``kernels.linalg.row_ranges``, as the threads'
-    certificate passes split them), and the blocks' matrices are added. The threads'
-    partial matrices take at most PARALLEL_HESSIAN_BYTES together (fewer threads for a
+    certificate passes split them), and the blocks' triangles are added. The threads'
+    partial triangles take at most PARALLEL_HESSIAN_BYTES together (fewer threads for a
     larger S)."""
     n = indptr.shape[0] - 1
     dim = size + 1 if intercept else size
-    threads = int(max(1, min(n_threads, n, PARALLEL_HESSIAN_BYTES // max(8 * dim * dim, 1))))
+    threads = int(max(1, min(n_threads, n,
+                             PARALLEL_HESSIAN_BYTES // max(4 * dim * (dim + 1), 1))))
     if threads == 1:
-        return support_hessian_sums(indptr, indices, data, position, code, z, y, size,
-                                    intercept)
+        return support_hessian_triangle(indptr, indices, data, position, code, z, y, size,
+                                        intercept)
     parts = run_in_parallel([
-        lambda lo=lo, hi=hi: support_hessian_sums(indptr[lo:hi + 1], indices, data, position,
-                                                  code, z[lo:hi], y[lo:hi], size, intercept)
+        lambda lo=lo, hi=hi: support_hessian_triangle(
+            indptr[lo:hi + 1], indices, data, position, code, z[lo:hi], y[lo:hi], size,
+            intercept)
         for lo, hi in row_ranges(n, threads)])
     return np.sum(parts, axis=0)
 
@@ -307,48 +368,6 @@ def _orthant_path(hessian, gradient, start, n_penalized, max_pieces):
 
 
 @njit(cache=True)
-def support_hessian_columns(indptr, indices, data, position, code, z, y, size, intercept,
-                            fresh, out):
-    """The rows and columns of ``support_hessian_sums`` for the coordinates of S marked
-    ``fresh`` (by position), added into ``out``: one pass over the rows, sum_i m_i f_i
-    products for m_i entries of row i in S of which f_i are fresh (``out`` C-contiguous:
-    its flat buffer takes the sums, as in ``support_hessian_sums``)."""
-    dim = out.shape[1]
-    flat = out.reshape(dim * dim)
-    where = np.empty(size, dtype=np.int64)
-    value = np.empty(size)
-    for i in range(indptr.shape[0] - 1):
-        m = 0
-        touched = False
-        for k in range(indptr[i], indptr[i + 1]):
-            q = position[indices[k]]
-            if q >= 0:
-                where[m] = q
-                value[m] = data[k]
-                touched = touched or fresh[q]
-                m += 1
-        if not touched:
-            continue
-        weight = loss_second_derivative(code, z[i], y[i])
-        for a in range(m):
-            if fresh[where[a]]:
-                va = weight * value[a]
-                row = where[a] * dim
-                for c in range(m):
-                    flat[row + where[c]] += va * value[c]
-                if intercept:
-                    flat[row + size] += va
-    for q in range(size):
-        if fresh[q]:
-            for c in range(size):
-                if not fresh[c]:
-                    out[c, q] = out[q, c]
-            if intercept:
-                out[size, q] = out[q, size]
-    return out
-
-
-@njit(cache=True)
 def candidate_loss_sums(indptr, indices, data, position, code, z, y, moves, size,
                         intercept):
     """sum_i f(z_i + [a_iS, 1]^T m) for every row m of ``moves`` (the candidates' moves
@@ -484,9 +503,11 @@ class HessianCache:
     """The Hessian sum of one shard's last step, by original feature id, for the squared
     loss, where it depends on the rows alone (f'' = 1): H_S = sum_i [a_iS, 1] [a_iS, 1]^T.
     A later step on S' takes the entries on S' and S from it and forms only the rows and
-    columns of the coordinates new to S' (``support_hessian_columns``). Dis-DDSS on CTR
-    200,000 x 100,000 at 1e-3 lam_max: a step's S differs from the previous one's by a few
-    coordinates, and forming H_S took 0.20 s of a 0.45 s step on each of 2 workers."""
+    columns of the coordinates new to S' (``support_hessian_rows``). Serial DDSS keeps one
+    (Dis-DDSS workers reduce only the new rows instead: ``ReducedHessian``). Dis-DDSS on
+    CTR 200,000 x 100,000 at 1e-3 lam_max when its workers kept one: a step's S differed
+    from the previous one's by a few coordinates, and forming H_S took 0.20 s of a 0.45 s
+    step on each of 2 workers."""
 
     REUSE_SHARE = 0.5     # form anew when more than this share of S' is new
 
@@ -503,10 +524,10 @@ class HessianCache:
         old = reusable_positions(self.ids, self.intercept, ids, intercept, self.REUSE_SHARE)
         if old is None:
             return None
+        fresh = np.flatnonzero(old < 0)
         hessian = kept_entries(self.hessian, np.append(old, self.ids.shape[0]) if intercept
                                else old)
-        support_hessian_columns(*args, old < 0, hessian)
-        return hessian
+        return place_rows(hessian, fresh, support_hessian_rows(*args, fresh))
 
 
 class ReducedHessian:
@@ -544,11 +565,8 @@ class ReducedHessian:
         """The server's sum on S' from ``plan`` (``fresh``'s) and ``rows``, the summed
         shares' rows of the new coordinates (|N| x (|S'| + 1), flat)."""
         fresh, old = plan
-        hessian = kept_entries(self.hessian, old)
-        rows = rows.reshape(fresh.shape[0], old.shape[0])
-        hessian[fresh] = rows
-        hessian[:, fresh] = rows.T
-        return hessian
+        return place_rows(kept_entries(self.hessian, old), fresh,
+                          rows.reshape(fresh.shape[0], old.shape[0]))
 
     def keep(self, ids, intercept, hessian=None):
         """After a step's reduction on S' = ``ids``: the server passes the sum."""
@@ -563,7 +581,7 @@ class SupportRows:
     candidate points. Vectors over S carry the intercept last when it is fitted.
     ``slope``: sum_i f'(z_i) [a_iS, 1] over these rows (``shard_slope``); ``cache``: a
     HessianCache of this shard's previous step (squared loss); ``n_threads``: the threads
-    that form the Hessian (``parallel_hessian_sums``)."""
+    that form the Hessian (``parallel_hessian_triangle``)."""
 
     def __init__(self, active, code, z, support, intercept, slope, cache=None, n_threads=1):
         self.active, self.code, self.z, self.slope = active, code, z, slope
@@ -576,21 +594,37 @@ class SupportRows:
         self._hessian = None
         self._restricted = None
 
+    def _kernel_args(self):
+        active = self.active
+        return (active.indptr, active.indices, active.data, self.position, self.code,
+                self.z, active.y, self.size, self.intercept)
+
     def hessian_sums(self):
         """sum_i f''(z_i) [a_iS, 1] [a_iS, 1]^T (``support_hessian_sums``), formed on the
         first call; with a cache, what it holds of it is reused
         (``HessianCache.extended``)."""
         if self._hessian is None:
-            active = self.active
-            args = (active.indptr, active.indices, active.data, self.position, self.code,
-                    self.z, active.y, self.size, self.intercept)
+            args = self._kernel_args()
             self._hessian = None if self.cache is None else \
                 self.cache.extended(self.ids, self.intercept, args)
             if self._hessian is None:
-                self._hessian = parallel_hessian_sums(*args, self.n_threads)
+                self._hessian = from_upper_triangle(parallel_hessian_triangle(
+                    *args, self.n_threads), self.size + self.intercept)
             if self.cache is not None:
                 self.cache.keep(self.ids, self.intercept, self._hessian)
         return self._hessian
+
+    def hessian_triangle(self):
+        """The Hessian sum's ``upper_triangle``, formed packed from the rows (the square
+        matrix is neither formed nor kept): what a Dis-DDSS worker reduces."""
+        if self._hessian is not None:
+            return upper_triangle(self._hessian)
+        return parallel_hessian_triangle(*self._kernel_args(), self.n_threads)
+
+    def hessian_rows(self, fresh):
+        """The Hessian sum's rows at the positions ``fresh`` (``support_hessian_rows``),
+        from the rows: what a Dis-DDSS worker reduces for ``ReducedHessian``."""
+        return support_hessian_rows(*self._kernel_args(), np.asarray(fresh, np.int64))
 
     def hessian_times(self, v):
         """The Hessian sum times v. A worker forms its share once and answers each of the
@@ -631,25 +665,38 @@ class SupportRows:
     def trial_sums(self, point, candidates):
         """The loss sums at every candidate, then at ``point`` itself (the last entry).
 
-        Squared loss: sum_i f(z_i + [a_iS, 1]^T m) = sum_i f(z_i) + g^T m + m^T H m / 2
-        exactly, g the ``slope`` the certificate gave and H the Hessian sum the step has
-        formed, so no pass over the rows at all: CTR 200,000 x 100,000, |S| ~1,100, 2
-        workers, 0.10 s a step with ``candidate_loss_sums``; where the step formed no
-        Hessian (its products came from the rows), m^T H m from the rows restricted to S
+        Squared loss: ``quadratic_trial_sums`` with the Hessian sum the step has formed,
+        so no pass over the rows at all: CTR 200,000 x 100,000, |S| ~1,100, 2 workers,
+        0.10 s a step with ``candidate_loss_sums``; where the step formed no Hessian (its
+        products came from the rows), m^T H m from the rows restricted to S
         (``restricted_curvatures``). Logistic loss: ``candidate_loss_sums``."""
         active = self.active
-        moves = np.vstack([candidates - point, np.zeros((1, point.shape[0]))])
+        moves = trial_moves(point, candidates)
         if self.code != SQUARED:
             return candidate_loss_sums(active.indptr, active.indices, active.data,
                                        self.position, self.code, self.z, active.y, moves,
                                        self.size, self.intercept)
         at_point = mean_loss(self.code, self.z, active.y) * self.z.shape[0]
         if self._hessian is None and self._restricted is not None:
-            curvature = restricted_curvatures(*self._restricted, moves, self.size,
-                                              self.intercept)
-        else:
-            curvature = np.einsum("ij,ij->i", moves @ self.hessian_sums(), moves)
-        return at_point + moves @ self.slope + 0.5 * curvature
+            curvatures = restricted_curvatures(*self._restricted, moves, self.size,
+                                               self.intercept)
+            return at_point + moves @ self.slope + 0.5 * curvatures
+        return quadratic_trial_sums(at_point, self.slope, self.hessian_sums(), moves)
+
+
+def trial_moves(point, candidates):
+    """The moves m = candidate - point, one row each, then a zero row (the point's own):
+    what ``SupportRows.trial_sums`` and ``quadratic_trial_sums`` sum the losses at."""
+    return np.vstack([candidates - point, np.zeros((1, point.shape[0]))])
+
+
+def quadratic_trial_sums(loss_sum, slope, hessian, moves):
+    """sum_i f(z_i + [a_iS, 1]^T m) = sum_i f(z_i) + g^T m + m^T H m / 2 for each row m
+    of ``moves`` (``trial_moves``): exact for the squared loss (f'' = 1), ``loss_sum`` =
+    sum_i f(z_i), g = ``slope`` (``shard_slope``) and H = ``hessian`` the sums over the
+    same rows. Dis-DDSS's server takes them from the reduced sums (no round of the
+    workers' trial losses)."""
+    return loss_sum + moves @ slope + 0.5 * np.einsum("ij,ij->i", moves @ hessian, moves)
 
 
 def upper_triangle(matrix):

@@ -221,19 +221,16 @@ def _warm_up(comm, method_flags, loss, fit_intercept, group_size=1):
               fit_intercept, tol=1e-5, max_epochs=3, random_state=0, **method_flags)
     if method_flags.get("support_newton") and penalty.is_l1:
         # three epochs seldom take the step: load its kernels here, not in the timed solve
-        # (a second step on a wider support extends the first one's Hessian: the
-        # squared loss's HessianCache and its kernel)
-        from asyncopt.support_newton import STEP_GRID, HessianCache, SupportRows
+        # (a chained step reduces the rows of the coordinates new to its support)
+        from asyncopt.support_newton import STEP_GRID, SupportRows
         active = Problem(X, y, loss, penalty, 1.0, fit_intercept).full_active_set()
-        cache = HessianCache()
-        for size in (p - 10, p):
-            point = np.zeros(size + int(fit_intercept))
-            rows = SupportRows(active, code, np.zeros(n), np.arange(size), fit_intercept,
-                               point, cache)
-            rows.hessian_sums()
-            rows.hessian_diagonal()
-            rows.hessian_times(point)
-            rows.trial_sums(point, np.zeros((STEP_GRID.shape[0], point.shape[0])))
+        point = np.zeros(p + int(fit_intercept))
+        rows = SupportRows(active, code, np.zeros(n), np.arange(p), fit_intercept, point)
+        rows.hessian_triangle()
+        rows.hessian_rows(np.arange(1))
+        rows.hessian_diagonal()
+        rows.hessian_times(point)
+        rows.trial_sums(point, np.zeros((STEP_GRID.shape[0], point.shape[0])))
 
 
 def _load_rows(args, rank, size):

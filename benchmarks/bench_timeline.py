@@ -52,7 +52,8 @@ TIMED = (("asyncopt.solvers.mpi", None,
            "_anchor_without_optimal_zeros", "_serve_inner", "_work_inner", "dense_move",
            "from_upper_triangle")),
          ("asyncopt.problem", "ActiveSet", ("margins", "without_frozen")),
-         ("asyncopt.support_newton", "SupportRows", ("hessian_sums", "trial_sums")))
+         ("asyncopt.support_newton", "SupportRows",
+          ("hessian_sums", "hessian_triangle", "hessian_rows", "trial_sums")))
 WAIT = "wait"
 TRACE_FLAG = "--trace"     # the rank side's own argument: where rank 0 writes the events
 EPOCH_KERNELS = ("svrg_epoch_l1", "svrg_epoch_group")

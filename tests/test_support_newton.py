@@ -58,9 +58,11 @@ def test_support_hessian_sums_is_the_weighted_gram_of_the_support(loss, intercep
 
 @pytest.mark.parametrize("n_threads", [1, 2, 3, 7])
 @pytest.mark.parametrize("intercept", [True, False])
-def test_parallel_hessian_sums_add_the_row_blocks_to_the_whole_sum(n_threads, intercept):
-    """parallel_hessian_sums: the threads' blocks of rows (rows with no entry, more
-    threads than some blocks can fill) sum to support_hessian_sums over all rows."""
+def test_parallel_hessian_triangle_adds_the_row_blocks_to_the_whole_sum(n_threads,
+                                                                       intercept, ref):
+    """parallel_hessian_triangle: the threads' blocks of rows (rows with no entry, more
+    threads than some blocks can fill) sum to the packed upper triangle, row by row, of
+    the weighted Gram matrix over all rows."""
     rng = np.random.default_rng(12)
     X = sp.random(9, 40, density=0.3, random_state=12, format="csr")
     X = sp.vstack([X, sp.csr_matrix((3, 40)), X]).tocsr()          # empty rows between
@@ -69,8 +71,13 @@ def test_parallel_hessian_sums_add_the_row_blocks_to_the_whole_sum(n_threads, in
     position = np.full(40, -1, dtype=np.int64)
     position[support] = np.arange(support.shape[0])
     args = (X.indptr, X.indices, X.data, position, 1, z, y, support.shape[0], intercept)
-    np.testing.assert_allclose(support_newton.parallel_hessian_sums(*args, n_threads),
-                               support_hessian_sums(*args), rtol=1e-13, atol=1e-14)
+    B = X[:, support].toarray()
+    if intercept:
+        B = np.column_stack([B, np.ones(X.shape[0])])
+    gram = B.T @ (_second_derivative("logistic", z)[:, None] * B)
+    want = np.concatenate([gram[i, i:] for i in range(gram.shape[0])])
+    np.testing.assert_allclose(support_newton.parallel_hessian_triangle(*args, n_threads),
+                               want, rtol=1e-13, atol=1e-14)
 
 
 class _Shard:
@@ -100,12 +107,16 @@ def test_hessian_cache_extends_the_last_support_to_the_direct_sum(intercept):
     rows = SupportRows(_Shard(compact, y, kept), 0, rng.standard_normal(80), support,
                        intercept, None, cache)
     calls = []
-    original = support_newton.support_hessian_sums
+    forming = support_newton.parallel_hessian_triangle
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(support_newton, "support_hessian_sums",
-                      lambda *a: calls.append(1) or original(*a))
+        patch.setattr(support_newton, "parallel_hessian_triangle",
+                      lambda *a: calls.append(1) or forming(*a))
         got = rows.hessian_sums()
-    assert not calls                      # extended, not formed anew
+        assert not calls                      # extended, not formed anew
+        SupportRows(_Shard(compact, y, kept), 0, np.zeros(80), support, intercept,
+                    None).hessian_sums()
+        assert calls                          # without the cache: formed
+    original = support_newton.support_hessian_sums
     position = np.full(compact.shape[1], -1, dtype=np.int64)
     position[support] = np.arange(support.shape[0])
     want = original(compact.indptr, compact.indices, compact.data, position, 0,
@@ -176,7 +187,16 @@ def test_support_rows_products_diagonal_and_losses_are_the_dense_ones(loss, inte
     if intercept:
         B = np.column_stack([B, np.ones(70)])
     gram = B.T @ (_second_derivative(loss, z)[:, None] * B)
+    packed = SupportRows(_Shard(X, y), code, z, support, intercept, None)
+    np.testing.assert_allclose(packed.hessian_triangle(),
+                               np.concatenate([gram[i, i:] for i in range(len(gram))]),
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(packed.hessian_rows(np.array([4, 1])), gram[[4, 1]],
+                               rtol=1e-12, atol=1e-12)
+    assert packed._hessian is None                   # no square matrix formed or kept
     np.testing.assert_allclose(rows.hessian_sums(), gram, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rows.hessian_triangle(), packed.hessian_triangle(),
+                               rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(rows.hessian_diagonal(), np.diag(gram), rtol=1e-12)
     v = rng.standard_normal(B.shape[1])
     np.testing.assert_allclose(rows.hessian_times(v), gram @ v, rtol=1e-12, atol=1e-12)
@@ -220,6 +240,39 @@ def test_products_and_trial_losses_from_the_rows_need_no_hessian(loss, intercept
     assert rows._hessian is None                       # no Hessian was formed
     want = [np.sum(ref.loss_values(loss, z + B @ (c - point), y)) for c in candidates]
     np.testing.assert_allclose(got[:-1], want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+def test_server_trial_sums_from_the_reduced_sums_are_the_losses_over_all_rows(intercept,
+                                                                             ref):
+    """Dis-DDSS's server, squared loss: quadratic_trial_sums from the shards' summed
+    loss, slope and Hessian (what it reduces) is the loss over all rows at every
+    candidate, then at the point."""
+    rng = np.random.default_rng(9)
+    X = sp.random(100, 35, density=0.25, random_state=9, format="csr")
+    y, z = rng.standard_normal(100), rng.standard_normal(100)
+    support = np.array([0, 5, 6, 12, 20, 31])
+    shards = (slice(0, 45), slice(45, 100))
+    loss_sum, slope, hessian = 0.0, 0.0, 0.0
+    for part in shards:
+        rho = y[part] - z[part]
+        rows = SupportRows(_Shard(sp.csr_matrix(X[part]), y[part]), 0, z[part], support,
+                           intercept, None)
+        loss_sum += 0.5 * float(rho @ rho)
+        slope = slope + support_newton.shard_slope(X[part][:, support].T @ rho,
+                                                   np.sum(rho), intercept)
+        hessian = hessian + from_upper_triangle(rows.hessian_triangle(),
+                                                support.shape[0] + intercept)
+    B = X[:, support].toarray()
+    if intercept:
+        B = np.column_stack([B, np.ones(100)])
+    point = rng.standard_normal(B.shape[1])
+    candidates = point + rng.standard_normal((len(STEP_GRID), B.shape[1]))
+    got = support_newton.quadratic_trial_sums(
+        loss_sum, slope, hessian, support_newton.trial_moves(point, candidates))
+    want = [np.sum(ref.loss_values("squared", z + B @ (c - point), y))
+            for c in candidates] + [np.sum(ref.loss_values("squared", z, y))]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 def test_symmetric_times_is_the_product_with_the_symmetric_matrix():

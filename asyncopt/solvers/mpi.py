@@ -124,15 +124,14 @@ from ..group_newton import (HESSIAN_FREE_MAX_SUPPORT, entering_groups,
                             group_blocks_length, group_hessian_blocks, group_move,
                             group_support_point, group_uses_hessian_free,
                             hessian_free_group_move)
-from ..support_newton import (LINE, STEP_GRID, HessianCache, ReducedHessian,
-                              StallWatch, SupportRows, best_candidate, dense_move,
-                              entering_coordinates, entering_limit, firm_support,
-                              prunes_for_step,
-                              from_upper_triangle, move_candidates,
-                              preconditioner_coordinates, preconditioner_size,
-                              pruned_coordinates, shard_slope,
-                              support_move, support_point, take_candidate,
-                              upper_triangle, uses_hessian_free, violating_zeros)
+from ..support_newton import (LINE, STEP_GRID, ReducedHessian, StallWatch, SupportRows,
+                              best_candidate, dense_move, entering_coordinates,
+                              entering_limit, firm_support, from_upper_triangle,
+                              move_candidates, preconditioner_coordinates,
+                              preconditioner_size, pruned_coordinates, prunes_for_step,
+                              quadratic_trial_sums, shard_slope, support_move,
+                              support_point, take_candidate, trial_moves,
+                              uses_hessian_free, violating_zeros)
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import (SolverResult, epoch_rows, l1_prox_svrg, optimal_zeros,
                    prox_svrg_epochs, worth_compacting)
@@ -362,7 +361,6 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     # record (the record's inner_s and newton_s; certificate_s is timed in the loop)
     phases = {"inner_s": 0.0, "newton_s": 0.0}
     firm = None       # the server's firm support of x (``firm_support``), for the watch
-    hessian_cache = None if server else HessianCache()   # the worker's last step's H
     # the sum the last step reduced, on every rank (its ids; its matrix on the server)
     reduced = ReducedHessian() if loss_code == SQUARED else None
     freezing = prox_svrg_epochs(variance_reduced, saga, dense)
@@ -574,8 +572,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 x, b, newton_t, newton_products = _support_newton(
                     wire, active, x, b, z, loss_code, lam, n, pen, fit_intercept,
                     correlation, float((total if server else local)[1]), firm,
-                    float(total[0]) if server else 0.0, hessian_cache, column_sq,
-                    reduced, penalty.active_features(blocks))
+                    float(total[0]) if server else 0.0, column_sq, reduced,
+                    penalty.active_features(blocks))
                 phases["newton_s"] += time.perf_counter() - newton_start
             if status in (RECERTIFY, NEWTON):
                 snapshot = None
@@ -692,20 +690,27 @@ def _close_channel(wire, channel):
 
 
 def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, correlation,
-                    rho_sum, firm, loss_sum, cache, column_sq, reduced, features):
+                    rho_sum, firm, loss_sum, column_sq, reduced, features):
     """The support Newton step (``support_newton.py``) over the shards; every rank calls
     it with its x and b (equal on every rank: each inner loop ends with the workers
     holding the server's) and its margins z at them. S = the non-zeros of x and the zeros
     that most violate the optimality condition (``entering_coordinates``: the server
     broadcasts their count, then their coded indices and signs); each worker forms its
-    share of the Hessian on S (``SupportRows``). Then, by what a message costs
-    (``cg_products_from_shares``), either
-      - the workers reduce their shares' upper triangles ((|S| + 1)(|S| + 2) / 2 numbers;
-        for the squared loss, when most of S was in the last such step's, only their
-        rows of the coordinates new to S: ``ReducedHessian``, ``reduced`` on every rank,
-        ``features`` the active features' original ids) and the server broadcasts the
-        move (``dense_move``: the end point of the orthant Newton path or the projected
-        direction, [kind, vector]);
+    share of the Hessian on S from its rows (``SupportRows``). Then, by what a message
+    costs (``cg_products_from_shares``), either
+      - the workers reduce their shares' upper triangles ((|S| + 1)(|S| + 2) / 2 numbers,
+        formed packed: ``SupportRows.hessian_triangle``; for the squared loss, when most
+        of S was in the last such step's, only their rows of the coordinates new to S:
+        ``ReducedHessian``, ``reduced`` on every rank, ``features`` the active features'
+        original ids) and the server broadcasts the move (``dense_move``: the end point
+        of the orthant Newton path or the projected direction, [kind, vector]); for the
+        squared loss the server then sums the losses at the candidates itself
+        (``quadratic_trial_sums``, exact from the reduced Hessian, the slope and
+        ``loss_sum``), so no worker forms or keeps the square matrix and there is no
+        round of trial losses (CTR 200,000 x 100,000, 1e-3 lam_max, 2 cores, 12 seeds:
+        the first step's median 154-158 -> 120-128 ms at mpirun -n 9, 72-82 -> 67-69
+        ms at -n 3, 89-94 -> 81-86 ms at -n 2, when the workers formed the square
+        matrix, mirrored it, packed it and summed their trial losses);
       - or the server broadcasts the coordinates of CG's preconditioner block
         (``preconditioner_coordinates``, ranked by its column norms ``column_sq``), they
         reduce their shares' diagonals and upper triangles on that block, then, for
@@ -715,7 +720,8 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         H v; [0, vector] ends the loop ([-1, ...]: no move, no step), then [kind, the
         orthant of S];
     every rank forms the same candidates from it, the workers reduce their losses at
-    them and the server broadcasts the one taken (-1: none). Returns (x, b, t), the same
+    them (but above) and the server broadcasts the one taken (-1: none). Returns (x, b,
+    t), the same
     on every rank, and the Hessian-vector products the server's solve took (0 on the
     workers and where the Hessian was reduced; the record's ``newton_products``).
     ``correlation`` (A^T rho) and ``rho_sum`` (sum rho) are this rank's:
@@ -766,6 +772,10 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         starts, weights_S = None, weights[support]
     k, dim = support.shape[0], point.shape[0]
     offset = 0.0         # P(x) - P(the pruned x)
+    loss_at_point = loss_sum     # the server's sum f at the point (the pruned x)
+    # the squared loss's trial losses, exact from the sums the server reduces with the
+    # Hessian (``quadratic_trial_sums``): no round of the workers' trial losses
+    server_trials = False
     if pruned.shape[0]:
         local = np.zeros(2 + k)
         if not server:
@@ -781,13 +791,12 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
             alone = np.zeros_like(x)
             alone[pruned] = saved
             offset = (loss_sum - total[0]) / n + lam * penalty.value(alone)
-            local = total
+            local, loss_at_point = total, float(total[0])
         rho_sum, correlation_S = float(local[1]), local[2:]
     else:
         correlation_S = correlation[support]
     rows = None if server else SupportRows(active, code, z, support, intercept,
-                                           shard_slope(correlation_S, rho_sum, intercept),
-                                           cache)
+                                           shard_slope(correlation_S, rho_sum, intercept))
     if groups and group_uses_hessian_free(k):
         # the numbers of H the model reads (diagonal blocks, the intercept's column),
         # then products from the workers' rows; the server broadcasts the target
@@ -845,6 +854,7 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
     else:
         # [kind (-1: none), vector, the orthant of S (L1)]
         move = np.full(1 + dim + (0 if groups else k), -1.0)
+        server_trials = code == SQUARED
         ids = features[support]
         plan = None if reduced is None else reduced.fresh(ids, intercept)
         fresh_numbers = 0 if plan is None else plan[0].shape[0] * dim   # none: no round
@@ -867,11 +877,10 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
                 if not groups:
                     move[1 + dim:] = signs
         else:
-            share = rows.hessian_sums()
             if plan is None:
-                wire.reduce(upper_triangle(share))
+                wire.reduce(rows.hessian_triangle())
             elif fresh_numbers:
-                wire.reduce(share[plan[0]].ravel())
+                wire.reduce(rows.hessian_rows(plan[0]).ravel())
         if reduced is not None:
             reduced.keep(ids, intercept, hessian if server else None)
         move = wire.bcast(move)
@@ -881,8 +890,13 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         if not groups:
             signs = move[1 + dim:]
         candidates = move_candidates(int(move[0]), move[1:1 + dim], point, k, signs)
-    sums = wire.reduce(np.zeros(candidates.shape[0] + 1) if server else
-                       rows.trial_sums(point, candidates))
+    if server_trials:
+        sums = None if not server else quadratic_trial_sums(
+            loss_at_point, shard_slope(correlation_S, rho_sum, intercept), hessian,
+            trial_moves(point, candidates))
+    else:
+        sums = wire.reduce(np.zeros(candidates.shape[0] + 1) if server else
+                           rows.trial_sums(point, candidates))
     chosen = np.full(1, -1.0)
     if server:
         chosen[0] = best_candidate(sums, n, lam, weights_S, point[:k],
