@@ -937,6 +937,34 @@ def test_the_newton_steps_cg_asks_the_workers_only_across_machines(monkeypatch):
     assert Wire(_RootComm(9)).one_node
 
 
+def test_popular_zeros_enter_the_step_only_where_the_hessian_is_summed(monkeypatch):
+    """The server lets the popular zeros (the largest columns) enter S where the step
+    reduces the workers' Hessian shares; where S with them would ask for products
+    (across machines, above 398 coordinates) it enters the violating zeros alone."""
+    from asyncopt.solvers.mpi import _entering_coordinates
+    from asyncopt.solvers.wire import Wire
+
+    monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
+    monkeypatch.setenv("MPI_LOCALNRANKS", "9")
+    one_node, two_nodes = Wire(_RootComm(9)), Wire(_RootComm(17))
+    p = 2_000
+    x = np.zeros(p)
+    x[np.arange(0, 2 * 380, 2)] = 1.0                   # 380 non-zeros, no violating zero
+    column_sq = np.where(x != 0, 10.0, 1.0)
+    column_sq[[1, 3, 5]] = 50.0                         # 3 popular zeros
+    correlation = np.zeros(p)
+    args = (x, correlation, 1, 1.0, np.ones(p))
+    np.testing.assert_array_equal(_entering_coordinates(one_node, *args, column_sq),
+                                  [2.0, 4.0, 6.0])
+    np.testing.assert_array_equal(_entering_coordinates(two_nodes, *args, column_sq),
+                                  [2.0, 4.0, 6.0])           # 383 coordinates: the sum
+    x[np.arange(1000, 1040)] = 1.0                      # 420: products across machines
+    column_sq[1000:1040] = 10.0
+    assert _entering_coordinates(two_nodes, *args, column_sq).size == 0
+    assert _entering_coordinates(one_node, *args, column_sq).size == 3
+    assert _entering_coordinates(one_node, *args, None).size == 0
+
+
 @pytest.mark.skipif(shutil.which("taskset") is None or (os.cpu_count() or 1) < 2,
                     reason="needs taskset and 2 cores")
 def test_a_job_whose_ranks_see_different_room_still_runs(tmp_path):

@@ -12,7 +12,7 @@ from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
 import asyncopt.support_newton as support_newton
 from asyncopt.support_newton import (DROP_MARGIN, LINE, MAX_SUPPORT, MIN_PRODUCTS, PROJECTED,
-                                     PRUNED_CHURN, STALL_RATIO, STEP_GRID,
+                                     POPULAR_SHARE, PRUNED_CHURN, STALL_RATIO, STEP_GRID,
                                      SUPPORT_CHURN,
                                      TRY_EPOCHS,
                                      CHAIN_STEPS, HessianCache, ReducedHessian,
@@ -790,6 +790,28 @@ def test_entering_coordinates_are_the_worst_violating_zeros_with_their_sign():
     assert support_newton.entering_limit(1000) == 50
     assert support_newton.entering_limit(MAX_SUPPORT - 3) == 3
 
+
+
+def test_popular_zeros_enter_with_the_sign_of_their_correlation():
+    """Given the columns' norms, the zeros among the POPULAR_SHARE |x's non-zeros|
+    largest columns enter S as well, with sign(A_j^T rho) (+1 at 0), beside the
+    violating zeros; a popular non-zero is not entering."""
+    x = np.zeros(40)
+    x[[3, 8, 11, 20, 25, 30, 33, 36, 38, 39, 2, 14]] = 1.0   # 12 non-zeros: 2 popular
+    column_sq = np.arange(40, dtype=np.float64)
+    column_sq[[5, 9]] = [100.0, 90.0]                          # the two largest columns
+    correlation = np.zeros(40)
+    correlation[9] = -0.3
+    correlation[0] = 2.5                                       # violating (n lam w = 2)
+    assert POPULAR_SHARE * 12 <= 2 < POPULAR_SHARE * 12 + 1
+    np.testing.assert_array_equal(support_newton.popular_zeros(x, column_sq), [5, 9])
+    code = support_newton.entering_coordinates(x, correlation, 1, 2.0, np.ones(40), 10,
+                                               column_sq)
+    np.testing.assert_array_equal(code, [1.0, 6.0, -10.0])
+    x[5] = -1.0                                # a popular non-zero: not entering
+    np.testing.assert_array_equal(support_newton.popular_zeros(x, column_sq), [9])
+    assert support_newton.entering_coordinates(x, correlation, 1, 2.0, np.ones(40), 10) \
+        .tolist() == [1.0]
 
 
 def test_entering_coordinates_take_zeros_within_ten_percent_of_violating():

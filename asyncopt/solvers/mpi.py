@@ -765,8 +765,8 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
             x, b, intercept, block_indptr, entering)
         signs, weights_S = None, weights[chosen_groups]
     else:
-        entering = _server_vector(wire, entering_coordinates(
-            x, correlation, n, lam, weights, entering_limit(int(np.count_nonzero(x))))
+        entering = _server_vector(wire, _entering_coordinates(
+            wire, x, correlation, n, lam, weights, column_sq if code == SQUARED else None)
             if server else None)
         support, point, signs = support_point(x, b, intercept, entering)
         starts, weights_S = None, weights[support]
@@ -907,6 +907,18 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         return x, b, 0.0, used["products"]
     return x, take_candidate(x, b, support, candidates[index], intercept), \
         float(STEP_GRID[index]), used["products"]
+
+
+def _entering_coordinates(wire, x, correlation, n, lam, weights, column_sq):
+    """The server's ``entering_coordinates`` for the L1 step: with the popular zeros
+    (``column_sq``; None: none) where the step would still reduce the Hessian, not ask
+    for products (``cg_products_from_shares``)."""
+    limit = entering_limit(int(np.count_nonzero(x)))
+    entering = entering_coordinates(x, correlation, n, lam, weights, limit, column_sq)
+    if column_sq is not None and cg_products_from_shares(
+            wire, int(np.count_nonzero(x)) + entering.shape[0]):
+        entering = entering_coordinates(x, correlation, n, lam, weights, limit)
+    return entering
 
 
 def cg_products_from_shares(wire, support_size):
