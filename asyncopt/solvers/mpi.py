@@ -694,10 +694,12 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
     """The support Newton step (``support_newton.py``) over the shards; every rank calls
     it with its x and b (equal on every rank: each inner loop ends with the workers
     holding the server's) and its margins z at them. S = the non-zeros of x and the zeros
-    that most violate the optimality condition (``entering_coordinates``: the server
-    broadcasts their count, then their coded indices and signs); each worker forms its
-    share of the Hessian on S from its rows (``SupportRows``). Then, by what a message
-    costs (``cg_products_from_shares``), either
+    that most violate the optimality condition (``entering_coordinates``; for the
+    squared loss where the Hessian is summed, also the zeros among the largest columns:
+    ``_entering_coordinates``; the server broadcasts their count, then their coded
+    indices and signs); each worker forms its share of the Hessian on S from its rows
+    (``SupportRows``). Then, by what a message costs (``cg_products_from_shares``),
+    either
       - the workers reduce their shares' upper triangles ((|S| + 1)(|S| + 2) / 2 numbers,
         formed packed: ``SupportRows.hessian_triangle``; for the squared loss, when most
         of S was in the last such step's, only their rows of the coordinates new to S:
@@ -721,9 +723,9 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         orthant of S];
     every rank forms the same candidates from it, the workers reduce their losses at
     them (but above) and the server broadcasts the one taken (-1: none). Returns (x, b,
-    t), the same
-    on every rank, and the Hessian-vector products the server's solve took (0 on the
-    workers and where the Hessian was reduced; the record's ``newton_products``).
+    t), the same on every rank, and the Hessian-vector products the server's solve took
+    (0 on the workers and where the Hessian was reduced; the record's
+    ``newton_products``).
     ``correlation`` (A^T rho) and ``rho_sum`` (sum rho) are this rank's:
     the server's over all rows, a worker's over its own (the slope of its trial losses,
     ``shard_slope``); ``firm`` (x's firm support), ``loss_sum`` (sum f at x) and
