@@ -808,10 +808,19 @@ def test_popular_zeros_enter_with_the_sign_of_their_correlation():
     code = support_newton.entering_coordinates(x, correlation, 1, 2.0, np.ones(40), 10,
                                                column_sq)
     np.testing.assert_array_equal(code, [1.0, 6.0, -10.0])
+    np.testing.assert_array_equal(support_newton.popular_zeros(x, column_sq, 1), [5])
     x[5] = -1.0                                # a popular non-zero: not entering
     np.testing.assert_array_equal(support_newton.popular_zeros(x, column_sq), [9])
     assert support_newton.entering_coordinates(x, correlation, 1, 2.0, np.ones(40), 10) \
         .tolist() == [1.0]
+    # S stays within MAX_SUPPORT: the largest columns' zeros first
+    x = np.zeros(MAX_SUPPORT + 100)
+    x[100:MAX_SUPPORT + 99] = 1.0                 # MAX_SUPPORT - 1 non-zeros
+    column_sq = np.where(x != 0, 10.0, 1.0)
+    column_sq[[3, 7, 9]] = [60.0, 80.0, 70.0]
+    code = support_newton.entering_coordinates(x, np.zeros_like(x), 1, 2.0,
+                                               np.ones_like(x), 10, column_sq)
+    np.testing.assert_array_equal(code, [8.0])
 
 
 def test_entering_coordinates_take_zeros_within_ten_percent_of_violating():
