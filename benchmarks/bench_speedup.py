@@ -36,6 +36,8 @@ A table shows where Dis-DDSS's solve went on the server's clock (certificates, i
 loops, Newton steps; solve_mpi's record fields certificate_s, inner_s, newton_s), and the
 CPU seconds of every rank in the solve with the floor they set on the machine's cores
 (``cpu_floor``): where ranks outnumber cores, t(1) over that floor bounds the speed-up.
+A worker's CPU over the worker counts is fitted to R / l + F (``worker_cpu_fit``): F, what
+does not split with the rows, bounds the speed-up wherever the ranks run.
 
 Targets: Dis-DDSS 2 workers >= 1.6x faster than 1 worker; -n 9 (8 workers) within 3x of
 -n 3's time (solve, whole mpirun, whole command); 8 workers >= 6x faster than 1 on a
@@ -95,7 +97,29 @@ def run_dis(spec, workers, target, cap, rep, args, workdir, cores):
         if len(cpu) == len(ranks):
             run.extra["solve_cpu_s"] = sum(cpu)
             run.extra["cpu_floor_s"] = cpu_floor(cpu, cores)
+            run.extra["worker_cpu_s"] = float(np.mean(
+                [r["solve_cpu_s"] for r in ranks if r.get("rank", 0) != 0]))
     return run
+
+
+def worker_cpu_fit(best, workers):
+    """{"rows_s": R, "fixed_s": F}: the least-squares fit of a worker's CPU seconds in
+    the best round's solve (``worker_cpu_s``, the mean over the workers) to R / l + F
+    over the worker counts l, or None with fewer than two. R is the work that splits
+    with the rows; F, a worker's share that does not (its Hessian share, p-sized vectors,
+    messages, waits), bounds the speed-up at (R + F) / (R / l + F) however the ranks
+    overlap. On the 2-core VM (CTR 200,000 x 100,000, 1e-3 lam_max, from per-rank
+    timelines at -n 2 / 3 / 9): R = 186 ms, F = 60 ms before the workers' Hessian shares
+    were packed. The fit assumes the same epochs at every count (the table shows them);
+    where ranks outnumber cores, their switching inflates F."""
+    points = [(1.0 / k, best[key_of("dis", k)].extra["worker_cpu_s"]) for k in workers
+              if key_of("dis", k) in best and
+              "worker_cpu_s" in best[key_of("dis", k)].extra]
+    if len(points) < 2:
+        return None
+    inverse, cpu = np.array(points).T
+    rows_s, fixed_s = np.polyfit(inverse, cpu, 1)
+    return {"rows_s": float(rows_s), "fixed_s": float(fixed_s)}
 
 
 def write_command_data(X, y, spec, workdir):
@@ -553,11 +577,13 @@ def phase_rows(best, workers):
                      f"{totals['inner_s'] / epochs * 1e3:.1f}", f"{totals['newton_s']:.3f}",
                      totals["newton_products"], epochs,
                      "-" if floor is None else f"{run.extra['solve_cpu_s']:.3f}",
-                     "-" if floor is None else f"{floor:.3f}"])
+                     "-" if floor is None else f"{floor:.3f}",
+                     "-" if floor is None else f"{run.extra['worker_cpu_s']:.3f}"])
     if not rows:
         return None
     return (["workers", "batch", "solve s", "certificate s", "inner s", "inner ms/epoch",
-             "Newton s", "products", "epochs", "CPU s", "CPU floor s"], rows)
+             "Newton s", "products", "epochs", "CPU s", "CPU floor s", "CPU s a worker"],
+            rows)
 
 
 def table_rows(best, workers, threads, cap, commands=None):
@@ -640,8 +666,17 @@ def report(best, workers, threads, cap, target, args, info, meta, cores, json_pa
         log("\nwhere Dis-DDSS's solve went (server clock, best round; certificate: the "
             "synchronous part of every outer iteration, inner: the asynchronous inner "
             "loops, Newton: the support Newton steps with their Hessian products; CPU: all "
-            "ranks' CPU seconds in the solve, and the floor that sets on these cores)\n")
+            "ranks' CPU seconds in the solve, and the floor that sets on these cores; CPU "
+            "s a worker: the workers' mean)\n")
         log(format_table(*phases))
+    fit = worker_cpu_fit(best, workers)
+    if fit is not None:
+        rows_s, fixed_s = fit["rows_s"], fit["fixed_s"]
+        bound = (rows_s + fixed_s) / max(rows_s / 8 + fixed_s, 1e-12)
+        log(f"\na worker's CPU in the solve fits R / l + F over l = "
+            f"{', '.join(str(k) for k in workers)} workers: R = {rows_s:.3f} s (splits "
+            f"with the rows), F = {fixed_s:.3f} s a worker (does not; alone it bounds 8 "
+            f"workers at {bound:.1f}x)")
     if probe:
         log("\nthe machine: k processes at once, each the same fixed work (throughput "
             "k t(1) / t(k); ideal k): " + "; ".join(
@@ -657,6 +692,7 @@ def report(best, workers, threads, cap, target, args, info, meta, cores, json_pa
         "target_rel_gap": target, "time_cap_s": cap, "repeat": args.repeat,
         "cpu_count": cores, "workers": workers, "threads": threads,
         "messages_per_worker": args.messages, "newton_products": args.newton_products,
+        "worker_cpu_fit": fit,
         "n_ranks": [w + 1 for w in workers],
         "oversubscribed": {key: bool(r.extra.get("oversubscribed")) for key, r in best.items()},
         "machine": info, "total_seconds": seconds, "problem": meta,

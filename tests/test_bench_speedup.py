@@ -52,6 +52,17 @@ def test_bench_speedup_quick_reports_where_each_solve_went(tmp_path):
     assert payload["targets"]["dis@1/dis@2 >= 1.6"]["cpu_floor_bound"] >= \
         0.95 * whole[0] / whole[1]
     assert [row[0] for row in payload["phases"]["rows"]] == [1, 2]
+    # a worker's CPU: the fit through the two counts' means, which are each worker's mean
+    per_worker = {}
+    for key, workers in (("dis@1", 1), ("dis@2", 2)):
+        extra = runs[key]["extra"]
+        cpu = [r["solve_cpu_s"] for r in extra["ranks"] if r["rank"] != 0]
+        assert len(cpu) == workers
+        per_worker[workers] = extra["worker_cpu_s"]
+        assert per_worker[workers] == pytest.approx(sum(cpu) / workers)
+    fit = payload["worker_cpu_fit"]
+    for workers, cpu in per_worker.items():
+        assert fit["rows_s"] / workers + fit["fixed_s"] == pytest.approx(cpu, abs=1e-9)
     ceiling = payload["no_communication"]
     assert set(ceiling["seconds"]) == set(ceiling["one_block_alone_seconds"]) == {"1", "2"}
     assert ceiling["one_block_alone_seconds"]["1"] == ceiling["seconds"]["1"]
