@@ -108,10 +108,11 @@ def worker_cpu_fit(best, workers):
     over the worker counts l, or None with fewer than two. R is the work that splits
     with the rows; F, a worker's share that does not (its Hessian share, p-sized vectors,
     messages, waits), bounds the speed-up at (R + F) / (R / l + F) however the ranks
-    overlap. On the 2-core VM (CTR 200,000 x 100,000, 1e-3 lam_max, from per-rank
-    timelines at -n 2 / 3 / 9): R = 186 ms, F = 60 ms before the workers' Hessian shares
-    were packed. The fit assumes the same epochs at every count (the table shows them);
-    where ranks outnumber cores, their switching inflates F."""
+    overlap. On the 2-core VM (CTR 200,000 x 100,000, 1e-3 lam_max, 1 / 2 / 8 workers,
+    2026-11-26 14:16): R = 0.218 s, F = 0.050 s, the waits' CPU included (per-rank
+    timelines without the waits gave F ~60 ms before the workers' Hessian shares were
+    packed, ~34 ms after). The fit assumes the same epochs at every count (the table
+    shows them); where ranks outnumber cores, their switching inflates F."""
     points = [(1.0 / k, best[key_of("dis", k)].extra["worker_cpu_s"]) for k in workers
               if key_of("dis", k) in best and
               "worker_cpu_s" in best[key_of("dis", k)].extra]
