@@ -619,8 +619,6 @@ class SupportRows:
     def hessian_triangle(self):
         """The Hessian sum's ``upper_triangle``, formed packed from the rows (the square
         matrix is neither formed nor kept): what a Dis-DDSS worker reduces."""
-        if self._hessian is not None:
-            return upper_triangle(self._hessian)
         return parallel_hessian_triangle(*self._kernel_args(), self.n_threads)
 
     def hessian_rows(self, fresh):
