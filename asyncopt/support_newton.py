@@ -108,28 +108,27 @@ def _insert_sorted(where, value, first, end, q, v):
 
 @njit(cache=True, nogil=True)
 def support_hessian_triangle(indptr, indices, data, position, code, z, y, size, intercept):
-    """The upper triangle, row by row (``upper_triangle``'s order), of sum_i f''(z_i)
-    [a_iS, 1] [a_iS, 1]^T for S of (size + intercept) coordinates: ``position[j]`` is
-    feature j's index in S (-1 when j is not in S). What a Dis-DDSS worker reduces of
-    its Hessian share; ``support_hessian_sums`` unpacks it.
+    """The upper triangle, column by column (``upper_triangle``'s order), of sum_i
+    f''(z_i) [a_iS, 1] [a_iS, 1]^T for S of (size + intercept) coordinates:
+    ``position[j]`` is feature j's index in S (-1 when j is not in S). What a Dis-DDSS
+    worker reduces of its Hessian share; ``support_hessian_sums`` unpacks it.
 
     One pass over the rows; each row's S-entries are sorted by position (insertion, a
     no-op on rows stored in column order) and their products (sum_i m_i^2 / 2 for m_i
-    entries of row i in S) summed into the packed triangle by offset. CTR 200,000 x
-    100,000 with its 500 / 1,000 / 1,692 most frequent features as S: 0.10 / 0.17 / 0.34
-    s; accumulating row a of the matrix over the rows holding feature a was slower (0.44
-    / 0.54 / 0.78 s: a random access to a row's data per product row). Against the square
-    matrix mirrored, then packed for the reduction (|S| = 1,087, the 2-core VM, one
-    process): 7.8-8.2 ms against 9.8-16.5 ms on a worker's 25,000 rows of mpirun -n 9,
-    the same 30-31 ms on 100,000 rows; a worker of a fresh process first touches half
-    the memory."""
+    entries of row i in S) summed into the packed triangle by offset. Column by column,
+    the products among the first coordinates of S lie together at the start (those of
+    the first 256 in 257 kB) where row by row they spread over the first rows' whole
+    length; where S lists the frequent features first (CTR's ids are their frequency
+    ranks) most products fall there: a worker's 200,000 rows of CTR 200,000 x 100,000,
+    S = x's non-zeros at the step, |S| = 1,217 / 1,931 (1e-3 / 1e-4 lam_max): 45-47 /
+    71-73 ms against 61-65 / 103 ms row by row (the 2-core VM, 2026-11-26). Accumulating
+    column a over the rows holding feature a was slower still (a random access to a row's
+    data per column)."""
     dim = size + 1 if intercept else size
     flat = np.zeros(dim * (dim + 1) // 2)
-    row_at = np.empty(dim, dtype=np.int64)    # entry (q, c), c >= q, is at row_at[q] + c
-    for q in range(dim):
-        row_at[q] = q * dim - (q * (q - 1)) // 2 - q
     where = np.empty(size, dtype=np.int64)
     value = np.empty(size)
+    last = size * (size + 1) // 2       # where the intercept's column starts
     for i in range(indptr.shape[0] - 1):
         weight = loss_second_derivative(code, z[i], y[i])
         m = 0
@@ -138,15 +137,15 @@ def support_hessian_triangle(indptr, indices, data, position, code, z, y, size, 
             if q >= 0:
                 _insert_sorted(where, value, 0, m, q, data[k])
                 m += 1
-        for a in range(m):
-            va = weight * value[a]
-            row = row_at[where[a]]
-            for c in range(a, m):
-                flat[row + where[c]] += va * value[c]
+        for c in range(m):
+            column = where[c] * (where[c] + 1) // 2     # entry (q, c), q <= c
+            vc = weight * value[c]
+            for a in range(c + 1):
+                flat[column + where[a]] += vc * value[a]
             if intercept:
-                flat[row + size] += va
+                flat[last + where[c]] += vc
         if intercept:
-            flat[row_at[size] + size] += weight
+            flat[last + size] += weight
     return flat
 
 
@@ -700,30 +699,27 @@ def quadratic_trial_sums(loss_sum, slope, hessian, moves):
 
 
 def upper_triangle(matrix):
-    """The upper triangle of a square matrix, row by row (what a worker reduces of its
-    Hessian share); ``from_upper_triangle`` inverts it for a symmetric one. A slice copy
-    per row: |S| = 1,070, 0.7 ms against 2.5-5 ms with ``np.triu_indices``."""
+    """The upper triangle of a square matrix, column by column: entry (i, j), i <= j,
+    at j (j + 1) / 2 + i (LAPACK's packed "U" order; what a worker reduces of its
+    Hessian share, ``support_hessian_triangle``); ``from_upper_triangle`` inverts it for
+    a symmetric one. A slice copy per column."""
     dim = matrix.shape[0]
     out = np.empty(dim * (dim + 1) // 2, dtype=matrix.dtype)
-    at = 0
-    for i in range(dim):
-        out[at:at + dim - i] = matrix[i, i:]
-        at += dim - i
+    for j in range(dim):
+        out[j * (j + 1) // 2:(j + 1) * (j + 2) // 2] = matrix[:j + 1, j]
     return out
 
 
 def from_upper_triangle(values, dim):
-    """The symmetric dim x dim matrix whose ``upper_triangle`` is ``values``: each row's
-    piece copied into the row and the column (|S| = 1,070: 1.1-1.4 ms against 4.4-8 ms
-    with ``np.triu_indices`` and a transposed sum, 41 ms on the server of mpirun -n 3
-    on 2 cores)."""
+    """The symmetric dim x dim matrix whose ``upper_triangle`` is ``values``: each
+    column's piece copied into the column and the row (|S| = 1,070: 1.1-1.4 ms against
+    4.4-8 ms with ``np.triu_indices`` and a transposed sum, 41 ms on the server of
+    mpirun -n 3 on 2 cores)."""
     matrix = np.empty((dim, dim))
-    at = 0
-    for i in range(dim):
-        piece = values[at:at + dim - i]
-        matrix[i, i:] = piece
-        matrix[i:, i] = piece
-        at += dim - i
+    for j in range(dim):
+        piece = values[j * (j + 1) // 2:(j + 1) * (j + 2) // 2]
+        matrix[j, :j + 1] = piece
+        matrix[:j + 1, j] = piece
     return matrix
 
 

@@ -61,8 +61,8 @@ def test_support_hessian_sums_is_the_weighted_gram_of_the_support(loss, intercep
 def test_parallel_hessian_triangle_adds_the_row_blocks_to_the_whole_sum(n_threads,
                                                                        intercept, ref):
     """parallel_hessian_triangle: the threads' blocks of rows (rows with no entry, more
-    threads than some blocks can fill) sum to the packed upper triangle, row by row, of
-    the weighted Gram matrix over all rows."""
+    threads than some blocks can fill) sum to the packed upper triangle, column by
+    column, of the weighted Gram matrix over all rows."""
     rng = np.random.default_rng(12)
     X = sp.random(9, 40, density=0.3, random_state=12, format="csr")
     X = sp.vstack([X, sp.csr_matrix((3, 40)), X]).tocsr()          # empty rows between
@@ -75,7 +75,7 @@ def test_parallel_hessian_triangle_adds_the_row_blocks_to_the_whole_sum(n_thread
     if intercept:
         B = np.column_stack([B, np.ones(X.shape[0])])
     gram = B.T @ (_second_derivative("logistic", z)[:, None] * B)
-    want = np.concatenate([gram[i, i:] for i in range(gram.shape[0])])
+    want = np.concatenate([gram[:j + 1, j] for j in range(gram.shape[0])])
     np.testing.assert_allclose(support_newton.parallel_hessian_triangle(*args, n_threads),
                                want, rtol=1e-13, atol=1e-14)
 
@@ -189,7 +189,7 @@ def test_support_rows_products_diagonal_and_losses_are_the_dense_ones(loss, inte
     gram = B.T @ (_second_derivative(loss, z)[:, None] * B)
     packed = SupportRows(_Shard(X, y), code, z, support, intercept, None)
     np.testing.assert_allclose(packed.hessian_triangle(),
-                               np.concatenate([gram[i, i:] for i in range(len(gram))]),
+                               np.concatenate([gram[:j + 1, j] for j in range(len(gram))]),
                                rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(packed.hessian_rows(np.array([4, 1])), gram[[4, 1]],
                                rtol=1e-12, atol=1e-12)
@@ -689,8 +689,13 @@ def test_the_block_preconditioner_halves_cgs_products_on_ctr_like_columns():
 
 
 def test_upper_triangle_round_trip():
+    """upper_triangle packs (i, j), i <= j, column by column (LAPACK's packed "U" order,
+    entry j (j + 1) / 2 + i), of any square matrix; from_upper_triangle restores a
+    symmetric one."""
     rng = np.random.default_rng(2)
     M = rng.standard_normal((6, 6))
+    np.testing.assert_array_equal(upper_triangle(M),
+                                  [M[i, j] for j in range(6) for i in range(j + 1)])
     H = M + M.T
     values = upper_triangle(H)
     assert values.shape[0] == 21
