@@ -125,6 +125,28 @@ def test_unfrozen_rows_view_is_kept_while_it_covers_the_unfrozen_columns():
     np.testing.assert_allclose(active.margins(outside, 0.0), full @ outside, rtol=1e-14,
                                atol=1e-14)
 
+def test_touched_view_buffers_hold_the_first_view():
+    """touch_view_buffers: a thread makes the views' buffers (room for UNFROZEN_SHARE of
+    the entries); the first view waits for it and is formed in them, with the same rows
+    as one formed in new arrays."""
+    from asyncopt.problem import UNFROZEN_SHARE
+    active, _, _, thresholds, _, _ = _epoch_at_a_certificate(L1, 0.05)
+    plain = active.without_frozen(thresholds)
+    plain = (plain.indptr.copy(), plain.indices.copy(), plain.data.copy())
+    active._rows_view = active._view_buffers = None
+    active.touch_view_buffers()
+    active._touching.join()
+    buffers = active._view_buffers           # the thread's
+    assert buffers is not None
+    rows = active.without_frozen(thresholds)
+    assert active._touching is None and active._view_buffers is buffers
+    assert buffers[1].shape[0] >= UNFROZEN_SHARE * active.indptr[-1] > rows.indptr[-1]
+    assert all(np.shares_memory(view, buffer) for view, buffer in
+               zip((rows.indptr, rows.indices, rows.data), buffers))
+    for got, want in zip((rows.indptr, rows.indices, rows.data), plain):
+        np.testing.assert_array_equal(got, want)
+
+
 TIGHT = dict(tol=1e-12, max_epochs=5000, random_state=0)
 
 

@@ -109,7 +109,7 @@ import time
 
 import numpy as np
 
-from ..cores import blas_threads, blas_threads_beside, in_small_pages
+from ..cores import available_cores, blas_threads, blas_threads_beside, in_small_pages
 from ..kernels.linalg import csr_rmatvec
 from ..kernels.messages import (ChangeLog, add_weighted_delta, apply_reply, bitmap_words,
                                 decode_index, encode_index, index_length, take_delta,
@@ -364,6 +364,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     # the sum the last step reduced, on every rank (its ids; its matrix on the server)
     reduced = ReducedHessian() if loss_code == SQUARED else None
     freezing = prox_svrg_epochs(variance_reduced, saga, dense)
+    if freezing and not server and local_ranks(comm) <= available_cores():
+        # where each rank has a core, the server's is idle while the workers compute
+        active.touch_view_buffers()
     l1_epochs = l1_prox_svrg(penalty, variance_reduced, saga, dense)
     snapshot, step_factor, move_cap = None, 1.0, MOVE_CAP
     # per active set (rebuilt after a compaction): the server's ||A_g||, and the
