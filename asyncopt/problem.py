@@ -24,7 +24,7 @@ from numba import njit
 
 from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_keep_columns,
                              csr_margins, csr_rmatvec, csr_row_sq_norms, csr_select,
-                             csr_stored_counts)
+                             csr_stored_counts, touch_pages)
 from .losses import (LOGISTIC, SQUARED, generalized_residual, get_loss, loss_derivative,
                      loss_second_derivative, loss_value, mean_loss, mean_neg_conjugate)
 from .penalties import L1, BlockPenalty, contiguous_block_norms
@@ -90,13 +90,6 @@ def dropped_share(column_counts, block_indptr, keep_blocks):
 
 UNFROZEN_SHARE = 0.7   # ActiveSet.without_frozen: a view only below this share of entries
 VIEW_SLACK = 1.25      # ... kept while it holds at most this many times the entries needed
-
-
-@njit(cache=True, nogil=True)
-def touch_pages(memory):
-    """Write a zero into every 4 kB page of ``memory`` (uint8), mapping it."""
-    for k in range(0, memory.shape[0], 4096):
-        memory[k] = 0
 
 
 @dataclass(frozen=True)

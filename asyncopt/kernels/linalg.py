@@ -28,6 +28,15 @@ def csr_rmatvec_rows(indptr, indices, data, r, out, start, end):
             out[indices[k]] += data[k] * ri
 
 
+@njit(cache=True, nogil=True)
+def touch_pages(memory):
+    """Write a zero into the first byte of every 4 kB page of ``memory`` (uint8; an
+    array's ``view(np.uint8)``), so that the OS maps each page now rather than at the
+    first write of whatever fills the array later."""
+    for k in range(0, memory.shape[0], 4096):
+        memory[k] = 0
+
+
 def row_ranges(n_rows, n_threads):
     """n_threads contiguous (start, end) row ranges covering range(n_rows)."""
     bounds = np.linspace(0, n_rows, n_threads + 1).astype(np.int64)

@@ -431,9 +431,10 @@ class SharedCollectives:
             self._bcast_piece(buf[start:start + self.capacity])
         return buf
 
-    def gather(self, send, combine):
+    def gather(self, send, combine, in_place=False):
         """The workers' ``send`` combined (``combine``: np.add or np.maximum) onto the
-        server's, in rank order, on the server (None on a worker), one piece of at most
+        server's (``in_place``: into it), in rank order, on the server (None on a
+        worker), one piece of at most
         ``capacity`` numbers after another. A Newton step's Hessian shares (4.3 MB a
         worker at |S| = 1,030) take several: as MPI's messages on an oversubscribed node,
         which move only while both ranks are inside MPI, the server of mpirun -n 9 on 2
@@ -444,7 +445,7 @@ class SharedCollectives:
             for start in pieces:
                 self._post_piece(send[start:start + self.capacity])
             return None
-        total = send.copy()
+        total = send if in_place else send.copy()
         # worker by worker, each one's pieces in turn (piece by piece over the workers
         # before): the first to finish its vector is summed while the others still form
         # theirs, and each element's sum runs in rank order either way. The Newton step

@@ -110,7 +110,7 @@ import time
 import numpy as np
 
 from ..cores import available_cores, blas_threads, blas_threads_beside, in_small_pages
-from ..kernels.linalg import csr_rmatvec
+from ..kernels.linalg import csr_rmatvec, touch_pages
 from ..kernels.messages import (ChangeLog, add_weighted_delta, apply_reply, bitmap_words,
                                 decode_index, encode_index, index_length, take_delta,
                                 write_index)
@@ -865,8 +865,7 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         fresh_numbers = 0 if plan is None else plan[0].shape[0] * dim   # none: no round
         if server:
             if plan is None:
-                hessian = from_upper_triangle(wire.reduce(np.zeros(dim * (dim + 1) // 2)),
-                                              dim)
+                hessian = _summed_hessian(wire, dim)
             else:
                 hessian = reduced.assemble(plan, wire.reduce(np.zeros(fresh_numbers))
                                            if fresh_numbers else np.zeros(0))
@@ -912,6 +911,22 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         return x, b, 0.0, used["products"]
     return x, take_candidate(x, b, support, candidates[index], intercept), \
         float(STEP_GRID[index]), used["products"]
+
+
+def _summed_hessian(wire, dim):
+    """The server's sum of the workers' Hessian shares (their ``upper_triangle``s, summed
+    in place) as the symmetric dim x dim matrix. Where each rank of the node has a core,
+    the server's is idle while the workers form their shares, and it first maps the
+    pages of the sum and of the matrix (``touch_pages``) so that the reduction and the
+    unpacking write into mapped memory: 5.9 + 11.9 MB at |S| = 1,217 (CTR 200,000 x
+    100,000, 1e-3 lam_max), ~2.5 us a 4 kB page on the 2-core VM."""
+    size = dim * (dim + 1) // 2
+    if local_ranks(wire.comm) > available_cores():
+        return from_upper_triangle(wire.reduce(np.zeros(size), in_place=True), dim)
+    total, square = np.zeros(size), np.empty((dim, dim))
+    touch_pages(total.view(np.uint8))
+    touch_pages(square.reshape(-1).view(np.uint8))
+    return from_upper_triangle(wire.reduce(total, in_place=True), dim, out=square)
 
 
 def _entering_coordinates(wire, x, correlation, n, lam, weights, column_sq):

@@ -288,10 +288,11 @@ class Wire:
         self._count(buf.nbytes, from_root=True)
         return buf
 
-    def reduce(self, send):
-        """Sum to the server (None elsewhere)."""
+    def reduce(self, send, in_place=False):
+        """Sum to the server (None elsewhere); ``in_place``: the server's ``send`` may
+        receive the sum (a root-centred reduction returns it: no copy of it is made)."""
         if self._root_centred(send):
-            recv = self._gather_to_root(send, _mpi().SUM)
+            recv = self._gather_to_root(send, _mpi().SUM, in_place)
         else:
             recv = np.empty_like(send) if self.rank == 0 else None
             wait(self.comm.Ireduce(send, recv, op=_mpi().SUM, root=0), self.spin)
@@ -326,21 +327,21 @@ class Wire:
             wait(self.comm.Irecv(buf, source=0, tag=TAG_BCAST), self.spin)
         return buf
 
-    def _gather_to_root(self, send, op):
+    def _gather_to_root(self, send, op, in_place=False):
         """Root-centred reduction: every other rank's ``send`` combined onto rank 0's in
         rank order (SUM or MAX), through the attached shared collectives when it fits
         them (in pieces when it is a float64 vector too long for one), else sent to rank
-        0; None off the root."""
+        0; None off the root. ``in_place``: onto rank 0's ``send`` itself."""
         combine = np.add if op == _mpi().SUM else np.maximum
         if self.shared is not None and self.shared.takes(send):
-            return self.shared.gather(send, combine)
+            return self.shared.gather(send, combine, in_place)
         if self.rank != 0:
             wait(self.comm.Isend(send, dest=0, tag=TAG_REDUCE), self.spin)
             return None
         parts = [np.empty_like(send) for _ in range(1, self.size)]
         wait_all([self.comm.Irecv(part, source=r, tag=TAG_REDUCE)
                   for r, part in enumerate(parts, start=1)], self.spin)
-        total = send.copy()
+        total = send if in_place else send.copy()
         for part in parts:
             combine(total, part, out=total)
         return total
