@@ -434,12 +434,11 @@ class SharedCollectives:
     def gather(self, send, combine, in_place=False):
         """The workers' ``send`` combined (``combine``: np.add or np.maximum) onto the
         server's (``in_place``: into it), in rank order, on the server (None on a
-        worker), one piece of at most
-        ``capacity`` numbers after another. A Newton step's Hessian shares (4.3 MB a
-        worker at |S| = 1,030) take several: as MPI's messages on an oversubscribed node,
-        which move only while both ranks are inside MPI, the server of mpirun -n 9 on 2
-        cores waited 162 ms for eight of them (their forming included), workers up to
-        48 ms each for their send to leave."""
+        worker), one piece of at most ``capacity`` numbers after another. A Newton step's
+        Hessian shares (4.3 MB a worker at |S| = 1,030) take several: as MPI's messages
+        on an oversubscribed node, which move only while both ranks are inside MPI, the
+        server of mpirun -n 9 on 2 cores waited 162 ms for eight of them (their forming
+        included), workers up to 48 ms each for their send to leave."""
         pieces = range(0, max(send.shape[0], 1), self.capacity)
         if self.rank != 0:
             for start in pieces:
