@@ -302,7 +302,10 @@ class ActiveSet:
     def margins(self, x, b, n_threads=1):
         """z = A x + b. When the last ``without_frozen`` view covers x's non-zeros (after
         an inner epoch on it, x is zero on its other columns) the pass reads that view's
-        entries only: the terms it leaves out are 0 * a_ij."""
+        entries only: the terms it leaves out are 0 * a_ij; at x = 0 (a solve's first
+        certificate) there is no pass: z = b."""
+        if not np.any(x):
+            return np.full(self.y.shape[0], float(b))
         view = self._rows_view
         rows = (view.indptr, view.indices, view.data) if view is not None and \
             view.covers(x) else (self.indptr, self.indices, self.data)

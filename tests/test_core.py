@@ -125,6 +125,23 @@ def test_unfrozen_rows_view_is_kept_while_it_covers_the_unfrozen_columns():
     np.testing.assert_allclose(active.margins(outside, 0.0), full @ outside, rtol=1e-14,
                                atol=1e-14)
 
+def test_margins_at_zero_are_the_intercept_without_a_pass(monkeypatch):
+    """ActiveSet.margins at x = 0 (a solve's first certificate) is z = b for every row,
+    with no pass over the rows; at any other x the pass gives A x + b."""
+    import asyncopt.problem as problem_module
+    active, x, _, _, _, _ = _epoch_at_a_certificate(L1, 0.05)
+    full = sp.csr_matrix((active.data, active.indices, active.indptr),
+                         shape=(active.y.shape[0], active.n_features))
+    np.testing.assert_allclose(active.margins(x, 0.3), full @ x + 0.3, rtol=1e-13,
+                               atol=1e-13)
+
+    def no_pass(*args, **kwargs):
+        raise AssertionError("a pass over the rows at x = 0")
+    monkeypatch.setattr(problem_module, "csr_margins", no_pass)
+    z = active.margins(np.zeros_like(x), -0.7)
+    assert z.shape == active.y.shape and np.all(z == -0.7)
+
+
 def test_touched_view_buffers_hold_the_first_view():
     """touch_view_buffers: a thread makes the views' buffers (room for UNFROZEN_SHARE of
     the entries); the first view waits for it and is formed in them, with the same rows
