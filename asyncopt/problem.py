@@ -204,7 +204,9 @@ class ActiveSet:
     """
 
     def __init__(self, problem, blocks, indptr, indices, data, column_sq_norms,
-                 column_counts, block_row_counts, y, owns_data):
+                 column_counts, block_row_counts, y, owns_data, column_sums=None):
+        if column_sums is not None:
+            self.__dict__["column_sums"] = column_sums     # the cached property's value
         self.problem = problem
         self.blocks = blocks
         self.y = y
@@ -285,7 +287,8 @@ class ActiveSet:
     def column_sums(self):
         """A^T 1 over these rows: what A^T rho loses when every margin rises by one
         (the intercept's refit folded into the certificate, ``fold_intercept_shift`` of
-        solvers/mpi.py)."""
+        solvers/mpi.py); the constructor's ``column_sums`` where given (the full set's
+        come from its column statistics' pass)."""
         return csr_rmatvec(self.indptr, self.indices, self.data, np.ones(self.y.shape[0]),
                            self.n_features)
 
@@ -391,10 +394,11 @@ class ActiveSet:
         else:     # new arrays of the kept entries alone, not a copy of all compacted
             indptr, indices, data = csr_select(self.indptr, self.indices, self.data,
                                                column_map, np.arange(self.y.shape[0]))
+        sums = self.__dict__.get("column_sums")     # formed already: restricted
         new = ActiveSet(self.problem, self.blocks[keep_blocks], indptr, indices,
                         data, self.column_sq_norms[feature_keep],
                         self.column_counts[feature_keep], self.block_row_counts[keep_blocks],
-                        self.y, True)
+                        self.y, True, None if sums is None else sums[feature_keep])
         return new, x[feature_keep], bool(np.any(x[~feature_keep] != 0))
 
     def expand(self, x):
@@ -438,11 +442,13 @@ class Problem:
             X = self.X
             indptr, indices, data = csr_select(
                 X.indptr.astype(np.int64), X.indices, X.data, column_map, row_order)
-            sq, column_counts = csr_column_stats(indptr, indices, data, self.n_features)
+            sq, column_counts, sums = csr_column_stats(indptr, indices, data,
+                                                       self.n_features)
             feature_block = np.repeat(np.arange(pen.n_blocks), np.diff(pen.indptr))
             counts = csr_block_row_counts(indptr, indices, feature_block, pen.n_blocks)
             self._full = ActiveSet(self, np.arange(pen.n_blocks), indptr, indices, data,
-                                   sq, column_counts, counts, self.y[row_order], False)
+                                   sq, column_counts, counts, self.y[row_order], False,
+                                   column_sums=sums)
         return self._full
 
     def with_lam(self, lam):

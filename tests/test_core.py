@@ -125,6 +125,24 @@ def test_unfrozen_rows_view_is_kept_while_it_covers_the_unfrozen_columns():
     np.testing.assert_allclose(active.margins(outside, 0.0), full @ outside, rtol=1e-14,
                                atol=1e-14)
 
+def test_column_sums_from_the_statistics_pass_and_after_a_compaction():
+    """The full set's A^T 1 comes from its column statistics' pass (no pass of its own)
+    and equals the sums over its rows; a compacted set's is that restricted to the kept
+    columns."""
+    from asyncopt.data import make_ctr
+    X, y = make_ctr(500, 60, nnz_per_row=6, random_state=3)[:2]
+    active = Problem(X, y, "squared", L1(60), 0.1, True).full_active_set()
+    assert "column_sums" in active.__dict__
+    full = sp.csr_matrix((active.data, active.indices, active.indptr),
+                         shape=(active.y.shape[0], active.n_features))
+    np.testing.assert_allclose(active.column_sums, np.asarray(full.sum(axis=0)).ravel(),
+                               rtol=1e-13, atol=1e-13)
+    keep = np.arange(60) % 3 != 0
+    smaller, _, _ = active.compact(keep, np.zeros(60))
+    np.testing.assert_allclose(smaller.column_sums, active.column_sums[keep], rtol=1e-13,
+                               atol=1e-13)
+
+
 def test_margins_at_zero_are_the_intercept_without_a_pass(monkeypatch):
     """ActiveSet.margins at x = 0 (a solve's first certificate) is z = b for every row,
     with no pass over the rows; at any other x the pass gives A x + b."""

@@ -110,15 +110,18 @@ def csr_rmatvec(indptr, indices, data, r, n_cols, n_threads=1):
 
 @njit(cache=True)
 def csr_column_stats(indptr, indices, data, n_cols):
-    """(||a_j||_2^2, n_j) per column: squared norms and numbers of stored non-zeros."""
+    """(||a_j||_2^2, n_j, sum_i a_ij) per column: squared norms, numbers of stored
+    non-zeros and sums (A^T 1), in one pass."""
     sq = np.zeros(n_cols)
     counts = np.zeros(n_cols, dtype=np.int64)
+    sums = np.zeros(n_cols)
     for k in range(indptr[-1]):
         if data[k] != 0.0:
             j = indices[k]
             sq[j] += data[k] * data[k]
             counts[j] += 1
-    return sq, counts
+            sums[j] += data[k]
+    return sq, counts, sums
 
 
 @njit(cache=True)
