@@ -223,6 +223,7 @@ class ActiveSet:
         self._rows_view = None     # the last RowsView of ``without_frozen``
         self._view_buffers = None  # the arrays it lies in (RowsView.of)
         self._touching = None      # the thread that touches them first (touch_view_buffers)
+        self._zero_correlation = None   # (loss code, b, A^T rho at x = 0 and b)
 
     def touch_view_buffers(self):
         """Make the epoch views' buffers (``RowsView.new_buffers``) and map their pages
@@ -291,6 +292,32 @@ class ActiveSet:
         come from its column statistics' pass)."""
         return csr_rmatvec(self.indptr, self.indices, self.data, np.ones(self.y.shape[0]),
                            self.n_features)
+
+    def residual_correlation(self, code, b):
+        """A^T rho at x = 0 with intercept ``b`` (rho_i = -f'(b, y_i), loss ``code``):
+        lam_max's pass (``solvers.mpi.distributed_lam_max``); remembered for
+        ``correlation_at_zero``."""
+        rho = generalized_residual(code, np.full(self.y.shape[0], float(b)), self.y,
+                                   np.empty(self.y.shape[0]))
+        correlation = csr_rmatvec(self.indptr, self.indices, self.data, rho,
+                                  self.n_features)
+        self._zero_correlation = (code, float(b), correlation)
+        return correlation
+
+    def correlation_at_zero(self, code, b):
+        """A^T rho at x = 0 with intercept ``b`` from the remembered
+        ``residual_correlation`` at b', with no pass over the rows, or None: for the
+        squared loss at any b (rho = y - b: A^T rho = A^T rho' + (b' - b) A^T 1), else at
+        b' only. A solve's first certificate at x = 0 repeats lam_max's pass otherwise
+        (CTR's 200,000 rows: 8-10 ms of a 0.26 s Dis-DDSS solve on 1 worker)."""
+        if self._zero_correlation is None or self._zero_correlation[0] != code:
+            return None
+        _, known, correlation = self._zero_correlation
+        if known == float(b):
+            return correlation.copy()
+        if code != SQUARED:
+            return None
+        return correlation + (known - float(b)) * self.column_sums
 
     @functools.cached_property
     def stored_column_counts(self):

@@ -143,6 +143,29 @@ def test_column_sums_from_the_statistics_pass_and_after_a_compaction():
                                atol=1e-13)
 
 
+def test_correlation_at_zero_reuses_lam_max_pass():
+    """ActiveSet.correlation_at_zero: None before any residual_correlation; after one at
+    b', A^T rho(x = 0, b) for the squared loss at any b (against the direct product),
+    for the logistic loss at b' only."""
+    from asyncopt.data import make_ctr
+    X, y = make_ctr(500, 60, nnz_per_row=6, random_state=4)[:2]
+    active = Problem(X, y, "squared", L1(60), 0.1, True).full_active_set()
+    full = sp.csr_matrix((active.data, active.indices, active.indptr),
+                         shape=(active.y.shape[0], active.n_features))
+    assert active.correlation_at_zero(SQUARED, 0.0) is None
+    first = active.residual_correlation(SQUARED, 0.4)
+    np.testing.assert_allclose(first, full.T @ (active.y - 0.4), rtol=1e-12, atol=1e-12)
+    for b in (0.4, 0.0, -1.3):
+        np.testing.assert_allclose(active.correlation_at_zero(SQUARED, b),
+                                   full.T @ (active.y - b), rtol=1e-12, atol=1e-12)
+    assert active.correlation_at_zero(LOGISTIC, 0.4) is None
+    labels = np.where(y > np.median(y), 1.0, -1.0)
+    logistic = Problem(X, labels, "logistic", L1(60), 0.1, True).full_active_set()
+    at = logistic.residual_correlation(LOGISTIC, 0.2)
+    np.testing.assert_array_equal(logistic.correlation_at_zero(LOGISTIC, 0.2), at)
+    assert logistic.correlation_at_zero(LOGISTIC, 0.3) is None
+
+
 def test_margins_at_zero_are_the_intercept_without_a_pass(monkeypatch):
     """ActiveSet.margins at x = 0 (a solve's first certificate) is z = b for every row,
     with no pass over the rows; at any other x the pass gives A x + b."""

@@ -413,8 +413,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 local[1] = np.sum(rho)
                 if loss_code == SQUARED:
                     local[2], local[3] = rho @ rho, y @ rho
-                local[CERTIFICATE_SUMS:] = csr_rmatvec(active.indptr, active.indices,
-                                                       active.data, rho, active.n_features)
+                at_zero = None if np.any(x) else active.correlation_at_zero(loss_code, b)
+                local[CERTIFICATE_SUMS:] = at_zero if at_zero is not None else csr_rmatvec(
+                    active.indptr, active.indices, active.data, rho, active.n_features)
             total = wire.reduce(local)
             # A^T rho over the server's all rows, a worker's own (a Newton step's trials)
             correlation = (total if server else local)[CERTIFICATE_SUMS:]
@@ -1300,10 +1301,7 @@ def distributed_lam_max(comm, problem, penalty, n, loss_code, fit_intercept):
     b = null_intercept(wire, y, n, loss_code, fit_intercept)
     local = np.zeros(penalty.ids.shape[0])
     if problem is not None:
-        active = problem.full_active_set()
-        rho = generalized_residual(loss_code, np.full(y.shape[0], b), y, np.empty(y.shape[0]))
-        local = csr_rmatvec(active.indptr, active.indices, active.data, rho,
-                            active.n_features)
+        local = problem.full_active_set().residual_correlation(loss_code, b)
     total = wire.reduce(local)
     value = np.zeros(1)
     if comm.Get_rank() == 0:
