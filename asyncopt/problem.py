@@ -204,9 +204,14 @@ class ActiveSet:
     """
 
     def __init__(self, problem, blocks, indptr, indices, data, column_sq_norms,
-                 column_counts, block_row_counts, y, owns_data, column_sums=None):
-        if column_sums is not None:
-            self.__dict__["column_sums"] = column_sums     # the cached property's value
+                 column_counts, block_row_counts, y, owns_data, column_sums=None,
+                 row_sq_norms=None, stored_column_counts=None):
+        # the cached properties' values where the caller has them (the full set's come
+        # from its column statistics' pass)
+        for name, value in (("column_sums", column_sums), ("_row_sq_norms", row_sq_norms),
+                            ("stored_column_counts", stored_column_counts)):
+            if value is not None:
+                self.__dict__[name] = value
         self.problem = problem
         self.blocks = blocks
         self.y = y
@@ -288,8 +293,7 @@ class ActiveSet:
     def column_sums(self):
         """A^T 1 over these rows: what A^T rho loses when every margin rises by one
         (the intercept's refit folded into the certificate, ``fold_intercept_shift`` of
-        solvers/mpi.py); the constructor's ``column_sums`` where given (the full set's
-        come from its column statistics' pass)."""
+        solvers/mpi.py)."""
         return csr_rmatvec(self.indptr, self.indices, self.data, np.ones(self.y.shape[0]),
                            self.n_features)
 
@@ -469,13 +473,14 @@ class Problem:
             X = self.X
             indptr, indices, data = csr_select(
                 X.indptr.astype(np.int64), X.indices, X.data, column_map, row_order)
-            sq, column_counts, sums = csr_column_stats(indptr, indices, data,
-                                                       self.n_features)
+            sq, column_counts, stored, sums, row_sq = csr_column_stats(
+                indptr, indices, data, self.n_features)
             feature_block = np.repeat(np.arange(pen.n_blocks), np.diff(pen.indptr))
             counts = csr_block_row_counts(indptr, indices, feature_block, pen.n_blocks)
             self._full = ActiveSet(self, np.arange(pen.n_blocks), indptr, indices, data,
                                    sq, column_counts, counts, self.y[row_order], False,
-                                   column_sums=sums)
+                                   column_sums=sums, row_sq_norms=row_sq,
+                                   stored_column_counts=stored)
         return self._full
 
     def with_lam(self, lam):

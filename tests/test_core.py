@@ -126,17 +126,26 @@ def test_unfrozen_rows_view_is_kept_while_it_covers_the_unfrozen_columns():
                                atol=1e-14)
 
 def test_column_sums_from_the_statistics_pass_and_after_a_compaction():
-    """The full set's A^T 1 comes from its column statistics' pass (no pass of its own)
-    and equals the sums over its rows; a compacted set's is that restricted to the kept
-    columns."""
+    """The full set's A^T 1, row norms and stored entries per column come from its column
+    statistics' pass (no pass of their own) and equal the separate kernels' (an explicit
+    zero stored: counted as stored, not as a non-zero); a compacted set's A^T 1 is that
+    restricted to the kept columns."""
     from asyncopt.data import make_ctr
+    from asyncopt.kernels.linalg import csr_row_sq_norms, csr_stored_counts
     X, y = make_ctr(500, 60, nnz_per_row=6, random_state=3)[:2]
+    X = X.tocsr()
+    X.data[5] = 0.0                                  # an explicit zero
     active = Problem(X, y, "squared", L1(60), 0.1, True).full_active_set()
-    assert "column_sums" in active.__dict__
+    assert {"column_sums", "_row_sq_norms", "stored_column_counts"} <= set(active.__dict__)
     full = sp.csr_matrix((active.data, active.indices, active.indptr),
                          shape=(active.y.shape[0], active.n_features))
     np.testing.assert_allclose(active.column_sums, np.asarray(full.sum(axis=0)).ravel(),
                                rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(active._row_sq_norms,
+                               csr_row_sq_norms(active.indptr, active.data), rtol=1e-14)
+    stored = csr_stored_counts(active.indices, active.n_features)
+    np.testing.assert_array_equal(active.stored_column_counts, stored)
+    assert stored.sum() == active.column_counts.sum() + 1
     keep = np.arange(60) % 3 != 0
     smaller, _, _ = active.compact(keep, np.zeros(60))
     np.testing.assert_allclose(smaller.column_sums, active.column_sums[keep], rtol=1e-13,

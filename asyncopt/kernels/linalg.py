@@ -110,18 +110,25 @@ def csr_rmatvec(indptr, indices, data, r, n_cols, n_threads=1):
 
 @njit(cache=True)
 def csr_column_stats(indptr, indices, data, n_cols):
-    """(||a_j||_2^2, n_j, sum_i a_ij) per column: squared norms, numbers of stored
-    non-zeros and sums (A^T 1), in one pass."""
+    """(||a_j||_2^2, n_j, stored_j, sum_i a_ij) per column: squared norms, numbers of
+    non-zeros, of stored entries (explicit zeros too) and sums (A^T 1), then
+    ||a_i||_2^2 per row, in one pass."""
     sq = np.zeros(n_cols)
     counts = np.zeros(n_cols, dtype=np.int64)
+    stored = np.zeros(n_cols, dtype=np.int64)
     sums = np.zeros(n_cols)
-    for k in range(indptr[-1]):
-        if data[k] != 0.0:
+    row_sq = np.zeros(indptr.shape[0] - 1)
+    for i in range(indptr.shape[0] - 1):
+        for k in range(indptr[i], indptr[i + 1]):
             j = indices[k]
-            sq[j] += data[k] * data[k]
-            counts[j] += 1
-            sums[j] += data[k]
-    return sq, counts, sums
+            stored[j] += 1
+            if data[k] != 0.0:
+                square = data[k] * data[k]
+                sq[j] += square
+                counts[j] += 1
+                sums[j] += data[k]
+                row_sq[i] += square
+    return sq, counts, stored, sums, row_sq
 
 
 @njit(cache=True)
