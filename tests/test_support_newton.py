@@ -80,6 +80,30 @@ def test_parallel_hessian_triangle_adds_the_row_blocks_to_the_whole_sum(n_thread
                                want, rtol=1e-13, atol=1e-14)
 
 
+def test_hessian_triangle_with_s_in_any_order():
+    """support_hessian_triangle where S's positions do not follow the columns' order
+    (S listed in a shuffled order, rows with unsorted indices): the same packed Gram
+    matrix of the columns taken in S's order."""
+    rng = np.random.default_rng(5)
+    X = sp.random(40, 30, density=0.4, random_state=5, format="csr")
+    X.indices = X.indices.copy()
+    for i in range(X.shape[0]):                    # unsorted indices in every row
+        lo, hi = X.indptr[i], X.indptr[i + 1]
+        order = rng.permutation(hi - lo)
+        X.indices[lo:hi], X.data[lo:hi] = X.indices[lo:hi][order], X.data[lo:hi][order]
+    X.has_sorted_indices = False
+    y, z = rng.standard_normal(40), rng.standard_normal(40)
+    support = rng.permutation(30)[:12]              # S's order: not ascending
+    position = np.full(30, -1, dtype=np.int64)
+    position[support] = np.arange(support.shape[0])
+    B = np.column_stack([X[:, support].toarray(), np.ones(40)])
+    gram = B.T @ (_second_derivative("logistic", z)[:, None] * B)
+    np.testing.assert_allclose(
+        support_newton.support_hessian_triangle(X.indptr, X.indices, X.data, position, 1,
+                                                z, y, support.shape[0], True),
+        upper_triangle(gram), rtol=1e-13, atol=1e-14)
+
+
 class _Shard:
     """The ActiveSet fields SupportRows reads."""
 
