@@ -90,6 +90,7 @@ def dropped_share(column_counts, block_indptr, keep_blocks):
 
 UNFROZEN_SHARE = 0.7   # ActiveSet.without_frozen: a view only below this share of entries
 VIEW_SLACK = 1.25      # ... kept while it holds at most this many times the entries needed
+TOUCH_WAIT = 0.05      # s the first view waits for ActiveSet.touch_view_buffers' thread
 
 
 @dataclass(frozen=True)
@@ -227,23 +228,30 @@ class ActiveSet:
         self.weights = self.penalty.weights
         self._rows_view = None     # the last RowsView of ``without_frozen``
         self._view_buffers = None  # the arrays it lies in (RowsView.of)
-        self._touching = None      # the thread that touches them first (touch_view_buffers)
+        self._touching = None      # (thread, stop flag, finished) of touch_view_buffers
         self._zero_correlation = None   # (loss code, b, A^T rho at x = 0 and b)
 
     def touch_view_buffers(self):
         """Make the epoch views' buffers (``RowsView.new_buffers``) and map their pages
         now, on a thread that runs only on a core nothing else wants (SCHED_IDLE where the
-        OS has it), so that the first view writes into mapped memory; ``without_frozen``
-        waits for the thread. A Dis-DDSS worker calls it as its solve starts: on the
-        2-core VM a first touch costs ~2.5 us a 4 kB page, and the first view of CTR's
-        200,000 rows (36 MB) took 32-38 ms of a 0.28 s solve at mpirun -n 2 (14 ms with
-        the pages touched meanwhile on the server's idle core; 8-15 ms for a view in
-        reused buffers). CTR 200,000 x 100,000, -n 2, paired median ratios: 1e-3
-        lam_max 1.06 (seeds 1-6, all faster), 1.02 (7-12), 1.02 (13-20, 6 of 8
-        faster); 1e-4 0.98 (1-5). Where the ranks outnumber the cores no core idles for
-        it and the solves were slower (1e-3, seeds 1-6: -n 3 0.97, -n 9 0.99), so
-        solve_mpi calls it only where each rank of the node has a core."""
+        OS has it), so that the first view writes into mapped memory. A Dis-DDSS worker
+        calls it as its solve starts: on the 2-core VM a first touch costs ~2.5 us a 4 kB
+        page, and the first view of CTR's 200,000 rows (36 MB) took 32-38 ms of a 0.28 s
+        solve at mpirun -n 2 (14 ms with the pages touched meanwhile on the server's idle
+        core; 8-15 ms for a view in reused buffers). CTR 200,000 x 100,000, -n 2, paired
+        median ratios: 1e-3 lam_max 1.06 (seeds 1-6, all faster), 1.02 (7-12), 1.02
+        (13-20, 6 of 8 faster); 1e-4 0.98 (1-5). Where the ranks outnumber the cores no
+        core idles for it and the solves were slower (1e-3, seeds 1-6: -n 3 0.97, -n 9
+        0.99), so solve_mpi calls it only where each rank of the node has a core.
+
+        ``without_frozen`` waits for the thread at most TOUCH_WAIT seconds, then stops it
+        and makes buffers of its own: a machine busy with other work may starve the thread
+        indefinitely. The thread usually finishes within the wait, on the core the wait
+        leaves idle: -n 2 0.998 against an unbounded wait, 0.93 with no wait at all, 0.97
+        and 0.98 at nice 19 instead of SCHED_IDLE (seeds 1-8)."""
         import threading
+        stop = np.zeros(1, dtype=np.uint8)
+        finished = []           # the buffers, once every page is mapped
 
         def touch():
             try:
@@ -252,11 +260,14 @@ class ActiveSet:
                 pass
             buffers = RowsView.new_buffers(self)
             for array in buffers:
-                touch_pages(array.view(np.uint8))
-            self._view_buffers = buffers
+                memory = array.view(np.uint8)
+                if touch_pages(memory, stop) < memory.shape[0]:
+                    return
+            finished.append(buffers)
 
-        self._touching = threading.Thread(target=touch, daemon=True)
-        self._touching.start()
+        thread = threading.Thread(target=touch, daemon=True)
+        self._touching = (thread, stop, finished)
+        thread.start()
 
     @property
     def n_features(self):
@@ -371,7 +382,11 @@ class ActiveSet:
         if needed > UNFROZEN_SHARE * int(self.column_counts.sum()):
             return self
         if self._touching is not None:
-            self._touching.join()
+            thread, stop, finished = self._touching
+            thread.join(TOUCH_WAIT)
+            stop[0] = 1                 # the thread touches nothing after it finishes
+            if finished:
+                self._view_buffers = finished[0]
             self._touching = None
         view = self._rows_view
         if view is None or np.any(moving & ~view.columns) or \

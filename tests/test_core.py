@@ -194,22 +194,71 @@ def test_margins_at_zero_are_the_intercept_without_a_pass(monkeypatch):
 
 def test_touched_view_buffers_hold_the_first_view():
     """touch_view_buffers: a thread makes the views' buffers (room for UNFROZEN_SHARE of
-    the entries); the first view waits for it and is formed in them, with the same rows
-    as one formed in new arrays."""
+    the entries); once it has finished, the first view is formed in them, with the same
+    rows as one formed in new arrays."""
     from asyncopt.problem import UNFROZEN_SHARE
     active, _, _, thresholds, _, _ = _epoch_at_a_certificate(L1, 0.05)
     plain = active.without_frozen(thresholds)
     plain = (plain.indptr.copy(), plain.indices.copy(), plain.data.copy())
     active._rows_view = active._view_buffers = None
+    import time
     active.touch_view_buffers()
-    active._touching.join()
-    buffers = active._view_buffers           # the thread's
-    assert buffers is not None
+    finished = active._touching[2]
+    deadline = time.time() + 30
+    while not finished and time.time() < deadline:
+        time.sleep(0.01)
+    buffers = finished[0]                    # the thread's, every page mapped
     rows = active.without_frozen(thresholds)
     assert active._touching is None and active._view_buffers is buffers
     assert buffers[1].shape[0] >= UNFROZEN_SHARE * active.indptr[-1] > rows.indptr[-1]
     assert all(np.shares_memory(view, buffer) for view, buffer in
                zip((rows.indptr, rows.indices, rows.data), buffers))
+    for got, want in zip((rows.indptr, rows.indices, rows.data), plain):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_first_view_waits_for_the_touching_thread_a_bounded_time(monkeypatch):
+    """A view asked for while the thread still touches (here: one that sleeps 50 ms a
+    page, ~80 pages, as one starved by a busy machine would) waits for it TOUCH_WAIT
+    seconds only, then stops it and is formed in buffers of its own, with the right
+    rows; the kernel itself stops where its flag is set."""
+    import time
+    import asyncopt.problem as problem_module
+    from asyncopt.kernels.linalg import touch_pages
+    memory = np.ones(64 * 4096 * 3, dtype=np.uint8)
+    assert touch_pages(memory, np.ones(1, dtype=np.uint8)) == 0 and memory[0] == 1
+    assert touch_pages(memory, np.zeros(1, dtype=np.uint8)) == memory.shape[0]
+    assert np.all(memory[::4096] == 0) and memory[1] == 1
+    active, _, _, thresholds, _, _ = _epoch_at_a_certificate(L1, 0.05)
+    plain = active.without_frozen(thresholds)
+    plain = (plain.indptr.copy(), plain.indices.copy(), plain.data.copy())
+    active._rows_view = active._view_buffers = None
+    made = []
+
+    def slow_touch(memory, stop):
+        made.append(memory)
+        for k in range(0, memory.shape[0], 4096):
+            if stop[0]:
+                return k
+            time.sleep(0.05)
+        return memory.shape[0]
+    monkeypatch.setattr(problem_module, "touch_pages", slow_touch)
+    threads = []
+    new_buffers = problem_module.RowsView.new_buffers
+
+    def recorded(*args):
+        threads.append(new_buffers(*args))
+        return threads[-1]
+    monkeypatch.setattr(problem_module.RowsView, "new_buffers", staticmethod(recorded))
+    active.touch_view_buffers()
+    time.sleep(0.12)
+    start = time.perf_counter()
+    rows = active.without_frozen(thresholds)
+    assert time.perf_counter() - start < 0.5
+    assert made and threads
+    # its own buffers, none of the thread's
+    assert not any(np.shares_memory(view, buffer) for view in
+                   (rows.indptr, rows.indices, rows.data) for buffer in threads[0])
     for got, want in zip((rows.indptr, rows.indices, rows.data), plain):
         np.testing.assert_array_equal(got, want)
 

@@ -29,12 +29,17 @@ def csr_rmatvec_rows(indptr, indices, data, r, out, start, end):
 
 
 @njit(cache=True, nogil=True)
-def touch_pages(memory):
+def touch_pages(memory, stop=None):
     """Write a zero into the first byte of every 4 kB page of ``memory`` (uint8; an
     array's ``view(np.uint8)``), so that the OS maps each page now rather than at the
-    first write of whatever fills the array later."""
+    first write of whatever fills the array later; ``stop`` (uint8, one element): once
+    another thread sets it non-zero, return (checked every 64 pages). Returns the bytes
+    passed."""
     for k in range(0, memory.shape[0], 4096):
+        if stop is not None and k % (64 * 4096) == 0 and stop[0] != 0:
+            return k
         memory[k] = 0
+    return memory.shape[0]
 
 
 def row_ranges(n_rows, n_threads):
