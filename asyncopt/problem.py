@@ -240,15 +240,16 @@ class ActiveSet:
         solve at mpirun -n 2 (14 ms with the pages touched meanwhile on the server's idle
         core; 8-15 ms for a view in reused buffers). CTR 200,000 x 100,000, -n 2, paired
         median ratios: 1e-3 lam_max 1.06 (seeds 1-6, all faster), 1.02 (7-12), 1.02
-        (13-20, 6 of 8 faster); 1e-4 0.98 (1-5). Where the ranks outnumber the cores no
-        core idles for it and the solves were slower (1e-3, seeds 1-6: -n 3 0.97, -n 9
-        0.99), so solve_mpi calls it only where each rank of the node has a core.
+        (13-20, 6 of 8 faster); 1e-4 0.98 (1-5).
 
         ``without_frozen`` waits for the thread at most TOUCH_WAIT seconds, then stops it
         and makes buffers of its own: a machine busy with other work may starve the thread
         indefinitely. The thread usually finishes within the wait, on the core the wait
         leaves idle: -n 2 0.998 against an unbounded wait, 0.93 with no wait at all, 0.97
-        and 0.98 at nice 19 instead of SCHED_IDLE (seeds 1-8)."""
+        and 0.98 at nice 19 instead of SCHED_IDLE (seeds 1-8). With the wait bounded it
+        also pays where the ranks outnumber the cores (the idle moments of -n 3 on 2
+        cores: 1.033 and 1.042, seeds 1-8 and 9-16; -n 9 1.013, seeds 1-8, against none
+        there); with an unbounded wait it had cost them (-n 3 0.97, -n 9 0.99)."""
         import threading
         stop = np.zeros(1, dtype=np.uint8)
         finished = []           # the buffers, once every page is mapped

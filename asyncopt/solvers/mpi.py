@@ -364,9 +364,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     # the sum the last step reduced, on every rank (its ids; its matrix on the server)
     reduced = ReducedHessian() if loss_code == SQUARED else None
     freezing = prox_svrg_epochs(variance_reduced, saga, dense)
-    if freezing and not server and local_ranks(comm) <= available_cores():
-        # where each rank has a core, the server's is idle while the workers compute
-        active.touch_view_buffers()
+    if freezing and not server:
+        active.touch_view_buffers()     # on whatever core idles before the first view
     l1_epochs = l1_prox_svrg(penalty, variance_reduced, saga, dense)
     snapshot, step_factor, move_cap = None, 1.0, MOVE_CAP
     # per active set (rebuilt after a compaction): the server's ||A_g||, and the
