@@ -15,7 +15,6 @@ solver and backend works on it.
 """
 import copy
 import functools
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +23,7 @@ from numba import njit
 
 from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_keep_columns,
                              csr_margins, csr_rmatvec, csr_row_sq_norms, csr_select,
-                             csr_stored_counts, touch_pages)
+                             csr_stored_counts, IdlePageToucher)
 from .losses import (LOGISTIC, SQUARED, generalized_residual, get_loss, loss_derivative,
                      loss_second_derivative, loss_value, mean_loss, mean_neg_conjugate)
 from .penalties import L1, BlockPenalty, contiguous_block_norms
@@ -228,19 +227,19 @@ class ActiveSet:
         self.weights = self.penalty.weights
         self._rows_view = None     # the last RowsView of ``without_frozen``
         self._view_buffers = None  # the arrays it lies in (RowsView.of)
-        self._touching = None      # (thread, stop flag, finished) of touch_view_buffers
+        self._touching = None      # touch_view_buffers' IdlePageToucher
         self._zero_correlation = None   # (loss code, b, A^T rho at x = 0 and b)
 
     def touch_view_buffers(self):
         """Make the epoch views' buffers (``RowsView.new_buffers``) and map their pages
-        now, on a thread that runs only on a core nothing else wants (SCHED_IDLE where the
-        OS has it), so that the first view writes into mapped memory. A Dis-DDSS worker
-        calls it as its solve starts: on the 2-core VM a first touch costs ~2.5 us a 4 kB
-        page, and the first view of CTR's 200,000 rows (36 MB) took 32-38 ms of a 0.28 s
-        solve at mpirun -n 2 (14 ms with the pages touched meanwhile on the server's idle
-        core; 8-15 ms for a view in reused buffers). CTR 200,000 x 100,000, -n 2, paired
-        median ratios: 1e-3 lam_max 1.06 (seeds 1-6, all faster), 1.02 (7-12), 1.02
-        (13-20, 6 of 8 faster); 1e-4 0.98 (1-5).
+        now, on a thread that runs only on a core nothing else wants (``IdlePageToucher``),
+        so that the first view writes into mapped memory. A Dis-DDSS worker calls it as
+        its solve starts: on the 2-core VM a first touch costs ~2.5 us a 4 kB page, and
+        the first view of CTR's 200,000 rows (36 MB) took 32-38 ms of a 0.28 s solve at
+        mpirun -n 2 (14 ms with the pages touched meanwhile on the server's idle core;
+        8-15 ms for a view in reused buffers). CTR 200,000 x 100,000, -n 2, paired median
+        ratios: 1e-3 lam_max 1.06 (seeds 1-6, all faster), 1.02 (7-12), 1.02 (13-20, 6
+        of 8 faster); 1e-4 0.98 (1-5).
 
         ``without_frozen`` waits for the thread at most TOUCH_WAIT seconds, then stops it
         and makes buffers of its own: a machine busy with other work may starve the thread
@@ -250,25 +249,7 @@ class ActiveSet:
         also pays where the ranks outnumber the cores (the idle moments of -n 3 on 2
         cores: 1.033 and 1.042, seeds 1-8 and 9-16; -n 9 1.013, seeds 1-8, against none
         there); with an unbounded wait it had cost them (-n 3 0.97, -n 9 0.99)."""
-        import threading
-        stop = np.zeros(1, dtype=np.uint8)
-        finished = []           # the buffers, once every page is mapped
-
-        def touch():
-            try:
-                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            except (AttributeError, OSError):
-                pass
-            buffers = RowsView.new_buffers(self)
-            for array in buffers:
-                memory = array.view(np.uint8)
-                if touch_pages(memory, stop) < memory.shape[0]:
-                    return
-            finished.append(buffers)
-
-        thread = threading.Thread(target=touch, daemon=True)
-        self._touching = (thread, stop, finished)
-        thread.start()
+        self._touching = IdlePageToucher(lambda: RowsView.new_buffers(self))
 
     @property
     def n_features(self):
@@ -383,11 +364,9 @@ class ActiveSet:
         if needed > UNFROZEN_SHARE * int(self.column_counts.sum()):
             return self
         if self._touching is not None:
-            thread, stop, finished = self._touching
-            thread.join(TOUCH_WAIT)
-            stop[0] = 1                 # the thread touches nothing after it finishes
-            if finished:
-                self._view_buffers = finished[0]
+            buffers = self._touching.take(TOUCH_WAIT)
+            if buffers is not None:
+                self._view_buffers = buffers
             self._touching = None
         view = self._rows_view
         if view is None or np.any(moving & ~view.columns) or \

@@ -203,7 +203,7 @@ def test_touched_view_buffers_hold_the_first_view():
     active._rows_view = active._view_buffers = None
     import time
     active.touch_view_buffers()
-    finished = active._touching[2]
+    finished = active._touching._finished
     deadline = time.time() + 30
     while not finished and time.time() < deadline:
         time.sleep(0.01)
@@ -223,6 +223,7 @@ def test_first_view_waits_for_the_touching_thread_a_bounded_time(monkeypatch):
     seconds only, then stops it and is formed in buffers of its own, with the right
     rows; the kernel itself stops where its flag is set."""
     import time
+    import asyncopt.kernels.linalg as linalg
     import asyncopt.problem as problem_module
     from asyncopt.kernels.linalg import touch_pages
     memory = np.ones(64 * 4096 * 3, dtype=np.uint8)
@@ -242,7 +243,7 @@ def test_first_view_waits_for_the_touching_thread_a_bounded_time(monkeypatch):
                 return k
             time.sleep(0.05)
         return memory.shape[0]
-    monkeypatch.setattr(problem_module, "touch_pages", slow_touch)
+    monkeypatch.setattr(linalg, "touch_pages", slow_touch)
     threads = []
     new_buffers = problem_module.RowsView.new_buffers
 

@@ -1,5 +1,6 @@
 """Sparse linear algebra on CSR arrays (indptr, indices, data) used by every solver, and
 the thread fan-out every threaded pass uses."""
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -40,6 +41,39 @@ def touch_pages(memory, stop=None):
             return k
         memory[k] = 0
     return memory.shape[0]
+
+
+class IdlePageToucher:
+    """The arrays ``make()`` returns, their pages mapped (``touch_pages``) on a thread
+    that runs only on a core nothing else wants (SCHED_IDLE where the OS has it), for a
+    caller that needs them later and would otherwise take their page faults itself.
+    ``take(wait)`` waits for the thread at most ``wait`` seconds (a machine busy with
+    other work may starve it indefinitely), stops it (within 64 pages) and returns the
+    arrays if every page was mapped, else None; the thread touches nothing after it
+    finishes, so arrays it returns are the caller's alone."""
+
+    def __init__(self, make):
+        self._stop = np.zeros(1, dtype=np.uint8)
+        self._finished = []
+        self._thread = threading.Thread(target=self._run, args=(make,), daemon=True)
+        self._thread.start()
+
+    def _run(self, make):
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except (AttributeError, OSError):
+            pass
+        arrays = make()
+        for array in arrays:
+            memory = array.reshape(-1).view(np.uint8)
+            if touch_pages(memory, self._stop) < memory.shape[0]:
+                return
+        self._finished.append(arrays)
+
+    def take(self, wait):
+        self._thread.join(wait)
+        self._stop[0] = 1
+        return self._finished[0] if self._finished else None
 
 
 def row_ranges(n_rows, n_threads):
