@@ -149,11 +149,13 @@ def support_hessian_triangle(indptr, indices, data, position, code, z, y, size, 
     return flat
 
 
-def support_hessian_sums(indptr, indices, data, position, code, z, y, size, intercept):
+def support_hessian_sums(indptr, indices, data, position, code, z, y, size, intercept,
+                         n_threads=1):
     """sum_i f''(z_i) [a_iS, 1] [a_iS, 1]^T as a dense (size + intercept) square matrix
-    (``support_hessian_triangle`` unpacked)."""
-    return from_upper_triangle(support_hessian_triangle(
-        indptr, indices, data, position, code, z, y, size, intercept),
+    (``support_hessian_triangle`` unpacked; on ``n_threads`` threads:
+    ``parallel_hessian_triangle``)."""
+    return from_upper_triangle(parallel_hessian_triangle(
+        indptr, indices, data, position, code, z, y, size, intercept, n_threads),
         size + 1 if intercept else size)
 
 
@@ -609,8 +611,7 @@ class SupportRows:
             self._hessian = None if self.cache is None else \
                 self.cache.extended(self.ids, self.intercept, args)
             if self._hessian is None:
-                self._hessian = from_upper_triangle(parallel_hessian_triangle(
-                    *args, self.n_threads), self.size + self.intercept)
+                self._hessian = support_hessian_sums(*args, self.n_threads)
             if self.cache is not None:
                 self.cache.keep(self.ids, self.intercept, self._hessian)
         return self._hessian
