@@ -13,13 +13,14 @@
 # Writes OUT/bench_speedup.json (+ .png) and OUT/log.txt. SECOND="args" runs the benchmark
 # once more with those args (an ablation in the same call, e.g. SECOND="--newton-products
 # --workers 1 8 --no-threads --no-ceiling --no-command --repeat 3") into
-# OUT/bench_speedup_second.json and OUT/log_second.txt. WIRE=1 first times the
-# synchronous messages with bench_wire.py (yielding waits; MPI's messages against the
-# shared-memory window) into OUT/bench_wire.json and OUT/log_wire.txt. PAIRED="args" runs
-# bench_paired.py with those args first (e.g. PAIRED="--base .whl/base --ranks 9 --seeds
+# OUT/bench_speedup_second.json and OUT/log_second.txt. The diagnostics come after the
+# benchmarks, so that a call cut short still returns the targets' figures: PAIRED="args"
+# runs bench_paired.py with those args (e.g. PAIRED="--base .whl/base --ranks 9 --seeds
 # 1 2 3 4 5 6", the base tree copied into a carried folder) into OUT/bench_paired.json and
 # OUT/log_paired.txt; TIMELINE="args" runs bench_timeline.py (e.g. TIMELINE="--ranks 9
-# --data ctr_tall") into OUT/bench_timeline.json and OUT/log_timeline.txt.
+# --data ctr_tall") into OUT/bench_timeline.json and OUT/log_timeline.txt; WIRE=1 times
+# the synchronous messages with bench_wire.py (yielding waits; MPI's messages against the
+# shared-memory window) into OUT/bench_wire.json and OUT/log_wire.txt.
 set -uo pipefail
 WHEELS=${WHEELS:-.whl}
 OUT=${OUT:-benchmarks/results}
@@ -44,6 +45,13 @@ timeout 200 python3 benchmarks/bench_speedup.py --quick --no-ceiling --threads 1
     > "$OUT/log_quick.txt" 2>&1
 echo "warm-up (--quick, numba compile): rc $? in $(( $(date +%s) - t0 )) s"
 tail -n 12 "$OUT/log_quick.txt"
+timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_speedup.py --mpirun "$MPIRUN" \
+    --output "$OUT/bench_speedup.json" "$@" 2>&1 | tee "$OUT/log.txt"
+if [ -n "${SECOND:-}" ]; then
+    # shellcheck disable=SC2086 # SECOND is a list of arguments
+    timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_speedup.py --mpirun "$MPIRUN" \
+        --output "$OUT/bench_speedup_second.json" $SECOND 2>&1 | tee "$OUT/log_second.txt"
+fi
 if [ -n "${PAIRED:-}" ]; then
     # shellcheck disable=SC2086 # PAIRED is a list of arguments
     timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_paired.py --mpirun "$MPIRUN" \
@@ -57,11 +65,4 @@ fi
 if [ -n "${WIRE:-}" ]; then
     timeout 120 python3 benchmarks/bench_wire.py --modes yield --mpirun "$MPIRUN" \
         --output "$OUT/bench_wire.json" 2>&1 | tee "$OUT/log_wire.txt"
-fi
-timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_speedup.py --mpirun "$MPIRUN" \
-    --output "$OUT/bench_speedup.json" "$@" 2>&1 | tee "$OUT/log.txt"
-if [ -n "${SECOND:-}" ]; then
-    # shellcheck disable=SC2086 # SECOND is a list of arguments
-    timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_speedup.py --mpirun "$MPIRUN" \
-        --output "$OUT/bench_speedup_second.json" $SECOND 2>&1 | tee "$OUT/log_second.txt"
 fi
