@@ -26,8 +26,8 @@ def blas_threads_beside(workers, cores=None):
 @contextlib.contextmanager
 def blas_threads(limit):
     """Run the block with the BLAS libraries' thread pools (numpy's and scipy's OpenBLAS,
-    MKL, BLIS: threadpoolctl) limited to ``limit`` threads each, then put them back;
-    ``limit`` None leaves them as they are.
+    MKL, BLIS: threadpoolctl) limited to ``limit`` threads each, or to the fewest any of
+    them had, then put them back; ``limit`` None leaves them as they are.
 
     The solvers that compute on several threads or ranks of one machine run inside it.
     After each call that used several threads, OpenBLAS's worker threads keep spinning
@@ -41,8 +41,11 @@ def blas_threads(limit):
     if limit is None:
         yield
         return
-    from threadpoolctl import threadpool_limits
-    with threadpool_limits(limits=max(1, int(limit)), user_api="blas"):
+    from threadpoolctl import threadpool_info, threadpool_limits
+    # a cap, never a raise: the pools keep fewer threads where the user asked for fewer
+    # (OPENBLAS_NUM_THREADS=1 in a rank's environment)
+    pools = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    with threadpool_limits(limits=max(1, min([int(limit)] + pools)), user_api="blas"):
         yield
 
 
