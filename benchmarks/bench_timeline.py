@@ -63,17 +63,22 @@ EPOCH_KERNELS = ("svrg_epoch_l1", "svrg_epoch_group")
 
 def install_timers(events):
     """Wrap TIMED and the waits (``wire.poll``, as solvers/wire.py and channels.py call
-    it) so that each call appends (name, start, end, CPU seconds of this process in it)
-    to ``events``."""
+    it) so that each call appends (name, start, end, CPU seconds of this process in it,
+    minor page faults of the calling thread in it) to ``events``."""
     import importlib
+    import resource
+
+    def thread_faults():
+        return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
 
     def timed(name, fn):
         def wrapper(*args, **kwargs):
-            start, cpu = time.perf_counter(), time.process_time()
+            start, cpu, faults = time.perf_counter(), time.process_time(), thread_faults()
             try:
                 return fn(*args, **kwargs)
             finally:
-                events.append((name, start, time.perf_counter(), time.process_time() - cpu))
+                events.append((name, start, time.perf_counter(), time.process_time() - cpu,
+                               thread_faults() - faults))
         return wrapper
 
     for module_name, class_name, names in TIMED:
@@ -133,27 +138,31 @@ def rank_main(argv):
 def summarise(ranks):
     """Per rank: {"rank", "start_s" (its solve's start), "solve_ms", "cpu_ms" (the
     process's CPU time in the solve), "system_ms" (of it in the kernel), "page_faults",
-    "totals_ms" {name: inclusive ms}, "cpu_totals_ms" {name: CPU ms in it}, and for
+    "totals_ms" {name: inclusive ms}, "cpu_totals_ms" {name: CPU ms in it},
+    "fault_totals" {name: the calling thread's minor page faults in it}, and for
     workers "inner_end_wait_ms"}; event times relative to the earliest solve start."""
     origin = min(rank[1] for rank in ranks)
     out = []
     for rank, start, end, events, cpu, system, faults in sorted(ranks):
         totals = {}
         cpu_totals = {}
-        for name, a, z, c in events:
+        fault_totals = {}
+        for name, a, z, c, f in events:
             totals[name] = totals.get(name, 0.0) + 1e3 * (z - a)
             cpu_totals[name] = cpu_totals.get(name, 0.0) + 1e3 * c
+            fault_totals[name] = fault_totals.get(name, 0) + int(f)
         row = {"rank": rank, "start_s": start - origin, "solve_ms": 1e3 * (end - start),
                "cpu_ms": 1e3 * cpu,
                "system_ms": 1e3 * system, "page_faults": int(faults),
                "totals_ms": totals, "cpu_totals_ms": cpu_totals,
-               "events": [(name, a - origin, z - origin) for name, a, z, _ in events]}
+               "fault_totals": fault_totals,
+               "events": [(name, a - origin, z - origin) for name, a, z, *_ in events]}
         if rank > 0:
             tail = 0.0
-            for name, a, z, _ in events:
+            for name, a, z, *_ in events:
                 if name != "_work_inner":
                     continue
-                batches = [zz for nn, aa, zz, _ in events
+                batches = [zz for nn, aa, zz, *_ in events
                            if nn in EPOCH_KERNELS and a <= aa <= z]
                 tail += z - max(batches, default=z)
             row["inner_end_wait_ms"] = 1e3 * tail
@@ -229,7 +238,11 @@ def format_rank(row):
     if "inner_end_wait_ms" in row:
         head += (f", waits {row['totals_ms'].get(WAIT, 0.0):.0f} ms "
                  f"({row['inner_end_wait_ms']:.0f} at the inner loops' ends)")
-    return head + "\n    " + ", ".join(f"{name} {ms:.1f}" for name, ms in totals)
+    faults = sorted(((name, f) for name, f in row.get("fault_totals", {}).items() if f),
+                    key=lambda item: -item[1])
+    return (head + "\n    " + ", ".join(f"{name} {ms:.1f}" for name, ms in totals) +
+            "\n    page faults (inclusive): " +
+            ", ".join(f"{name} {f}" for name, f in faults))
 
 
 def main(argv=None):
