@@ -752,8 +752,9 @@ def test_root_centred_and_window_collectives_match_mpis(tmp_path, n_ranks):
     capacity goes through it in pieces on an oversubscribed node, -n 4 on 2 cores),
     against MPI's Ibcast / Ireduce / Iallreduce: the same values on every rank (sums to
     1e-12, as the order of additions differs; the window's and the root-centred sums in
-    the same order, bit for bit) and the same byte counts. A reduction ``in_place``
-    returns the sum in the root's own vector where it is root-centred (MPI's allocates)."""
+    the same order, bit for bit) and the same byte counts. A reduction onto a blank
+    root (``root_blank``; its buffer full of NaN) sums the workers' vectors alone, into
+    the root's buffer."""
     out = tmp_path / "wire.json"
     env = rank_env()
     proc = subprocess.run([MPIRUN, "-n", str(n_ranks), sys.executable,
@@ -774,17 +775,17 @@ def test_root_centred_and_window_collectives_match_mpis(tmp_path, n_ranks):
             assert (mode["sent"], mode["received"]) == (tree["sent"], tree["received"])
             if rank == 0:
                 np.testing.assert_allclose(mode["reduce"], expected, rtol=0, atol=1e-12)
-                summed, into_own = mode["reduce_in_place"]
-                np.testing.assert_allclose(summed, expected, rtol=0, atol=1e-12)
-                assert into_own == (mode is centred or (mode is window and
-                                                        window["oversubscribed"]))
+                summed, into_own = mode["reduce_blank_root"]
+                np.testing.assert_allclose(summed, modes["tree"]["expected_workers_sum"],
+                                           rtol=0, atol=1e-12)
+                assert into_own
                 first, second = mode["reduce_twice"]
                 np.testing.assert_allclose(first, expected[:600], rtol=0, atol=1e-12)
                 np.testing.assert_allclose(second, 2.0 * expected[:500], rtol=0,
                                            atol=1e-12)
             else:
                 assert mode["reduce"] is None and mode["reduce_twice"] is None
-                assert mode["reduce_in_place"] is None
+                assert mode["reduce_blank_root"] is None
         assert window["fits"] == [True, False]
         assert window["allreduce_sum_short"] == centred["allreduce_sum_short"]
         if window["oversubscribed"] and rank == 0:       # the long one, in pieces

@@ -90,6 +90,11 @@ def _ring(bells, rank):
         bells[rank].ring()
 
 
+def _copy_into(total, piece, out):
+    """``combine`` for a blank total: out = piece (``total`` is ``out``, not read)."""
+    np.copyto(out, piece)
+
+
 def _doorbell_bytes(n_workers):
     """The ranks' doorbells after the sequence rows: an int32 each, a cache line apart."""
     return 64 * (n_workers + 1)
@@ -431,27 +436,30 @@ class SharedCollectives:
             self._bcast_piece(buf[start:start + self.capacity])
         return buf
 
-    def gather(self, send, combine, in_place=False):
+    def gather(self, send, combine, root_blank=False):
         """The workers' ``send`` combined (``combine``: np.add or np.maximum) onto the
-        server's (``in_place``: into it), in rank order, on the server (None on a
-        worker), one piece of at most ``capacity`` numbers after another. A Newton step's
-        Hessian shares (4.3 MB a worker at |S| = 1,030) take several: as MPI's messages
-        on an oversubscribed node, which move only while both ranks are inside MPI, the
-        server of mpirun -n 9 on 2 cores waited 162 ms for eight of them (their forming
+        server's, in rank order, on the server (None on a worker), one piece of at most
+        ``capacity`` numbers after another; ``root_blank``: the server's ``send`` is a
+        blank buffer that receives the workers' combination alone, the first worker's
+        pieces copied in (``Wire.reduce``). A Newton step's Hessian shares (4.3 MB a
+        worker at |S| = 1,030) take several pieces: as MPI's messages on an
+        oversubscribed node, which move only while both ranks are inside MPI, the server
+        of mpirun -n 9 on 2 cores waited 162 ms for eight of them (their forming
         included), workers up to 48 ms each for their send to leave."""
         pieces = range(0, max(send.shape[0], 1), self.capacity)
         if self.rank != 0:
             for start in pieces:
                 self._post_piece(send[start:start + self.capacity])
             return None
-        total = send if in_place else send.copy()
+        total = send if root_blank else send.copy()
         # worker by worker, each one's pieces in turn (piece by piece over the workers
         # before): the first to finish its vector is summed while the others still form
         # theirs, and each element's sum runs in rank order either way. The Newton step
         # at -n 3 on 2 cores (CTR, 8 paired): 60.9 -> 56.1 ms, median
         for worker in range(1, self.n_workers + 1):
+            merge = _copy_into if root_blank and worker == 1 else combine
             for start in pieces:
-                self._add_piece(worker, total[start:start + self.capacity], combine)
+                self._add_piece(worker, total[start:start + self.capacity], merge)
         return total
 
     def _bcast_piece(self, buf):
@@ -486,7 +494,8 @@ class SharedCollectives:
         _ring(self.bells, 0)
 
     def _add_piece(self, worker, total, combine):
-        """The server: ``worker``'s next posted piece combined into ``total`` (in place)."""
+        """The server: ``worker``'s next posted piece combined into ``total`` (in place:
+        ``combine(total, piece, out=total)``)."""
         row, expected = self.sequence[worker], self.sums[worker] + 1
         poll(lambda: row[SEQ_SUM_POSTED] >= expected, self.wire.spin, self.bell)
         self.sync()

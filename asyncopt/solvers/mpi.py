@@ -296,8 +296,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     # squared loss: the intercept's refit rides in the certificate's reduction
     # (``fold_intercept_shift``), for which the server needs A^T 1 as well
     folded = fit_intercept and loss_code == SQUARED
-    stats = wire.reduce(np.zeros((1 + folded) * p) if server else np.concatenate(
-        (active.column_sq_norms,) + ((active.column_sums,) if folded else ())))
+    stats = wire.reduce(np.empty((1 + folded) * p) if server else np.concatenate(
+        (active.column_sq_norms,) + ((active.column_sums,) if folded else ())),
+        root_blank=True)
     column_sq, column_sums = (stats[:p], stats[p:] if folded else None) if server else \
         (None, None)
     block_rows = wire.allreduce(np.zeros(penalty.n_blocks, dtype=count) if server
@@ -305,8 +306,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     if penalty.is_l1:
         column_counts = block_rows if server else None
     else:
-        column_counts = wire.reduce(np.zeros(p, dtype=count) if server
-                                    else active.column_counts.astype(count))
+        column_counts = wire.reduce(np.empty(p, dtype=count) if server
+                                    else active.column_counts.astype(count),
+                                    root_blank=True)
     intercept_sq = (sq_total / nnz_total if nnz_total else 1.0) if fit_intercept else 0.0
     blocks = np.arange(penalty.n_blocks)
     pen = penalty.restricted(blocks)
@@ -406,7 +408,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 b = _intercept_refit(wire, loss_code, z, y, b, n)
             rho = generalized_residual(loss_code, z, y, np.empty_like(z))
             # [sum f, sum rho, sum rho^2, sum y rho, A^T rho]
-            local = np.zeros(CERTIFICATE_SUMS + x.shape[0])
+            local = (np.empty if server else np.zeros)(CERTIFICATE_SUMS + x.shape[0])
             if not server:
                 local[0] = mean_loss(loss_code, z, y) * z.shape[0]
                 local[1] = np.sum(rho)
@@ -415,7 +417,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 at_zero = None if np.any(x) else active.correlation_at_zero(loss_code, b)
                 local[CERTIFICATE_SUMS:] = at_zero if at_zero is not None else csr_rmatvec(
                     active.indptr, active.indices, active.data, rho, active.n_features)
-            total = wire.reduce(local)
+            total = wire.reduce(local, root_blank=True)
             # A^T rho over the server's all rows, a worker's own (a Newton step's trials)
             correlation = (total if server else local)[CERTIFICATE_SUMS:]
             scale = np.zeros(1)
@@ -789,7 +791,7 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
             local[1] = np.sum(rho)
             local[2:] = csr_rmatvec(active.indptr, active.indices, active.data, rho,
                                     active.n_features)[support]
-        total = wire.reduce(local)
+        total = wire.reduce(local, root_blank=True)
         if server:
             # the pruned coordinates make up whole blocks (the firm support is one of
             # blocks): their share of the penalty is the penalty of them alone
@@ -807,7 +809,8 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         # then products from the workers' rows; the server broadcasts the target
         solve = None
         if server:
-            block_sums = wire.reduce(np.zeros(group_blocks_length(starts, intercept)))
+            block_sums = wire.reduce(np.zeros(group_blocks_length(starts, intercept)),
+                                     root_blank=True)
 
             def solve(hessian_times):
                 target, used["products"] = hessian_free_group_move(
@@ -830,7 +833,7 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         block_size = positions.shape[0] * (positions.shape[0] + 1) // 2
         solve, ending = None, {}
         if server:
-            sums = wire.reduce(np.zeros(dim + block_size))
+            sums = wire.reduce(np.zeros(dim + block_size), root_blank=True)
             diagonal = sums[:dim]
             block = (positions, from_upper_triangle(sums[dim:], positions.shape[0]))
 
@@ -867,8 +870,9 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
             if plan is None:
                 hessian = _summed_hessian(wire, dim)
             else:
-                hessian = reduced.assemble(plan, wire.reduce(np.zeros(fresh_numbers))
-                                           if fresh_numbers else np.zeros(0))
+                hessian = reduced.assemble(plan, wire.reduce(
+                    np.empty(fresh_numbers), root_blank=True)
+                    if fresh_numbers else np.zeros(0))
             if groups:
                 kind, vector = LINE, group_move(
                     hessian, shard_slope(correlation_S, rho_sum, intercept), point, starts,
@@ -900,7 +904,7 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
             trial_moves(point, candidates))
     else:
         sums = wire.reduce(np.zeros(candidates.shape[0] + 1) if server else
-                           rows.trial_sums(point, candidates))
+                           rows.trial_sums(point, candidates), root_blank=True)
     chosen = np.full(1, -1.0)
     if server:
         chosen[0] = best_candidate(sums, n, lam, weights_S, point[:k],
@@ -922,11 +926,11 @@ def _summed_hessian(wire, dim):
     100,000, 1e-3 lam_max), ~2.5 us a 4 kB page on the 2-core VM."""
     size = dim * (dim + 1) // 2
     if local_ranks(wire.comm) > available_cores():
-        return from_upper_triangle(wire.reduce(np.zeros(size), in_place=True), dim)
-    total, square = np.zeros(size), np.empty((dim, dim))
+        return from_upper_triangle(wire.reduce(np.empty(size), root_blank=True), dim)
+    total, square = np.empty(size), np.empty((dim, dim))
     touch_pages(total.view(np.uint8))
     touch_pages(square.reshape(-1).view(np.uint8))
-    return from_upper_triangle(wire.reduce(total, in_place=True), dim, out=square)
+    return from_upper_triangle(wire.reduce(total, root_blank=True), dim, out=square)
 
 
 def _entering_coordinates(wire, x, correlation, n, lam, weights, column_sq):
@@ -965,7 +969,7 @@ def _product_loop(wire, dim, solve, answer):
     if solve is not None:
         def hessian_times(v):
             wire.bcast(np.concatenate(([1.0], v)))
-            return wire.reduce(np.zeros(dim))
+            return wire.reduce(np.zeros(dim), root_blank=True)
 
         result = solve(hessian_times)
         found = result is not None
@@ -1298,10 +1302,9 @@ def distributed_lam_max(comm, problem, penalty, n, loss_code, fit_intercept):
     wire = Wire(comm)
     y = np.zeros(0) if problem is None else problem.full_active_set().y
     b = null_intercept(wire, y, n, loss_code, fit_intercept)
-    local = np.zeros(penalty.ids.shape[0])
-    if problem is not None:
-        local = problem.full_active_set().residual_correlation(loss_code, b)
-    total = wire.reduce(local)
+    local = np.empty(penalty.ids.shape[0]) if problem is None else \
+        problem.full_active_set().residual_correlation(loss_code, b)
+    total = wire.reduce(local, root_blank=True)
     value = np.zeros(1)
     if comm.Get_rank() == 0:
         value[0] = penalty.restricted(np.arange(penalty.n_blocks)).dual_norm(total) / n

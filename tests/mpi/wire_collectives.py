@@ -23,15 +23,16 @@ def exchange(wire):
     reduced = wire.reduce(vector)
     # back to back, no broadcast between: a worker's next vector waits for its slot
     first, second = wire.reduce(vector[:600]), wire.reduce(2.0 * vector[:500])
-    own = vector.copy()
-    into_own = wire.reduce(own, in_place=True)
+    # the root's blank buffer is neither read nor summed: NaNs there would show
+    own = np.full(1000, np.nan) if rank == 0 else vector.copy()
+    into_own = wire.reduce(own, root_blank=True)
     long_root = np.arange(1500.0) / 7.0 if rank == 0 else np.zeros(1500)
     out = {
         "bcast": wire.bcast(root_vector).tolist(),
         "bcast_long": bool(np.array_equal(wire.bcast(long_root), np.arange(1500.0) / 7.0)),
         "reduce": None if reduced is None else reduced.tolist(),
         "reduce_twice": None if first is None else [first.tolist(), second.tolist()],
-        "reduce_in_place": None if into_own is None else
+        "reduce_blank_root": None if into_own is None else
         [into_own.tolist(), bool(np.shares_memory(into_own, own))],
         "allreduce_sum": wire.allreduce(vector).tolist(),
         "allreduce_sum_short": wire.allreduce(vector[:600].copy()).tolist(),
@@ -39,6 +40,8 @@ def exchange(wire):
                                         MPI.MAX).tolist(),
         "expected_sum": np.sum([np.random.default_rng(r).standard_normal(1000)
                                 for r in range(size)], axis=0).tolist(),
+        "expected_workers_sum": np.sum([np.random.default_rng(r).standard_normal(1000)
+                                        for r in range(1, size)], axis=0).tolist(),
         "sent": wire.sent, "received": wire.received,
     }
     return out
