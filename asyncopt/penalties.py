@@ -187,6 +187,23 @@ class L1(BlockPenalty):
     def block_norms(self, u):
         return np.abs(np.asarray(u, np.float64))
 
+    # block g is coordinate ids[g]: the blocks' positions are the blocks themselves
+    # (BlockPenalty's versions form them for blocks of any size: ~1 ms each at 100,000
+    # features warm, 2-3 ms with the first touches in a Dis-DDSS server's compaction,
+    # against 0.05 ms)
+    def restricted(self, blocks):
+        blocks = np.asarray(blocks, dtype=np.int64)
+        indptr = np.arange(blocks.shape[0] + 1)
+        return type(self)._from_blocks(indptr, indptr[:-1], self.weights[blocks])
+
+    def active_features(self, blocks):
+        return self.ids[np.asarray(blocks, dtype=np.int64)]
+
+    def feature_blocks(self):
+        out = np.empty(self.ids.shape[0], dtype=np.int64)
+        out[self.ids] = np.arange(self.ids.shape[0])
+        return out
+
 
 class GroupL1(BlockPenalty):
     """Omega(x) = sum_g w_g ||x_g||_2, default w_g = sqrt(|g|) (group Lasso).

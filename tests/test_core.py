@@ -801,6 +801,28 @@ def test_l1_value_and_block_norms_are_the_weighted_abs_values(restrict):
     assert pen.dual_norm(u) == np.max(np.abs(u) / pen.weights)
 
 
+@pytest.mark.parametrize("restrict", [False, True])
+def test_l1_blocks_are_their_coordinates(restrict):
+    """L1's restriction, active features and feature blocks (block g is coordinate
+    ids[g]) equal the generic block code's, on the penalty and on a restriction of it,
+    for blocks in any order; the restriction is an L1 with the blocks' weights."""
+    rng = np.random.default_rng(5)
+    p = 1000
+    pen = L1(p, rng.uniform(0.5, 2.0, p))
+    if restrict:
+        pen = pen.restricted(np.sort(rng.choice(p, 700, replace=False)))
+    blocks = rng.choice(pen.n_blocks, 300, replace=False)
+    fast, generic = pen.restricted(blocks), BlockPenalty.restricted(pen, blocks)
+    assert type(fast) is L1
+    for name in ("indptr", "ids", "weights"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(generic, name))
+    np.testing.assert_array_equal(pen.active_features(blocks),
+                                  BlockPenalty.active_features(pen, blocks))
+    np.testing.assert_array_equal(pen.active_features(list(blocks[:5])),
+                                  BlockPenalty.active_features(pen, blocks[:5]))
+    np.testing.assert_array_equal(pen.feature_blocks(), BlockPenalty.feature_blocks(pen))
+
+
 def test_block_prox_matches_scipy_minimisation():
     rng = np.random.default_rng(3)
     groups = [np.array([0, 3]), np.array([1]), np.array([2, 4, 5])]
