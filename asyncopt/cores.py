@@ -41,11 +41,12 @@ def blas_threads(limit):
     if limit is None:
         yield
         return
-    from threadpoolctl import threadpool_info, threadpool_limits
+    from threadpoolctl import ThreadpoolController
+    pools = ThreadpoolController().select(user_api="blas")    # one scan of the libraries
     # a cap, never a raise: the pools keep fewer threads where the user asked for fewer
     # (OPENBLAS_NUM_THREADS=1 in a rank's environment)
-    pools = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
-    with threadpool_limits(limits=max(1, min([int(limit)] + pools)), user_api="blas"):
+    counts = [pool.num_threads for pool in pools.lib_controllers]
+    with pools.limit(limits=max(1, min([int(limit)] + counts))):
         yield
 
 
