@@ -382,7 +382,9 @@ class ActiveSet:
     def certificate(self, x, b, z=None, n_threads=1):
         """Refit the intercept, then compute the dual point, P, D and the gap (DESIGN 1).
         ``z`` may pass precomputed margins a_i^T x + b; the passes over the data are split
-        over n_threads threads."""
+        over n_threads threads. At x = 0, A^T rho is remembered (``correlation_at_zero``):
+        lam_max, P(0) (the relative gap's scale) and a solve's first certificate are the
+        same point, one pass over the rows where they were three."""
         prob = self.problem
         code = prob.loss.code
         y = self.y
@@ -392,8 +394,13 @@ class ActiveSet:
             z += new_b - b
             b = new_b
         rho = generalized_residual(code, z, y, np.empty_like(z))
-        correlation = csr_rmatvec(self.indptr, self.indices, self.data, rho, self.n_features,
-                                  n_threads)
+        at_zero = not np.any(x)
+        correlation = self.correlation_at_zero(code, b) if at_zero else None
+        if correlation is None:
+            correlation = csr_rmatvec(self.indptr, self.indices, self.data, rho,
+                                      self.n_features, n_threads)
+            if at_zero:
+                self._zero_correlation = (code, float(b), correlation.copy())
         block_corr = contiguous_block_norms(correlation, self.block_indptr)
         n_lam = prob.n_samples * prob.lam
         dual_norm = float(np.max(block_corr / self.weights, initial=0.0))

@@ -175,6 +175,47 @@ def test_correlation_at_zero_reuses_lam_max_pass():
     assert logistic.correlation_at_zero(LOGISTIC, 0.3) is None
 
 
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_zero_certificate_passes_over_the_rows_once(loss, monkeypatch):
+    """ActiveSet.certificate at x = 0: lam_max, P(0) and a with_lam copy's first
+    certificate take A^T rho from one pass over the rows (later passes are counted),
+    equal to a fresh problem's; changing a certificate's arrays does not reach the
+    remembered one; at x != 0 the pass runs."""
+    import asyncopt.problem as problem_module
+    from asyncopt.data import make_ctr
+    X, y = make_ctr(500, 60, nnz_per_row=6, random_state=4)[:2]
+    if loss == "logistic":
+        y = np.where(y > np.median(y), 1.0, -1.0)
+    reference = Problem(X, y, loss, L1(60), 0.1, True).zero_certificate()
+    problem = Problem(X, y, loss, L1(60), 0.1, True)
+    problem.zero_certificate().correlation[:] = 7.0     # the one pass, then a change
+    lam = problem.lam_max()
+    assert lam == pytest.approx(np.max(np.abs(reference.correlation)) / 500, rel=1e-12)
+    real, calls = problem_module.csr_rmatvec, []
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(problem_module, "csr_rmatvec", counted)
+    solving = problem.with_lam(0.5 * lam)       # P(0) first, as with_lam takes it
+    active = solving.full_active_set()
+    first = active.certificate(np.zeros(60), 0.0)
+    assert calls == []
+    np.testing.assert_allclose(first.correlation, reference.correlation, rtol=1e-12,
+                               atol=1e-12)
+    assert first.intercept == pytest.approx(reference.intercept, rel=1e-12)
+    assert solving.null_objective() == pytest.approx(reference.primal, rel=1e-12)
+    first.correlation[:] = 7.0
+    np.testing.assert_allclose(active.certificate(np.zeros(60), 0.0).correlation,
+                               reference.correlation, rtol=1e-12, atol=1e-12)
+    assert calls == []
+    x = np.zeros(60)
+    x[3] = 0.2
+    active.certificate(x, 0.0)
+    assert calls == [1]
+
+
 def test_margins_at_zero_are_the_intercept_without_a_pass(monkeypatch):
     """ActiveSet.margins at x = 0 (a solve's first certificate) is z = b for every row,
     with no pass over the rows; at any other x the pass gives A x + b."""
