@@ -302,11 +302,12 @@ class ActiveSet:
         return correlation
 
     def correlation_at_zero(self, code, b):
-        """A^T rho at x = 0 with intercept ``b`` from the remembered
-        ``residual_correlation`` at b', with no pass over the rows, or None: for the
-        squared loss at any b (rho = y - b: A^T rho = A^T rho' + (b' - b) A^T 1), else at
-        b' only. A solve's first certificate at x = 0 repeats lam_max's pass otherwise
-        (CTR's 200,000 rows: 8-10 ms of a 0.26 s Dis-DDSS solve on 1 worker)."""
+        """A^T rho at x = 0 with intercept ``b`` from the one remembered at b' (by
+        ``residual_correlation`` or a ``certificate`` at x = 0), with no pass over the
+        rows, or None: for the squared loss at any b (rho = y - b: A^T rho = A^T rho' +
+        (b' - b) A^T 1), else at b' only. A solve's first certificate at x = 0 repeats
+        lam_max's pass otherwise (CTR's 200,000 rows: 8-10 ms of a 0.26 s Dis-DDSS solve
+        on 1 worker)."""
         if self._zero_correlation is None or self._zero_correlation[0] != code:
             return None
         _, known, correlation = self._zero_correlation
