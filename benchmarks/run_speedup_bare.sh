@@ -20,10 +20,17 @@
 # OUT/log_paired.txt; TIMELINE="args" runs bench_timeline.py (e.g. TIMELINE="--ranks 9
 # --data ctr_tall") into OUT/bench_timeline.json and OUT/log_timeline.txt; WIRE=1 times
 # the synchronous messages with bench_wire.py (yielding waits; MPI's messages against the
-# shared-memory window) into OUT/bench_wire.json and OUT/log_wire.txt.
+# shared-memory window) into OUT/bench_wire.json and OUT/log_wire.txt. PACK=FILE: on
+# exit, a SIGTERM from an outer timeout included, OUT is packed into the .tar.gz FILE (the
+# device tool returns at most 8 files: PACK=$OUT/all.tgz OUT=/tmp/o, PACK first).
 set -uo pipefail
 WHEELS=${WHEELS:-.whl}
 OUT=${OUT:-benchmarks/results}
+mkdir -p "$OUT"
+if [ -n "${PACK:-}" ]; then
+    trap 'tar czf "$PACK" -C "$OUT" .' EXIT
+    trap 'exit 124' TERM
+fi
 PREFIX=${PREFIX:-/tmp/mpi-prefix}
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --ignore-installed \
