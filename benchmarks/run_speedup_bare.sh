@@ -13,7 +13,9 @@
 # Writes OUT/bench_speedup.json (+ .png) and OUT/log.txt. SECOND="args" runs the benchmark
 # once more with those args (an ablation in the same call, e.g. SECOND="--newton-products
 # --workers 1 8 --no-threads --no-ceiling --no-command --repeat 3") into
-# OUT/bench_speedup_second.json and OUT/log_second.txt. The diagnostics come after the
+# OUT/bench_speedup_second.json and OUT/log_second.txt, with SECOND_ENV's NAME=value words
+# in its environment (e.g. SECOND_ENV="ASYNCOPT_MPI_REDUCE=messages" to compare the
+# Hessian shares' routes in one call). The diagnostics come after the
 # benchmarks, so that a call cut short still returns the targets' figures: PAIRED="args"
 # runs bench_paired.py with those args (e.g. PAIRED="--base .whl/base --ranks 9 --seeds
 # 1 2 3 4 5 6", the base tree copied into a carried folder) into OUT/bench_paired.json and
@@ -56,7 +58,9 @@ timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_speedup.py --mpirun "$M
     --output "$OUT/bench_speedup.json" "$@" 2>&1 | tee "$OUT/log.txt"
 if [ -n "${SECOND:-}" ]; then
     # shellcheck disable=SC2086 # SECOND is a list of arguments
-    timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_speedup.py --mpirun "$MPIRUN" \
+    # shellcheck disable=SC2086 # SECOND_ENV: NAME=value words for the second run alone
+    env ${SECOND_ENV:-} timeout "${BENCH_TIMEOUT:-330}" \
+        python3 benchmarks/bench_speedup.py --mpirun "$MPIRUN" \
         --output "$OUT/bench_speedup_second.json" $SECOND 2>&1 | tee "$OUT/log_second.txt"
 fi
 if [ -n "${PAIRED:-}" ]; then

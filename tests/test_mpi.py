@@ -744,8 +744,9 @@ def test_ctrl_c_under_mpirun_is_one_message(tmp_path):
     assert (out + err).count("interrupted") == 1, out + err
 
 
-@pytest.mark.parametrize("n_ranks", [2, 4])
-def test_root_centred_and_window_collectives_match_mpis(tmp_path, n_ranks):
+@pytest.mark.parametrize("n_ranks, route", [(2, "auto"), (4, "auto"), (2, "mpi"),
+                                            (4, "messages")])
+def test_root_centred_and_window_collectives_match_mpis(tmp_path, n_ranks, route):
     """The point-to-point collectives a Wire uses on an oversubscribed node
     (solvers/wire.py), and those through the inner loop's shared-memory window
     (channels.SharedCollectives; a reduction of a vector longer than the window's
@@ -754,9 +755,10 @@ def test_root_centred_and_window_collectives_match_mpis(tmp_path, n_ranks):
     1e-12, as the order of additions differs; the window's and the root-centred sums in
     the same order, bit for bit) and the same byte counts. A reduction onto a blank
     root (``root_blank``; its buffer full of NaN) sums the workers' vectors alone, into
-    the root's buffer."""
+    the root's buffer. So on every route of a reduction that does not go root-centred
+    (ASYNCOPT_MPI_REDUCE: MPI's for one worker too, messages for three)."""
     out = tmp_path / "wire.json"
-    env = rank_env()
+    env = rank_env(ASYNCOPT_MPI_REDUCE=route)
     proc = subprocess.run([MPIRUN, "-n", str(n_ranks), sys.executable,
                            os.path.join(os.path.dirname(SCRIPT), "wire_collectives.py"),
                            str(out)], env=env, capture_output=True, text=True, timeout=120)
@@ -796,11 +798,13 @@ def test_root_centred_and_window_collectives_match_mpis(tmp_path, n_ranks):
 
 class _RootComm:
     """Rank 0 of a communicator of ``size`` ranks, as a Wire's constructor sees it: its
-    allreduce (of the oversubscription flag, over MAX) returns the larger of this rank's
-    value and ``other``'s, the flag of the other ranks; ``seen`` records the ops."""
+    allreduce (of the agreement word, over MAX) returns the larger of this rank's word
+    and the other ranks', whose level is ``other`` and route ``route`` (an index of
+    REDUCE_ROUTES); ``seen`` records the ops."""
 
-    def __init__(self, size, other=0):
-        self.size, self.other, self.seen = size, other, []
+    def __init__(self, size, other=0, route=0):
+        from asyncopt.solvers.wire import agreement_word
+        self.size, self.other, self.seen = size, agreement_word(other, route), []
 
     def Get_rank(self):
         return 0
@@ -1067,6 +1071,27 @@ def test_a_wire_makes_its_process_sleeps_fine():
 
     wire.Wire(_RootComm(1), oversubscribed=False)
     assert ctypes.CDLL(None).prctl(30, 0, 0, 0, 0) == wire.TIMER_SLACK_NS    # GET
+
+
+def test_reduce_route_is_read_and_agreed(monkeypatch):
+    """ASYNCOPT_MPI_REDUCE: auto, mpi or messages (ValueError else); the ranks agree on
+    one route in the constructor's MAX, the oversubscription level first."""
+    from asyncopt.solvers.wire import Wire, available_cores, reduce_route_from_env
+    monkeypatch.delenv("ASYNCOPT_MPI_REDUCE", raising=False)
+    assert reduce_route_from_env() == "auto"
+    monkeypatch.setenv("ASYNCOPT_MPI_REDUCE", " Messages ")
+    assert reduce_route_from_env() == "messages"
+    with pytest.raises(ValueError, match="unknown MPI reduction route 'bogus'"):
+        reduce_route_from_env("bogus")
+    monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
+    monkeypatch.setenv("MPI_LOCALNRANKS", str(available_cores()))
+    monkeypatch.setenv("ASYNCOPT_MPI_REDUCE", "auto")
+    link = Wire(_RootComm(2, other=0, route=2))              # another rank: messages
+    assert link.reduce_route == "messages" and not link.oversubscribed
+    link = Wire(_RootComm(2, other=1, route=0))              # another: oversubscribed
+    assert link.reduce_route == "auto" and link.oversubscribed
+    monkeypatch.setenv("ASYNCOPT_MPI_REDUCE", "mpi")
+    assert Wire(_RootComm(2, other=0, route=0)).reduce_route == "mpi"
 
 
 def test_transport_is_auto_shared_or_messages(monkeypatch):

@@ -21,6 +21,10 @@ import numpy as np
 from ..cores import available_cores
 
 SPIN_SECONDS, MAX_PAUSE = 1e-3, 2e-4
+# how a reduction too long for the shared window goes where it does not go root-centred
+# (``Wire.reduce``): "auto" (one worker's as a message, more workers' through MPI's
+# reduction), "mpi" or "messages"; the environment's ASYNCOPT_MPI_REDUCE
+REDUCE_ROUTES = ("auto", "mpi", "messages")
 CROWDED_RANKS_PER_CORE = 2   # Wire.crowded: at least this many ranks per core on a node
 TAG_BCAST, TAG_REDUCE = 1001, 1002
 PR_SET_TIMERSLACK, TIMER_SLACK_NS = 29, 1000
@@ -193,6 +197,24 @@ def local_ranks(comm):
     return comm.Get_size()
 
 
+def reduce_route_from_env(route=None):
+    """``route`` or, when None, the environment's ASYNCOPT_MPI_REDUCE (default "auto"):
+    one of REDUCE_ROUTES; ValueError for anything else."""
+    value = os.environ.get("ASYNCOPT_MPI_REDUCE", "auto") if route is None else route
+    value = str(value).strip().lower()
+    if value not in REDUCE_ROUTES:
+        raise ValueError(f"unknown MPI reduction route {value!r} (ASYNCOPT_MPI_REDUCE): "
+                         f"expected one of {', '.join(REDUCE_ROUTES)}")
+    return value
+
+
+def agreement_word(level, route):
+    """What a Wire's ranks agree on in one MAX: the node's level (0: a core per rank, 1:
+    oversubscribed, 2: crowded) above the index of the reduction route, so that the
+    largest level wins and every rank ends with the same pair."""
+    return level * len(REDUCE_ROUTES) + route
+
+
 class Wire:
     """The collectives and point-to-point calls of a protocol on ``comm``, rank 0 the
     root, counting bytes: ``sent`` / ``received`` are the payload bytes this rank put on /
@@ -237,6 +259,7 @@ class Wire:
         self.sent = 0
         self.received = 0
         crowded = None
+        route = REDUCE_ROUTES.index(reduce_route_from_env())
         if oversubscribed is None:
             ranks, cores = local_ranks(comm), available_cores()
             level = 2 if ranks >= CROWDED_RANKS_PER_CORE * cores else int(ranks > cores)
@@ -244,9 +267,12 @@ class Wire:
                 # every rank must run the same collectives: one node with more ranks
                 # than cores makes all of them root-centred (a job across machines can
                 # mix such a node with others, and ranks that disagreed would deadlock,
-                # root-centred sends meeting Ibcast)
-                level = comm.allreduce(level, op=_mpi().MAX)
+                # root-centred sends meeting Ibcast); the reductions' route likewise, in
+                # the same word (``agreement_word``)
+                level, route = divmod(comm.allreduce(agreement_word(level, route),
+                                                     op=_mpi().MAX), len(REDUCE_ROUTES))
             oversubscribed, crowded = level >= 1, level == 2
+        self.reduce_route = REDUCE_ROUTES[route]
         self.oversubscribed = bool(oversubscribed)
         # whether some node holds CROWDED_RANKS_PER_CORE ranks per core or more (agreed
         # with ``oversubscribed``; as oversubscribed when that was passed): the shared
@@ -295,12 +321,16 @@ class Wire:
         read first: the first worker's part is received or copied into it, the others
         added. A fresh np.zeros summed into faults each 4 kB page twice (the zero page,
         then its copy): 14-18 ms against 2.2 ms for a 5.9 MB Hessian share on the 2-core
-        VM. With one worker, a vector that does not go root-centred comes as a message:
-        5.9 MB straight into a blank buffer in 0.5 ms at -n 2, against 2.8 ms for MPI's
-        reduction (3.6 ms in place)."""
+        VM. A vector that does not go root-centred takes ``reduce_route``
+        (ASYNCOPT_MPI_REDUCE): by default one worker's comes as a message, 5.9 MB
+        straight into a blank buffer in 0.5 ms at -n 2 against 2.8 ms for MPI's reduction
+        (3.6 ms in place), and more workers' go through MPI's reduction, whose tree sums
+        on the workers' cores; "messages": the server receives every worker's and sums
+        them in rank order; "mpi": MPI's reduction for one worker too."""
         if self._root_centred(send):
             recv = self._gather_to_root(send, _mpi().SUM, root_blank)
-        elif self.size == 2:            # one worker: its vector as a message
+        elif self.reduce_route == "messages" or (self.size == 2 and
+                                                 self.reduce_route == "auto"):
             recv = self._gather_to_root(send, _mpi().SUM, root_blank, through_window=False)
         else:
             recv = np.empty_like(send) if self.rank == 0 else None
