@@ -15,6 +15,13 @@ oversubscribed node, MPI's collectives otherwise):
   (the outer iteration's messages on CTR's 100,000 features). Milliseconds per round,
   with MPI's messages and through the inner loop's shared-memory window
   (``channels.SharedCollectives``, what solve_mpi uses on one node).
+- ``hessian sum``: the support Newton step's reduction of every worker's packed Hessian
+  share ((|S| + 1)(|S| + 2) / 2 doubles, ``--hessian-support`` 1,466: 8.6 MB, CTR's
+  8-worker step on 16 cores) into a blank buffer on rank 0 (``Wire.reduce(root_blank=
+  True)``), worker r arriving r ms after rank 0 as the shares' forming ends unevenly;
+  on each route of ASYNCOPT_MPI_REDUCE (``mpi``: MPI's reduction, ``messages``: each
+  share a message to rank 0, which sums them), root-centred on an oversubscribed node
+  whatever the route. Milliseconds per round, the stagger included.
 
 Ways of waiting (``--modes``):
 - ``yield``: the library's ``poll``: a spin of up to SPIN_SECONDS that gives the core away
@@ -97,7 +104,20 @@ def rank_side(args):
             blocks.append((time.perf_counter() - start) / rounds * 1e3)
         out[name] = {"ms_per_round": min(blocks), "blocks_ms": blocks, "rounds": rounds}
 
+    size = (args.hessian_support + 1) * (args.hessian_support + 2) // 2
+    triangle = np.random.default_rng(rank).standard_normal(size)
+
+    def hessian_sums(rounds):
+        for _ in range(rounds):
+            if rank:
+                time.sleep(1e-3 * rank)
+            wire.reduce(np.empty(size) if rank == 0 else triangle, root_blank=True)
+
     time_pattern("cg_product", cg_products, args.rounds)
+    for route in ("mpi", "messages"):
+        wire.reduce_route = route       # every rank alike
+        time_pattern(f"hessian_sum_{route}", hessian_sums, max(3, args.rounds // 30))
+    wire.reduce_route = "auto"
     time_pattern("certificate", certificates, max(1, args.rounds // 6))
     # the same round through the inner loop's shared-memory window (what solve_mpi's
     # Wire does on one node while the channel is open)
@@ -119,6 +139,7 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--support", type=int, default=1050)
     parser.add_argument("--features", type=int, default=100_000)
+    parser.add_argument("--hessian-support", type=int, default=1466)
     parser.add_argument("--output", default=None)
     parser.add_argument("--mpirun", default=None)
     parser.add_argument("--rank-side", action="store_true", help=argparse.SUPPRESS)
@@ -147,7 +168,8 @@ def main(argv=None):
             cmd = [mpirun, "-n", str(n_ranks), sys.executable, os.path.abspath(__file__),
                    "--rank-side", "--mode", mode, "--out", out,
                    "--rounds", str(args.rounds), "--repeat", str(args.repeat),
-                   "--support", str(args.support), "--features", str(args.features)]
+                   "--support", str(args.support), "--features", str(args.features),
+                   "--hessian-support", str(args.hessian_support)]
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
             if proc.returncode != 0:
                 raise SystemExit(f"bench_wire: mpirun -n {n_ranks} ({mode}) failed: "
@@ -159,14 +181,19 @@ def main(argv=None):
             rows.append([f"-n {n_ranks}", "yes" if n_ranks > cores else "no", mode,
                          f"{result['cg_product']['ms_per_round']:.3f}",
                          f"{result['certificate']['ms_per_round']:.2f}",
-                         f"{result['certificate_shared']['ms_per_round']:.2f}"])
+                         f"{result['certificate_shared']['ms_per_round']:.2f}",
+                         f"{result['hessian_sum_mpi']['ms_per_round']:.1f}",
+                         f"{result['hessian_sum_messages']['ms_per_round']:.1f}"])
             print(f"  -n {n_ranks} {mode:5s} cg product "
                   f"{result['cg_product']['ms_per_round']:.3f} ms, certificate "
                   f"{result['certificate']['ms_per_round']:.2f} ms (MPI), "
-                  f"{result['certificate_shared']['ms_per_round']:.2f} ms (window)",
+                  f"{result['certificate_shared']['ms_per_round']:.2f} ms (window), "
+                  f"Hessian sum {result['hessian_sum_mpi']['ms_per_round']:.1f} ms "
+                  "(MPI's reduction) / "
+                  f"{result['hessian_sum_messages']['ms_per_round']:.1f} ms (messages)",
                   flush=True)
     header = ["ranks", "oversub.", "wait", "cg product ms", "certificate ms",
-              "certificate window ms"]
+              "certificate window ms", "Hessian sum ms (MPI)", "(messages)"]
     table = format_table(header, rows)
     print()
     print(table)
@@ -174,6 +201,7 @@ def main(argv=None):
     write_json(path, {"benchmark": "bench_wire", "machine": machine_info(["mpi4py"]),
                       "cpu_count": cores, "support": args.support,
                       "features": args.features, "rounds": args.rounds,
+                      "hessian_support": args.hessian_support,
                       "repeat": args.repeat, "results": results, "table_text": table})
     print(f"\nwrote {path}")
 

@@ -88,17 +88,19 @@ def test_the_benchmark_script_reaches_celers_objective_on_prepared_shards(
 
 def test_bench_wire_times_every_way_of_waiting(tmp_path):
     """benchmarks/bench_wire.py runs its SPMD side under mpirun for each way of waiting
-    and writes one result per (ranks, mode) with both patterns timed."""
+    and writes one result per (ranks, mode) with every pattern timed (the Hessian sum on
+    both routes)."""
     import json
     from benchmarks import bench_wire
     out = tmp_path / "wire.json"
     bench_wire.main(["--ranks", "2", "--rounds", "12", "--repeat", "1", "--support", "40",
-                     "--features", "500", "--output", str(out)])
+                     "--features", "500", "--hessian-support", "30", "--output", str(out)])
     payload = json.loads(out.read_text())
     assert [(r["ranks"], r["mode"]) for r in payload["results"]] == \
         [(2, mode) for mode in bench_wire.MODES]
     for result in payload["results"]:
-        for pattern in ("cg_product", "certificate"):
+        for pattern in ("cg_product", "certificate", "hessian_sum_mpi",
+                        "hessian_sum_messages"):
             assert result[pattern]["ms_per_round"] > 0
             assert result[pattern]["ms_per_round"] == min(result[pattern]["blocks_ms"])
 
