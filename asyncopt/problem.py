@@ -298,12 +298,31 @@ class ActiveSet:
                                    np.empty(self.y.shape[0]))
         correlation = csr_rmatvec(self.indptr, self.indices, self.data, rho,
                                   self.n_features)
-        self._zero_correlation = (code, float(b), correlation)
+        self._remember_at_zero(code, b, correlation)
+        return correlation
+
+    def _remember_at_zero(self, code, b, correlation):
+        """``correlation_at_zero``'s memo of A^T rho at x = 0 and ``b``: a copy, which a
+        caller's changes to ``correlation`` do not reach."""
+        self._zero_correlation = (code, float(b), correlation.copy())
+
+    def residual_correlation_at(self, x, code, b, rho, n_threads=1):
+        """A^T rho at (x, b), ``rho`` its residuals, on ``n_threads`` threads; at x = 0
+        from ``correlation_at_zero`` where it knows it, else remembered for it: lam_max,
+        P(0) (the relative gap's scale) and a solve's first certificate are one point,
+        one pass over the rows where they were three."""
+        at_zero = not np.any(x)
+        correlation = self.correlation_at_zero(code, b) if at_zero else None
+        if correlation is None:
+            correlation = csr_rmatvec(self.indptr, self.indices, self.data, rho,
+                                      self.n_features, n_threads)
+            if at_zero:
+                self._remember_at_zero(code, b, correlation)
         return correlation
 
     def correlation_at_zero(self, code, b):
         """A^T rho at x = 0 with intercept ``b`` from the one remembered at b' (by
-        ``residual_correlation`` or a ``certificate`` at x = 0), with no pass over the
+        ``residual_correlation`` or ``residual_correlation_at``), with no pass over the
         rows, or None: for the squared loss at any b (rho = y - b: A^T rho = A^T rho' +
         (b' - b) A^T 1), else at b' only. A solve's first certificate at x = 0 repeats
         lam_max's pass otherwise (CTR's 200,000 rows: 8-10 ms of a 0.26 s Dis-DDSS solve
@@ -383,9 +402,8 @@ class ActiveSet:
     def certificate(self, x, b, z=None, n_threads=1):
         """Refit the intercept, then compute the dual point, P, D and the gap (DESIGN 1).
         ``z`` may pass precomputed margins a_i^T x + b; the passes over the data are split
-        over n_threads threads. At x = 0, A^T rho is remembered (``correlation_at_zero``):
-        lam_max, P(0) (the relative gap's scale) and a solve's first certificate are the
-        same point, one pass over the rows where they were three."""
+        over n_threads threads. At x = 0, A^T rho is remembered
+        (``residual_correlation_at``)."""
         prob = self.problem
         code = prob.loss.code
         y = self.y
@@ -395,13 +413,7 @@ class ActiveSet:
             z += new_b - b
             b = new_b
         rho = generalized_residual(code, z, y, np.empty_like(z))
-        at_zero = not np.any(x)
-        correlation = self.correlation_at_zero(code, b) if at_zero else None
-        if correlation is None:
-            correlation = csr_rmatvec(self.indptr, self.indices, self.data, rho,
-                                      self.n_features, n_threads)
-            if at_zero:
-                self._zero_correlation = (code, float(b), correlation.copy())
+        correlation = self.residual_correlation_at(x, code, b, rho, n_threads)
         block_corr = contiguous_block_norms(correlation, self.block_indptr)
         n_lam = prob.n_samples * prob.lam
         dual_norm = float(np.max(block_corr / self.weights, initial=0.0))

@@ -414,9 +414,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                 local[1] = np.sum(rho)
                 if loss_code == SQUARED:
                     local[2], local[3] = rho @ rho, y @ rho
-                at_zero = None if np.any(x) else active.correlation_at_zero(loss_code, b)
-                local[CERTIFICATE_SUMS:] = at_zero if at_zero is not None else csr_rmatvec(
-                    active.indptr, active.indices, active.data, rho, active.n_features)
+                local[CERTIFICATE_SUMS:] = active.residual_correlation_at(x, loss_code, b,
+                                                                          rho)
             total = wire.reduce(local, root_blank=True)
             # A^T rho over the server's all rows, a worker's own (a Newton step's trials)
             correlation = (total if server else local)[CERTIFICATE_SUMS:]
