@@ -923,12 +923,10 @@ def _summed_hessian(wire, dim):
     pages of the sum and of the matrix (``touch_pages``) so that the reduction and the
     unpacking write into mapped memory: 5.9 + 11.9 MB at |S| = 1,217 (CTR 200,000 x
     100,000, 1e-3 lam_max), ~2.5 us a 4 kB page on the 2-core VM."""
-    size = dim * (dim + 1) // 2
-    if local_ranks(wire.comm) > available_cores():
-        return from_upper_triangle(wire.reduce(np.empty(size), root_blank=True), dim)
-    total, square = np.empty(size), np.empty((dim, dim))
-    touch_pages(total.view(np.uint8))
-    touch_pages(square.reshape(-1).view(np.uint8))
+    total, square = np.empty(dim * (dim + 1) // 2), np.empty((dim, dim))
+    if local_ranks(wire.comm) <= available_cores():
+        touch_pages(total.view(np.uint8))
+        touch_pages(square.reshape(-1).view(np.uint8))
     return from_upper_triangle(wire.reduce(total, root_blank=True), dim, out=square)
 
 
