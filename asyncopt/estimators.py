@@ -142,8 +142,9 @@ class _DDSSModel(BaseEstimator):
                 rows = np.array_split(np.arange(X.shape[0]), comm.Get_size() - 1)[
                     comm.Get_rank() - 1]
                 X_rows = X[rows] if hasattr(X, "tocsr") else np.asarray(X)[rows]
+                # X_rows is a copy: its arrays may serve as the first epoch view
                 shard = Problem(X_rows, problem.y[rows], problem.loss, problem.penalty,
-                                problem.lam, problem.fit_intercept)
+                                problem.lam, problem.fit_intercept, overwrite_X=True)
             return solve_mpi(comm, shard, problem.penalty, X.shape[1], problem.loss.code,
                              problem.lam, problem.fit_intercept, tol=self.tol,
                              max_epochs=int(self.max_epochs),

@@ -214,7 +214,8 @@ def _warm_up(comm, method_flags, loss, fit_intercept, group_size=1):
     shard = None
     if rank > 0:
         lo, hi = worker_rows(n, size - 1, rank - 1)
-        shard = Problem(X[lo:hi], y[lo:hi], loss, penalty, 1.0, fit_intercept)
+        shard = Problem(X[lo:hi], y[lo:hi], loss, penalty, 1.0, fit_intercept,
+                        overwrite_X=True)
     code = get_loss(loss).code
     lam = 0.1 * distributed_lam_max(comm, shard, penalty, n, code, fit_intercept)
     solve_mpi(comm, shard if shard is None else shard.with_lam(lam), penalty, p, code, lam,
@@ -321,7 +322,9 @@ def main(argv=None):
     penalty = make_penalty(p, args.group_size)
     shard, rows = None, 0
     if rank > 0:
-        shard = Problem(X, y, args.loss, penalty, 1.0, args.fit_intercept)
+        # as the command line's workers: the shard's arrays serve as the first view
+        shard = Problem(X, y, args.loss, penalty, 1.0, args.fit_intercept,
+                        overwrite_X=True)
         rows = X.shape[0]
     code = get_loss(args.loss).code
     del X, y

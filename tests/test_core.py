@@ -305,6 +305,61 @@ def test_first_view_waits_for_the_touching_thread_a_bounded_time(monkeypatch):
         np.testing.assert_array_equal(got, want)
 
 
+def test_overwrite_X_lends_its_arrays_to_the_first_view_and_nothing_else():
+    """Problem(overwrite_X=True): once the full active set is built, X is dropped and its
+    index and value arrays hold the first epoch view, which has the same rows as one in
+    new arrays; no touching thread starts; the objective is the same from the full set's
+    shuffled rows; of a problem and its with_lam copy only one set takes the arrays; a
+    problem that keeps X (the default), or whose X is read-only, lends nothing."""
+    from asyncopt.data import make_ctr
+    X, y = make_ctr(3000, 800, nnz_per_row=12, random_state=0)[:2]
+    _, _, _, thresholds, _, _ = _epoch_at_a_certificate(L1, 0.05)
+    kept = Problem(X, y, "squared", L1(800), 0.01, True)
+    plain = kept.full_active_set().without_frozen(thresholds)
+    assert kept.X is not None and kept._spare_view_buffers == []
+    owned = X.copy()
+    indices, data = owned.indices, owned.data
+    lent = Problem(owned, y, "squared", L1(800), 0.01, True, overwrite_X=True)
+    copy = lent.with_lam(0.02)
+    assert lent.X is None
+    active = lent.full_active_set()
+    active.touch_view_buffers()
+    assert active._touching is None
+    rows = active.without_frozen(thresholds)
+    assert rows is not active and rows.indptr[-1] < active.nnz
+    assert np.shares_memory(rows.indices, indices) and np.shares_memory(rows.data, data)
+    for got, want in zip((rows.indptr, rows.indices, rows.data),
+                         (plain.indptr, plain.indices, plain.data)):
+        np.testing.assert_array_equal(got, want)
+    # the copy's set forms its view in arrays of its own
+    other = copy.full_active_set().without_frozen(thresholds)
+    assert not np.shares_memory(other.data, data)
+    np.testing.assert_array_equal(other.data, plain.data)
+    coef = np.zeros(800)
+    coef[[1, 5, 40]] = [0.3, -0.2, 0.1]
+    assert lent.objective(coef, 0.4) == pytest.approx(kept.objective(coef, 0.4), rel=1e-13)
+    frozen = X.copy()
+    frozen.data.setflags(write=False)
+    stays = Problem(frozen, y, "squared", L1(800), 0.01, True, overwrite_X=True)
+    stays.full_active_set()
+    assert stays.X is None and stays._spare_view_buffers == []
+
+
+def test_overwrite_X_solves_the_same_problem():
+    """A DDSS solve on a problem that gave up X takes the same steps as on one that kept
+    it: its views, in X's arrays, hold bit for bit the same rows."""
+    from asyncopt.data import make_ctr
+    X, y = make_ctr(3000, 800, nnz_per_row=12, random_state=2)[:2]
+    kept = Problem(X, y, "squared", L1(800), 1.0, True)
+    lent = Problem(X.copy(), y, "squared", L1(800), 1.0, True, overwrite_X=True)
+    lam = 0.05 * kept.lam_max()
+    one, two = (solve_ddss(p.with_lam(lam), tol=1e-10, random_state=0)
+                for p in (kept, lent))
+    assert lent._spare_view_buffers == []       # a view of the solve took them
+    assert one.n_iter == two.n_iter and one.gap == two.gap
+    np.testing.assert_array_equal(one.coef, two.coef)
+
+
 TIGHT = dict(tol=1e-12, max_epochs=5000, random_state=0)
 
 

@@ -490,7 +490,9 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     y, classes = labels(comm, y, loss, name)
     fit_intercept = not args.no_intercept
     penalty = L1(p)
-    shard = None if X is None else Problem(X, y, loss, penalty, 1.0, fit_intercept)
+    # the shard's rows are this rank's alone: their arrays serve as its first epoch view
+    shard = None if X is None else Problem(X, y, loss, penalty, 1.0, fit_intercept,
+                                           overwrite_X=True)
     lmax = distributed_lam_max(comm, shard, penalty, n, code, fit_intercept)
     alpha, ratio = agree(comm, lambda: alpha_from(args, lmax, name))
     if shard is not None:
