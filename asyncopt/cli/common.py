@@ -419,7 +419,9 @@ def fit_and_report(args, prog, loss, title):
         if not np.all(np.isfinite(y)):
             raise ValueError(f"{name}: targets contain NaN or infinity")
 
-    problem = Problem(X, y, loss, L1(p), 1.0, fit_intercept)
+    # X was read for this solve alone: its arrays serve as the first epoch view (CTR
+    # 200,000 x 100,000 on 2 threads, 10 alternating runs: median 0.44 -> 0.40 s)
+    problem = Problem(X, y, loss, L1(p), 1.0, fit_intercept, overwrite_X=True)
     lmax = float(problem.lam_max())
     alpha, ratio = alpha_from(args, lmax, name)
     leader = world is None or world[0] == 0
