@@ -680,7 +680,7 @@ class SupportRows:
         if self._hessian is None and self._restricted is not None:
             curvatures = restricted_curvatures(*self._restricted, moves, self.size,
                                                self.intercept)
-            return at_point + moves @ self.slope + 0.5 * curvatures
+            return quadratic_model_sums(at_point, self.slope, moves, curvatures)
         return quadratic_trial_sums(at_point, self.slope, self.hessian_sums(), moves)
 
 
@@ -696,7 +696,14 @@ def quadratic_trial_sums(loss_sum, slope, hessian, moves):
     sum_i f(z_i), g = ``slope`` (``shard_slope``) and H = ``hessian`` the sums over the
     same rows. Dis-DDSS's server takes them from the reduced sums (no round of the
     workers' trial losses)."""
-    return loss_sum + moves @ slope + 0.5 * np.einsum("ij,ij->i", moves @ hessian, moves)
+    return quadratic_model_sums(loss_sum, slope, moves,
+                                np.einsum("ij,ij->i", moves @ hessian, moves))
+
+
+def quadratic_model_sums(loss_sum, slope, moves, curvatures):
+    """``quadratic_trial_sums`` from the curvatures m^T H m of the rows m of ``moves``,
+    however they were summed."""
+    return loss_sum + moves @ slope + 0.5 * curvatures
 
 
 def upper_triangle(matrix):
