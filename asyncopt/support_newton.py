@@ -106,6 +106,21 @@ def _insert_sorted(where, value, first, end, q, v):
     value[b + 1] = v
 
 
+@njit(cache=True, inline="always")
+def _row_in_support(indptr, indices, data, position, i, where, value, first):
+    """Row i's entries in S (``position[j]`` >= 0) written from ``first`` into ``where``
+    (their positions in S) and ``value``, sorted by position (``_insert_sorted``, a
+    no-op on rows stored in column order); returns where they end. What every kernel
+    that forms Hessian sums on S reads of a row."""
+    end = first
+    for k in range(indptr[i], indptr[i + 1]):
+        q = position[indices[k]]
+        if q >= 0:
+            _insert_sorted(where, value, first, end, q, data[k])
+            end += 1
+    return end
+
+
 @njit(cache=True, nogil=True)
 def support_hessian_triangle(indptr, indices, data, position, code, z, y, size, intercept):
     """The upper triangle, column by column (``upper_triangle``'s order), of sum_i
@@ -131,12 +146,7 @@ def support_hessian_triangle(indptr, indices, data, position, code, z, y, size, 
     last = size * (size + 1) // 2       # where the intercept's column starts
     for i in range(indptr.shape[0] - 1):
         weight = loss_second_derivative(code, z[i], y[i])
-        m = 0
-        for k in range(indptr[i], indptr[i + 1]):
-            q = position[indices[k]]
-            if q >= 0:
-                _insert_sorted(where, value, 0, m, q, data[k])
-                m += 1
+        m = _row_in_support(indptr, indices, data, position, i, where, value, 0)
         for c in range(m):
             column = where[c] * (where[c] + 1) // 2     # entry (q, c), q <= c
             vc = weight * value[c]
@@ -176,15 +186,10 @@ def support_hessian_rows(indptr, indices, data, position, code, z, y, size, inte
     where = np.empty(size, dtype=np.int64)
     value = np.empty(size)
     for i in range(indptr.shape[0] - 1):
-        m = 0
+        m = _row_in_support(indptr, indices, data, position, i, where, value, 0)
         touched = False
-        for k in range(indptr[i], indptr[i + 1]):
-            q = position[indices[k]]
-            if q >= 0:
-                where[m] = q
-                value[m] = data[k]
-                touched = touched or fresh_row[q] >= 0
-                m += 1
+        for a in range(m):
+            touched = touched or fresh_row[where[a]] >= 0
         if not touched:
             continue
         weight = loss_second_derivative(code, z[i], y[i])
@@ -406,12 +411,7 @@ def restricted_rows(indptr, indices, data, position, code, z, y):
     at = 0
     out_indptr[0] = 0
     for i in range(n):
-        first = at
-        for k in range(indptr[i], indptr[i + 1]):
-            q = position[indices[k]]
-            if q >= 0:
-                _insert_sorted(positions, values, first, at, q, data[k])
-                at += 1
+        at = _row_in_support(indptr, indices, data, position, i, positions, values, at)
         out_indptr[i + 1] = at
         weights[i] = loss_second_derivative(code, z[i], y[i])
     return out_indptr, positions, values, weights
