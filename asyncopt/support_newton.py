@@ -457,12 +457,26 @@ def shard_slope(correlation_S, rho_sum, intercept):
 
 
 def symmetric_times(matrix, v):
-    """matrix @ v for a symmetric float64 matrix, read from its upper triangle (BLAS dsymv
-    on the lower triangle of the transposed view, which is Fortran-ordered: no copy): half
-    the memory a general product reads. |S| = 1,250: 0.15 ms against 0.25 ms; eight
-    processes at once on 2 cores (the workers of mpirun -n 9 answering one CG product)
-    0.4-0.85 ms against 1.6-2.4 ms."""
-    return dsymv(1.0, np.asfortranarray(matrix.T), np.asarray(v, np.float64), lower=1)
+    """matrix @ v for a symmetric float64 matrix, read from its lower triangle (BLAS dsymv
+    on the upper triangle of the transposed view, which is Fortran-ordered: no copy): half
+    the memory a general product reads, and all that ``lower_from_upper_triangle`` fills
+    in. |S| = 1,250: 0.15 ms against 0.25 ms; eight processes at once on 2 cores (the
+    workers of mpirun -n 9 answering one CG product) 0.4-0.85 ms against 1.6-2.4 ms."""
+    return dsymv(1.0, np.asfortranarray(matrix.T), np.asarray(v, np.float64), lower=0)
+
+
+def symmetric_submatrix(lower, positions):
+    """The symmetric matrix's block on ``positions`` (any order) from its lower
+    triangle (``lower``: a square matrix whose entries above the diagonal are not read)."""
+    block = lower[np.ix_(positions, positions)]
+    return np.where(positions[:, None] >= positions[None, :], block, block.T)
+
+
+def symmetric_from_lower(matrix):
+    """``matrix`` with its entries above the diagonal set from those below, in place."""
+    for j in range(matrix.shape[0] - 1):
+        matrix[j, j + 1:] = matrix[j + 1:, j]
+    return matrix
 
 
 @njit(cache=True)
@@ -566,9 +580,11 @@ class ReducedHessian:
 
     def assemble(self, plan, rows):
         """The server's sum on S' from ``plan`` (``fresh``'s) and ``rows``, the summed
-        shares' rows of the new coordinates (|N| x (|S'| + 1), flat)."""
+        shares' rows of the new coordinates (|N| x (|S'| + 1), flat). The kept sum may
+        hold only its lower triangle (``lower_from_upper_triangle``): it is completed
+        first, as S' need not list the kept coordinates in the same order."""
         fresh, old = plan
-        return place_rows(kept_entries(self.hessian, old), fresh,
+        return place_rows(kept_entries(symmetric_from_lower(self.hessian), old), fresh,
                           rows.reshape(fresh.shape[0], old.shape[0]))
 
     def keep(self, ids, intercept, hessian=None):
@@ -694,10 +710,10 @@ def quadratic_trial_sums(loss_sum, slope, hessian, moves):
     """sum_i f(z_i + [a_iS, 1]^T m) = sum_i f(z_i) + g^T m + m^T H m / 2 for each row m
     of ``moves`` (``trial_moves``): exact for the squared loss (f'' = 1), ``loss_sum`` =
     sum_i f(z_i), g = ``slope`` (``shard_slope``) and H = ``hessian`` the sums over the
-    same rows. Dis-DDSS's server takes them from the reduced sums (no round of the
-    workers' trial losses)."""
-    return quadratic_model_sums(loss_sum, slope, moves,
-                                np.einsum("ij,ij->i", moves @ hessian, moves))
+    same rows, read from its lower triangle (``symmetric_times``). Dis-DDSS's server
+    takes them from the reduced sums (no round of the workers' trial losses)."""
+    return quadratic_model_sums(loss_sum, slope, moves, np.array(
+        [move @ symmetric_times(hessian, move) for move in moves]))
 
 
 def quadratic_model_sums(loss_sum, slope, moves, curvatures):
@@ -716,6 +732,20 @@ def upper_triangle(matrix):
     for j in range(dim):
         out[j * (j + 1) // 2:(j + 1) * (j + 2) // 2] = matrix[:j + 1, j]
     return out
+
+
+def lower_from_upper_triangle(values, dim, out=None):
+    """The lower triangle of the symmetric dim x dim matrix whose ``upper_triangle`` is
+    ``values`` (into ``out`` when given), the entries above the diagonal left unwritten:
+    column j's piece of the packed triangle is row j's first j + 1 entries, one
+    contiguous copy each, where ``from_upper_triangle`` also writes each column across
+    the rows: |S| = 1,218 / 1,900, into mapped memory, 0.65 / 1.45 ms against 1.86 /
+    3.75 ms, and about 78% of the pages at 1,500. What the Dis-DDSS server's step reads
+    of its summed Hessian (``dense_move``, ``symmetric_times``)."""
+    matrix = np.empty((dim, dim)) if out is None else out
+    for j in range(dim):
+        matrix[j, :j + 1] = values[j * (j + 1) // 2:(j + 1) * (j + 2) // 2]
+    return matrix
 
 
 def from_upper_triangle(values, dim, out=None):
@@ -1102,7 +1132,8 @@ LINE, PROJECTED = 0, 1   # how a move's vector makes candidates (``move_candidat
 def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, intercept,
                signs=None):
     """The move from the summed Hessian (``support_move`` with its products, diagonal
-    and preconditioner block, and the orthant path where |S| allows it): (kind,
+    and preconditioner block, and the orthant path where |S| allows it; ``hessian_sum``
+    is read from its lower triangle, ``lower_from_upper_triangle``): (kind,
     vector, predicted change of the model, the orthant of S its candidates keep), kind
     None when no move predicts a decrease.
     Two moves are formed and the one whose full step (t = 1) has the lower model value
@@ -1130,9 +1161,10 @@ def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, in
     diagonal = np.diag(hessian_sum).copy()
     positions = preconditioner_coordinates(diagonal[:k], intercept)
     return support_move(lambda v: symmetric_times(hessian_sum, v), diagonal,
-                        (positions, hessian_sum[np.ix_(positions, positions)]),
+                        (positions, symmetric_submatrix(hessian_sum, positions)),
                         correlation_S, rho_sum, point, weights_S, lam, n, intercept, signs,
-                        hessian_sum)
+                        None if uses_hessian_free(k) else
+                        symmetric_from_lower(hessian_sum.copy()))
 
 
 def support_move(hessian_times, diagonal_sum, block_sum, correlation_S, rho_sum, point,

@@ -50,7 +50,7 @@ if ROOT not in sys.path:
 TIMED = (("asyncopt.solvers.mpi", None,
           ("svrg_epoch_l1", "svrg_epoch_group", "csr_rmatvec", "_intercept_refit",
            "_anchor_without_optimal_zeros", "_serve_inner", "_work_inner", "dense_move",
-           "from_upper_triangle")),
+           "from_upper_triangle", "lower_from_upper_triangle")),
          # a worker's certificate takes A^T rho through ActiveSet.residual_correlation_at
          ("asyncopt.problem", None, ("csr_rmatvec",)),
          ("asyncopt.problem", "ActiveSet", ("margins", "without_frozen")),

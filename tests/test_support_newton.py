@@ -160,7 +160,8 @@ def test_reduced_hessian_from_the_new_rows_is_the_sum_of_the_shares(intercept):
     on S' whose coordinates are mostly known gets from the workers only their shares' rows
     of the new ones, and the assembled sum is support_hessian_sums over all rows on S'.
     Feature ids are the original ones (a compaction renumbers the columns in between);
-    mostly new coordinates, another intercept or nothing kept: the whole triangle."""
+    the kept sum holds its lower triangle alone; mostly new coordinates, another
+    intercept or nothing kept: the whole triangle."""
     rng = np.random.default_rng(8)
     X = sp.random(90, 30, density=0.3, random_state=8, format="csr")
     y = rng.standard_normal(90)
@@ -177,7 +178,10 @@ def test_reduced_hessian_from_the_new_rows_is_the_sum_of_the_shares(intercept):
     server, worker = ReducedHessian(), ReducedHessian()
     first = np.array([1, 4, 6, 9, 13, 22, 27, 29])
     assert server.fresh(first, intercept) is None
-    server.keep(first, intercept, sum(direct(X, first, rows) for rows in shards))
+    summed = sum(direct(X, first, rows) for rows in shards)
+    # the server keeps the lower triangle alone (``lower_from_upper_triangle``)
+    server.keep(first, intercept,
+                np.tril(summed) + np.triu(np.full_like(summed, np.nan), 1))
     worker.keep(first, intercept)
     kept = np.setdiff1d(np.arange(30), [2, 6, 17])          # columns 2, 6, 17 screened
     compact = sp.csr_matrix(X[:, kept])
@@ -305,10 +309,54 @@ def test_symmetric_times_is_the_product_with_the_symmetric_matrix():
     matrix, v = a + a.T, rng.standard_normal(40)
     np.testing.assert_allclose(support_newton.symmetric_times(matrix, v), matrix @ v,
                                rtol=1e-13, atol=1e-13)
-    # a product reads the upper triangle: the lower one may hold anything
-    upper_only = np.triu(matrix) + np.tril(np.full((40, 40), np.nan), -1)
-    np.testing.assert_allclose(support_newton.symmetric_times(upper_only, v), matrix @ v,
+    # a product reads the lower triangle: the upper one may hold anything
+    lower_only = np.tril(matrix) + np.triu(np.full((40, 40), np.nan), 1)
+    np.testing.assert_allclose(support_newton.symmetric_times(lower_only, v), matrix @ v,
                                rtol=1e-13, atol=1e-13)
+
+
+def test_the_lower_triangle_unpacked_serves_every_read_of_the_servers_step():
+    """lower_from_upper_triangle fills row j's first j + 1 entries from the packed upper
+    triangle and writes nothing above the diagonal; from that lower triangle alone
+    symmetric_submatrix gives any block (positions in any order), symmetric_from_lower
+    the whole matrix, quadratic_trial_sums the exact quadratic model, and dense_move the
+    same move as from the full matrix, on the orthant path (|S| <= 398) too; the pages
+    touch_lower_triangle maps are those the triangle lies in."""
+    from asyncopt.kernels.linalg import touch_lower_triangle
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((9, 30))
+    matrix = a.T @ a + np.eye(30)
+    packed = support_newton.upper_triangle(matrix)
+    lower = support_newton.lower_from_upper_triangle(packed, 30,
+                                                     out=np.full((30, 30), np.nan))
+    np.testing.assert_array_equal(np.tril(lower), np.tril(matrix))
+    assert np.isnan(lower[np.triu_indices(30, 1)]).all()
+    positions = np.array([17, 2, 29, 5])
+    np.testing.assert_array_equal(support_newton.symmetric_submatrix(lower, positions),
+                                  matrix[np.ix_(positions, positions)])
+    np.testing.assert_array_equal(support_newton.symmetric_from_lower(lower.copy()),
+                                  matrix)
+    moves = rng.standard_normal((4, 30))
+    np.testing.assert_allclose(
+        support_newton.quadratic_trial_sums(2.0, np.ones(30), lower, moves),
+        2.0 + moves.sum(axis=1) + 0.5 * np.einsum("ij,jk,ik->i", moves, matrix, moves),
+        rtol=1e-12)
+    corr, point = rng.standard_normal(29) * 5, np.r_[rng.standard_normal(20), np.zeros(10)]
+    for n in (1, 50):
+        got, want = (dense_move(h, corr, 0.3, point, np.ones(29), 1.0, n, True)
+                     for h in (lower.copy(), matrix.copy()))
+        assert got[0] == want[0] and got[0] is not None
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-10, atol=1e-12)
+    dim = 1500
+    memory = np.ones(dim * dim * 8, dtype=np.uint8)
+    touch_lower_triangle(memory, dim)
+    touched = np.unique(np.flatnonzero(memory == 0) // 4096)
+    starts = np.arange(dim) * dim * 8
+    holds = np.zeros(-(-memory.shape[0] // 4096), dtype=bool)
+    for j, start in enumerate(starts):
+        holds[start // 4096:(start + 8 * (j + 1) - 1) // 4096 + 1] = True
+    np.testing.assert_array_equal(touched, np.flatnonzero(holds))
+    assert touched.shape[0] < 0.8 * holds.shape[0]
 
 
 def test_candidates_along_the_line_and_projected_onto_the_orthant():

@@ -43,6 +43,21 @@ def touch_pages(memory, stop=None):
     return memory.shape[0]
 
 
+@njit(cache=True)
+def touch_lower_triangle(memory, dim):
+    """``touch_pages`` for the pages of a C-ordered dim x dim float64 matrix (``memory``:
+    its bytes, flat) that hold its lower triangle, row j's first j + 1 entries: about
+    half of them."""
+    for j in range(dim):
+        start = j * dim * 8
+        end = start + (j + 1) * 8
+        memory[start] = 0
+        page = (start // 4096 + 1) * 4096
+        while page < end:
+            memory[page] = 0
+            page += 4096
+
+
 class IdlePageToucher:
     """The arrays ``make()`` returns, their pages mapped (``touch_pages``) on a thread
     that runs only on a core nothing else wants (SCHED_IDLE where the OS has it), for a

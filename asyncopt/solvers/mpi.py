@@ -110,7 +110,7 @@ import time
 import numpy as np
 
 from ..cores import available_cores, blas_threads, blas_threads_beside, in_small_pages
-from ..kernels.linalg import csr_rmatvec, touch_pages
+from ..kernels.linalg import csr_rmatvec, touch_lower_triangle, touch_pages
 from ..kernels.messages import (ChangeLog, add_weighted_delta, apply_reply, bitmap_words,
                                 decode_index, encode_index, index_length, take_delta,
                                 write_index)
@@ -127,6 +127,7 @@ from ..group_newton import (HESSIAN_FREE_MAX_SUPPORT, entering_groups,
 from ..support_newton import (LINE, STEP_GRID, ReducedHessian, StallWatch, SupportRows,
                               best_candidate, dense_move, entering_coordinates,
                               entering_limit, firm_support, from_upper_triangle,
+                              lower_from_upper_triangle,
                               move_candidates, preconditioner_coordinates,
                               preconditioner_size, pruned_coordinates, prunes_for_step,
                               quadratic_trial_sums, shard_slope, support_move,
@@ -867,7 +868,7 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         fresh_numbers = 0 if plan is None else plan[0].shape[0] * dim   # none: no round
         if server:
             if plan is None:
-                hessian = _summed_hessian(wire, dim)
+                hessian = _summed_hessian(wire, dim, lower_only=not groups)
             else:
                 hessian = reduced.assemble(plan, wire.reduce(
                     np.empty(fresh_numbers), root_blank=True)
@@ -916,18 +917,25 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         float(STEP_GRID[index]), used["products"]
 
 
-def _summed_hessian(wire, dim):
+def _summed_hessian(wire, dim, lower_only=False):
     """The server's sum of the workers' Hessian shares (their ``upper_triangle``s, summed
-    in place) as the symmetric dim x dim matrix. Where each rank of the node has a core,
-    the server's is idle while the workers form their shares, and it first maps the
-    pages of the sum and of the matrix (``touch_pages``) so that the reduction and the
-    unpacking write into mapped memory: 5.9 + 11.9 MB at |S| = 1,217 (CTR 200,000 x
-    100,000, 1e-3 lam_max), ~2.5 us a 4 kB page on the 2-core VM."""
+    in place) as the symmetric dim x dim matrix, or with ``lower_only`` its lower
+    triangle alone (``lower_from_upper_triangle``: all the L1 step reads, half the
+    pages). Where each rank of the node has a core, the server's is idle while the
+    workers form their shares, and it first maps the pages of the sum and of the
+    matrix (``touch_pages``) so that the reduction and the unpacking write into mapped
+    memory: 5.9 + 11.9 MB at |S| = 1,217 (CTR 200,000 x 100,000, 1e-3 lam_max), ~2.5 us
+    a 4 kB page on the 2-core VM."""
     total, square = np.empty(dim * (dim + 1) // 2), np.empty((dim, dim))
     if local_ranks(wire.comm) <= available_cores():
         touch_pages(total.view(np.uint8))
-        touch_pages(square.reshape(-1).view(np.uint8))
-    return from_upper_triangle(wire.reduce(total, root_blank=True), dim, out=square)
+        memory = square.reshape(-1).view(np.uint8)
+        if lower_only:
+            touch_lower_triangle(memory, dim)
+        else:
+            touch_pages(memory)
+    unpack = lower_from_upper_triangle if lower_only else from_upper_triangle
+    return unpack(wire.reduce(total, root_blank=True), dim, out=square)
 
 
 def _entering_coordinates(wire, x, correlation, n, lam, weights, column_sq):
