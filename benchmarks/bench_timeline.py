@@ -32,6 +32,12 @@ total; for each worker its waits in all and those at the inner loops' ends (its 
 batch done, the server's stop not yet there); the floor; the idle cores;
 ``results/bench_timeline.json`` holds the machine, the run's history, the CPU total, the
 idle cores and every event (name, start, end; seconds from the first rank's solve start).
+
+Where the ranks ran (``shared_cores``): each timed call notes the logical CPU it ended on,
+and the run names the ranks whose main CPUs are two logical CPUs of one physical core
+(``common.smt_siblings``; ``placement`` in the JSON). On the third 16-core lend the same
+work took 370-393 CPU ms on some workers and 482-525 on others for the whole solve;
+whether those shared physical cores was not recorded.
 """
 import argparse
 import json
@@ -66,9 +72,12 @@ EPOCH_KERNELS = ("svrg_epoch_l1", "svrg_epoch_group")
 def install_timers(events):
     """Wrap TIMED and the waits (``wire.poll``, as solvers/wire.py and channels.py call
     it) so that each call appends (name, start, end, CPU seconds of this process in it,
-    minor page faults of the calling thread in it) to ``events``."""
+    minor page faults of the calling thread in it, the logical CPU it ended on) to
+    ``events``."""
     import importlib
     import resource
+
+    current_cpu = running_cpu()
 
     def thread_faults():
         return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
@@ -80,7 +89,7 @@ def install_timers(events):
                 return fn(*args, **kwargs)
             finally:
                 events.append((name, start, time.perf_counter(), time.process_time() - cpu,
-                               thread_faults() - faults))
+                               thread_faults() - faults, current_cpu()))
         return wrapper
 
     for module_name, class_name, names in TIMED:
@@ -92,6 +101,19 @@ def install_timers(events):
     wire = importlib.import_module("asyncopt.solvers.wire")
     channels = importlib.import_module("asyncopt.solvers.channels")
     wire.poll = channels.poll = timed(WAIT, wire.poll)
+
+
+def running_cpu():
+    """A function that returns the logical CPU the calling thread runs on (glibc's
+    ``sched_getcpu``, a vDSO call of well under a microsecond), or -1 where there is
+    none."""
+    import ctypes
+    try:
+        getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
+    except (AttributeError, OSError):
+        return lambda: -1
+    getcpu.restype = ctypes.c_int
+    return getcpu
 
 
 def kernel_usage():
@@ -141,23 +163,28 @@ def summarise(ranks):
     """Per rank: {"rank", "start_s" (its solve's start), "solve_ms", "cpu_ms" (the
     process's CPU time in the solve), "system_ms" (of it in the kernel), "page_faults",
     "totals_ms" {name: inclusive ms}, "cpu_totals_ms" {name: CPU ms in it},
-    "fault_totals" {name: the calling thread's minor page faults in it}, and for
-    workers "inner_end_wait_ms"}; event times relative to the earliest solve start."""
+    "fault_totals" {name: the calling thread's minor page faults in it}, "cpus" [[logical
+    CPU, timed calls that ended on it], ...] most first, and for workers
+    "inner_end_wait_ms"}; event times relative to the earliest solve start."""
     origin = min(rank[1] for rank in ranks)
     out = []
     for rank, start, end, events, cpu, system, faults in sorted(ranks):
         totals = {}
         cpu_totals = {}
         fault_totals = {}
-        for name, a, z, c, f in events:
+        cpus = {}
+        for name, a, z, c, f, on in events:
             totals[name] = totals.get(name, 0.0) + 1e3 * (z - a)
             cpu_totals[name] = cpu_totals.get(name, 0.0) + 1e3 * c
             fault_totals[name] = fault_totals.get(name, 0) + int(f)
+            cpus[on] = cpus.get(on, 0) + 1
         row = {"rank": rank, "start_s": start - origin, "solve_ms": 1e3 * (end - start),
                "cpu_ms": 1e3 * cpu,
                "system_ms": 1e3 * system, "page_faults": int(faults),
                "totals_ms": totals, "cpu_totals_ms": cpu_totals,
                "fault_totals": fault_totals,
+               "cpus": sorted(([cpu, count] for cpu, count in cpus.items()),
+                              key=lambda item: -item[1]),
                "events": [(name, a - origin, z - origin) for name, a, z, *_ in events]}
         if rank > 0:
             tail = 0.0
@@ -232,6 +259,42 @@ def activity_label(busy):
     return ", ".join(parts)
 
 
+def shared_cores(rows, siblings):
+    """Where the ranks ran: ([rank, its main CPU (where most of its timed calls ended),
+    that CPU's share of them] per rank, [[rank, rank, cpu, cpu], ...] the pairs whose
+    main CPUs are two logical CPUs of one physical core (``siblings``:
+    ``common.smt_siblings``), [[rank, rank, cpu], ...] the pairs on the same CPU)."""
+    core_of = {cpu: index for index, group in enumerate(siblings) for cpu in group}
+    placed = []
+    for row in rows:
+        if row.get("cpus"):
+            cpu, count = row["cpus"][0]
+            placed.append([row["rank"], cpu, count / sum(c for _, c in row["cpus"])])
+    smt, same = [], []
+    for i, (rank_a, cpu_a, _) in enumerate(placed):
+        for rank_b, cpu_b, _ in placed[i + 1:]:
+            if cpu_a == cpu_b:
+                same.append([rank_a, rank_b, cpu_a])
+            elif cpu_a in core_of and core_of.get(cpu_b) == core_of[cpu_a]:
+                smt.append([rank_a, rank_b, cpu_a, cpu_b])
+    return placed, smt, same
+
+
+def format_placement(placed, smt, same, siblings):
+    """One line for ``shared_cores``' answer."""
+    line = "ranks on CPUs (share of timed calls): " + ", ".join(
+        f"{rank}: {cpu} ({share:.0%})" for rank, cpu, share in placed)
+    if not siblings:
+        line += "; no physical core has several logical CPUs here"
+    else:
+        line += "; one physical core: " + (", ".join(
+            f"ranks {a} and {b} (CPUs {x}, {y})" for a, b, x, y in smt) or "no two ranks")
+    if same:
+        line += "; one CPU: " + ", ".join(f"ranks {a} and {b} ({cpu})"
+                                          for a, b, cpu in same)
+    return line
+
+
 def format_rank(row):
     totals = sorted(row["totals_ms"].items(), key=lambda item: -item[1])
     head = (f"rank {row['rank']}: solve {row['solve_ms']:.0f} ms, CPU "
@@ -293,12 +356,17 @@ def main(argv=None):
     print(f"cores idle {idle['idle_core_ms']:.0f} of {span:.0f} core-ms "
           f"({idle['idle_core_ms'] / span:.0%}), while: " + "; ".join(
               f"{label} {ms:.1f}" for label, ms in idle["by_activity"][:IDLE_SHOWN]))
+    machine = machine_info(("mpi4py",))
+    placed, smt, same = shared_cores(rows, machine["smt_siblings"])
+    print(format_placement(placed, smt, same, machine["smt_siblings"]))
     path = args.output or os.path.join(RESULTS_DIR, "bench_timeline.json")
-    write_json(path, {"benchmark": "bench_timeline", "machine": machine_info(("mpi4py",)),
+    write_json(path, {"benchmark": "bench_timeline", "machine": machine,
                       "ranks": args.ranks, "data": args.data, "loss": args.loss,
                       "lam_ratio": args.lam_ratio, "seed": args.seed, "tol": args.tol,
                       "cores": cores, "cpu_ms": cpu_total, "wait_cpu_ms": waiting,
                       "history": history, "idle": idle,
+                      "placement": {"ranks": placed, "one_physical_core": smt,
+                                    "one_cpu": same},
                       "per_rank": rows})
     print(f"wrote {path}")
     return 0

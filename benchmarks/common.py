@@ -48,6 +48,32 @@ def total_memory_gb():
     return None
 
 
+def smt_siblings(root="/sys/devices/system/cpu"):
+    """The logical CPUs that share a physical core, as sorted groups of two or more
+    (Linux's ``topology/thread_siblings_list``; [] where no core has several, or the
+    topology is not readable). Ranks on two CPUs of one group share that core's units:
+    on the 16-core lends some workers ran the same work 1.4x slower for a whole solve
+    (benchmarks/README.md), and bench_timeline names which ranks shared a core."""
+    groups = set()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith("cpu") and n[3:].isdigit()]
+    except OSError:
+        return []
+    for name in names:
+        try:
+            with open(os.path.join(root, name, "topology", "thread_siblings_list")) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        cpus = []
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.extend(range(int(lo), int(hi or lo) + 1))
+        if len(cpus) > 1:
+            groups.add(tuple(sorted(cpus)))
+    return [list(group) for group in sorted(groups)]
+
+
 def package_versions(names):
     """{name: version or None} for the importable packages among ``names``."""
     out = {}
@@ -81,6 +107,7 @@ def machine_info(extra_packages=()):
         "cpu_count": os.cpu_count(),
         "cpu_model": cpu_model(),
         "memory_gb": total_memory_gb(),
+        "smt_siblings": smt_siblings(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "versions": package_versions(("numpy", "scipy", "numba", "asyncopt")

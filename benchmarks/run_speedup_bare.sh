@@ -43,6 +43,8 @@ export LD_LIBRARY_PATH="$PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 MPIRUN="$PREFIX/bin/mpirun"
 nproc
 lscpu | grep -Ei "model name|^CPU\(s\)|thread|socket|numa node"
+# which logical CPUs share a physical core (bench_timeline names the ranks that did)
+{ lscpu; echo; lscpu -e; } > "$OUT/lscpu.txt" 2>&1
 python3 -c "import numpy, scipy, numba, mpi4py; print('numpy', numpy.__version__,
 'scipy', scipy.__version__, 'numba', numba.__version__, 'mpi4py', mpi4py.__version__)"
 "$MPIRUN" -n 2 python3 -c "from mpi4py import MPI; c = MPI.COMM_WORLD

@@ -165,6 +165,11 @@ def test_bench_timeline_times_every_ranks_kernels_and_waits(tmp_path):
     for row in rows.values():
         assert 0.0 <= row["system_ms"] <= row["cpu_ms"] + 1.0
         assert row["page_faults"] >= 0
+    # every timed call noted a CPU of this machine, and the placement names each rank's
+    for row in rows.values():
+        assert sum(count for _, count in row["cpus"]) == len(row["events"])
+        assert all(0 <= cpu < os.cpu_count() for cpu, _ in row["cpus"])
+    assert [rank for rank, _, _ in payload["placement"]["ranks"]] == [0, 1, 2]
     idle = payload["idle"]
     span = max(row["solve_ms"] for row in rows.values()) * min(payload["cores"], 3)
     assert 0.0 <= idle["idle_core_ms"] <= span * 1.01
@@ -197,3 +202,34 @@ def test_bench_timeline_finds_where_the_cores_idle():
     assert dict(idle["by_activity"]) == pytest.approx(
         {"server dense_move": 20.0, "1 worker svrg_epoch_l1": 10.0,
          "2 workers svrg_epoch_l1": 5.0})
+
+
+def test_bench_timeline_names_the_ranks_that_share_a_physical_core(tmp_path):
+    """smt_siblings reads the sibling groups of a made-up sysfs tree (ranges and lists,
+    each group once, single CPUs left out), and shared_cores places each rank on the CPU
+    where most of its timed calls ended: ranks on two CPUs of one group share a physical
+    core, ranks on one CPU share it, ranks on other groups share nothing."""
+    from benchmarks.bench_timeline import format_placement, shared_cores
+    from benchmarks.common import smt_siblings
+    lists = {0: "0,4", 1: "1-1", 2: "2,6", 3: "3", 4: "0,4", 6: "2,6"}
+    for cpu, text in lists.items():
+        folder = tmp_path / f"cpu{cpu}" / "topology"
+        folder.mkdir(parents=True)
+        (folder / "thread_siblings_list").write_text(text + "\n")
+    (tmp_path / "cpufreq").mkdir()
+    siblings = smt_siblings(str(tmp_path))
+    assert siblings == [[0, 4], [2, 6]]
+    assert smt_siblings(str(tmp_path / "absent")) == []
+    rows = [{"rank": 0, "cpus": [[3, 9], [0, 1]]},
+            {"rank": 1, "cpus": [[0, 10]]},
+            {"rank": 2, "cpus": [[4, 6], [2, 2]]},
+            {"rank": 3, "cpus": [[2, 5]]},
+            {"rank": 4, "cpus": [[2, 5]]},
+            {"rank": 5, "cpus": []}]
+    placed, smt, same = shared_cores(rows, siblings)
+    assert placed == [[0, 3, 0.9], [1, 0, 1.0], [2, 4, 0.75], [3, 2, 1.0], [4, 2, 1.0]]
+    assert smt == [[1, 2, 0, 4]]
+    assert same == [[3, 4, 2]]
+    line = format_placement(placed, smt, same, siblings)
+    assert "ranks 1 and 2 (CPUs 0, 4)" in line and "ranks 3 and 4 (2)" in line
+    assert "no physical core has several" in format_placement(placed, [], [], [])
