@@ -800,11 +800,14 @@ class _RootComm:
     """Rank 0 of a communicator of ``size`` ranks, as a Wire's constructor sees it: its
     allreduce (of the agreement word, over MAX) returns the larger of this rank's word
     and the other ranks', whose level is ``other`` and route ``route`` (an index of
-    REDUCE_ROUTES); ``seen`` records the ops."""
+    REDUCE_ROUTES), or, given ``words``, the next of those words at each call; ``seen``
+    records the ops. Its node (``Split_type``) holds the other ranks' affinity masks
+    ``node_masks`` (lists of CPU ids; ``node_load`` adds their loads to this rank's)."""
 
-    def __init__(self, size, other=0, route=0):
+    def __init__(self, size, other=0, route=0, words=None, node_masks=()):
         from asyncopt.solvers.wire import agreement_word
         self.size, self.other, self.seen = size, agreement_word(other, route), []
+        self.words, self.node_masks, self.nodes = list(words or []), node_masks, []
 
     def Get_rank(self):
         return 0
@@ -814,7 +817,62 @@ class _RootComm:
 
     def allreduce(self, value, op=None):
         self.seen.append(op)
-        return max(value, self.other)
+        return max(value, self.words.pop(0) if self.words else self.other)
+
+    def Split_type(self, split_type, key=0):
+        node = _NodeComm(self.node_masks)
+        self.nodes.append(node)
+        return node
+
+
+class _NodeComm:
+    """The node of a ``_RootComm``: Allreduce(IN_PLACE, load, SUM) adds the other ranks'
+    loads (1 / |mask| on each CPU of a mask) to ``load``."""
+
+    def __init__(self, masks):
+        self.masks, self.freed = [list(mask) for mask in masks], False
+
+    def Allreduce(self, sendbuf, recvbuf, op=None):
+        for mask in self.masks:
+            recvbuf[mask] += 1.0 / len(mask)
+
+    def Free(self):
+        self.freed = True
+
+
+def test_ranks_bound_to_a_core_each_count_the_cores_of_their_node(monkeypatch):
+    """A launcher that binds each rank to one core (mpirun -bind-to core, srun
+    --cpu-bind=cores) leaves each rank one CPU in its affinity mask: the Wire sums what
+    each CPU of the node carries (node_load: a rank spread evenly over its mask), so 4
+    ranks bound to 4 CPUs have a core each; a fifth bound to one of them makes 2 on that
+    core (crowded), ranks spread over two CPUs 1.5 (oversubscribed); the node's CPUs are
+    the union of the masks; the node communicator is freed, and the ranks agree twice
+    (any bound rank first). Unbound, no node communicator is made."""
+    from mpi4py import MPI
+    from asyncopt.solvers.wire import Wire, agreement_word
+
+    monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    for masks, oversubscribed, crowded in (([[1], [2], [3]], False, False),
+                                           ([[1], [2], [3], [0]], True, True),
+                                           ([[1, 2], [1, 2], [3]], False, False),
+                                           ([[1, 2], [1, 2], [1, 2], [3]], True, False)):
+        monkeypatch.setenv("MPI_LOCALNRANKS", str(1 + len(masks)))
+        # the other ranks: bound too (each sees one or two cores: crowded), then the
+        # level of the node's load (this rank's)
+        level = int(oversubscribed) + int(crowded)
+        comm = _RootComm(1 + len(masks), node_masks=masks,
+                         words=[agreement_word(2, 0, True), agreement_word(level, 0)])
+        link = Wire(comm)
+        assert (link.oversubscribed, link.crowded, link.node_cores) == \
+            (oversubscribed, crowded, 4)
+        assert comm.seen == [MPI.MAX, MPI.MAX] and [n.freed for n in comm.nodes] == [True]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setenv("MPI_LOCALNRANKS", "4")
+    comm = _RootComm(4, node_masks=[[1], [2], [3]])
+    link = Wire(comm)
+    assert not link.oversubscribed and comm.nodes == [] and comm.seen == [MPI.MAX]
 
 
 def test_oversubscription_is_read_from_the_launchers_rank_count(monkeypatch):
@@ -976,17 +1034,43 @@ def test_popular_zeros_enter_the_step_only_where_the_hessian_is_summed(monkeypat
     assert _entering_coordinates(one_node, *args, None).size == 0
 
 
-@pytest.mark.skipif(shutil.which("taskset") is None or (os.cpu_count() or 1) < 2,
-                    reason="needs taskset and 2 cores")
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores")
+def test_mpirun_bind_to_core_leaves_a_core_per_rank_uncrowded(tmp_path):
+    """mpirun -bind-to core -n 2: each rank's affinity mask holds one CPU, and the Wire
+    finds a core per rank (not oversubscribed, not crowded; before, each rank saw one
+    core, and 2 ranks per core made the node crowded); -n 3 on 2 cores: the third rank
+    is bound to a core that carries another, 2 ranks there (crowded)."""
+    code = ("import json, os, sys; from mpi4py import MPI; from asyncopt.solvers.wire "
+            "import Wire; w = Wire(MPI.COMM_WORLD); open(os.path.join(sys.argv[1], "
+            "'%d.json' % w.rank), 'w').write(json.dumps([len(os.sched_getaffinity(0)), "
+            "w.oversubscribed, w.crowded, w.node_cores]))")
+    seen = {}
+    for n_ranks in (2, 3):
+        folder = tmp_path / str(n_ranks)
+        folder.mkdir()
+        proc = subprocess.run([MPIRUN, "-bind-to", "core", "-n", str(n_ranks),
+                               sys.executable, "-c", code, str(folder)], env=rank_env(),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        seen[n_ranks] = [json.loads((folder / f"{rank}.json").read_text())
+                         for rank in range(n_ranks)]
+    if any(mask != 1 for mask, *_ in seen[2]):
+        pytest.skip("this mpirun did not bind each rank to one core")
+    assert all(flags == [1, False, False, 2] for flags in seen[2])
+    assert all(flags[1:] == [True, True, 2] for flags in seen[3])
+
+
+@pytest.mark.skipif(shutil.which("env") is None or (os.cpu_count() or 1) < 2,
+                    reason="needs env and 2 cores")
 def test_a_job_whose_ranks_see_different_room_still_runs(tmp_path):
-    """mpirun -n 1 taskset -c 0 ... : -n 1 ...: the server sees 2 ranks on 1 core
-    (oversubscribed), the worker 2 ranks on its cores (not), as on two machines of a
+    """mpirun -n 1 env MPI_LOCALNRANKS=3 ... : -n 1 ...: the server counts 3 ranks on
+    its node's 2 cores (oversubscribed), the worker 2 (not), as on two machines of a
     hostfile. Before the ranks agreed on the flag, the server's root-centred sends never
     met the worker's Ibcast and the job hung."""
     out = tmp_path / "result.json"
     env = rank_env()
     command = [sys.executable, SCRIPT, str(out), "squared", "ddss", "1"]
-    proc = subprocess.run([MPIRUN, "-n", "1", "taskset", "-c", "0", *command, ":",
+    proc = subprocess.run([MPIRUN, "-n", "1", "env", "MPI_LOCALNRANKS=3", *command, ":",
                            "-n", "1", *command], env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -109,7 +109,7 @@ import time
 
 import numpy as np
 
-from ..cores import available_cores, blas_threads, blas_threads_beside, in_small_pages
+from ..cores import blas_threads, blas_threads_beside, in_small_pages
 from ..kernels.linalg import csr_rmatvec, touch_lower_triangle, touch_pages
 from ..kernels.messages import (ChangeLog, add_weighted_delta, apply_reply, bitmap_words,
                                 decode_index, encode_index, index_length, take_delta,
@@ -927,7 +927,7 @@ def _summed_hessian(wire, dim, lower_only=False):
     memory: 5.9 + 11.9 MB at |S| = 1,217 (CTR 200,000 x 100,000, 1e-3 lam_max), ~2.5 us
     a 4 kB page on the 2-core VM."""
     total, square = np.empty(dim * (dim + 1) // 2), np.empty((dim, dim))
-    if local_ranks(wire.comm) <= available_cores():
+    if local_ranks(wire.comm) <= wire.node_cores:
         touch_pages(total.view(np.uint8))
         memory = square.reshape(-1).view(np.uint8)
         if lower_only:

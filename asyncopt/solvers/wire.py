@@ -26,6 +26,7 @@ SPIN_SECONDS, MAX_PAUSE = 1e-3, 2e-4
 # reduction), "mpi" or "messages"; the environment's ASYNCOPT_MPI_REDUCE
 REDUCE_ROUTES = ("auto", "mpi", "messages")
 CROWDED_RANKS_PER_CORE = 2   # Wire.crowded: at least this many ranks per core on a node
+LEVELS = 3                   # a node's levels (node_level): a core per rank, over, crowded
 TAG_BCAST, TAG_REDUCE = 1001, 1002
 PR_SET_TIMERSLACK, TIMER_SLACK_NS = 29, 1000
 # Linux futex(2) on x86-64 (its stores and loads keep program order, which the doorbell's
@@ -208,11 +209,56 @@ def reduce_route_from_env(route=None):
     return value
 
 
-def agreement_word(level, route):
-    """What a Wire's ranks agree on in one MAX: the node's level (0: a core per rank, 1:
-    oversubscribed, 2: crowded) above the index of the reduction route, so that the
-    largest level wins and every rank ends with the same pair."""
-    return level * len(REDUCE_ROUTES) + route
+def agreement_word(level, route, bound=False):
+    """What a Wire's ranks agree on in one MAX: whether some rank is ``bound`` to fewer
+    CPUs than its machine has, above the node's level (0: a core per rank, 1:
+    oversubscribed, 2: crowded), above the index of the reduction route, so that any
+    bound rank, then the largest level wins, and every rank ends with the same triple
+    (``from_agreement_word``)."""
+    return (int(bound) * LEVELS + level) * len(REDUCE_ROUTES) + route
+
+
+def from_agreement_word(word):
+    """(bound, level, route) of an ``agreement_word``."""
+    rest, route = divmod(int(word), len(REDUCE_ROUTES))
+    bound, level = divmod(rest, LEVELS)
+    return bool(bound), level, route
+
+
+def node_level(ranks, cores):
+    """A node's level for ``ranks`` ranks free to run on any of ``cores`` logical CPUs:
+    ``load_level`` of ranks / cores."""
+    return load_level(ranks / cores)
+
+
+def load_level(load):
+    """2 (crowded) where some CPU carries CROWDED_RANKS_PER_CORE ranks or more, 1
+    (oversubscribed) where one carries more than one, else 0 (a core per rank)."""
+    return 2 if load >= CROWDED_RANKS_PER_CORE - 1e-9 else int(load > 1.0 + 1e-9)
+
+
+def bound_to_fewer_cores():
+    """Whether this process's affinity mask leaves out some of its machine's CPUs: a
+    launcher bound it (``mpirun -bind-to core``, ``srun --cpu-bind=cores``)."""
+    return available_cores() < (os.cpu_count() or 1)
+
+
+def node_load(comm):
+    """(the most ranks of ``comm`` that one logical CPU of this node carries, each rank
+    spread evenly over the CPUs of its affinity mask; how many CPUs the node's ranks may
+    use together): collective on ``comm``. Ranks bound one to a core carry 1 a core,
+    however few CPUs each one's mask holds; two bound to one core carry 2 there."""
+    MPI = _mpi()
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        load = np.zeros(os.cpu_count() or 1)
+        ids = np.fromiter(os.sched_getaffinity(0), dtype=np.int64)
+        ids = ids[ids < load.shape[0]]
+        load[ids] = 1.0 / max(ids.shape[0], 1)
+        node.Allreduce(MPI.IN_PLACE, load, op=MPI.SUM)
+        return float(load.max()), int(np.count_nonzero(load))
+    finally:
+        node.Free()
 
 
 class Wire:
@@ -223,7 +269,10 @@ class Wire:
 
     On a node with more ranks than cores (``oversubscribed``: the launcher's count of
     ranks on the node above this process's cores on any rank of ``comm``, agreed in the
-    constructor, which every rank calls together; or pass it) the collectives are
+    constructor, which every rank calls together; or pass it; where a launcher bound
+    ranks to fewer CPUs than the machine has, what each CPU carries, ``node_load``:
+    ``mpirun -bind-to core -n 2`` on 2 cores took the node for crowded, each rank seeing
+    one core, and is now a core per rank) the collectives are
     root-centred point-to-point messages (Isend / Irecv, tags TAG_BCAST / TAG_REDUCE;
     sums in rank order). MPI's tree collectives pass a message through intermediate
     ranks, and each hop waits until that rank gets a time slice; ranks spinning in the
@@ -260,17 +309,25 @@ class Wire:
         self.received = 0
         crowded = None
         route = REDUCE_ROUTES.index(reduce_route_from_env())
+        # the logical CPUs this node's ranks may use together (``node_load``)
+        self.node_cores = available_cores()
         if oversubscribed is None:
-            ranks, cores = local_ranks(comm), available_cores()
-            level = 2 if ranks >= CROWDED_RANKS_PER_CORE * cores else int(ranks > cores)
+            ranks, bound = local_ranks(comm), bound_to_fewer_cores()
+            level = node_level(ranks, self.node_cores)
             if self.size > 1:
                 # every rank must run the same collectives: one node with more ranks
                 # than cores makes all of them root-centred (a job across machines can
                 # mix such a node with others, and ranks that disagreed would deadlock,
                 # root-centred sends meeting Ibcast); the reductions' route likewise, in
                 # the same word (``agreement_word``)
-                level, route = divmod(comm.allreduce(agreement_word(level, route),
-                                                     op=_mpi().MAX), len(REDUCE_ROUTES))
+                bound, level, route = from_agreement_word(comm.allreduce(
+                    agreement_word(level, route, bound), op=_mpi().MAX))
+                if bound:
+                    # a launcher that binds each rank to a core leaves each one core in
+                    # its mask: count what each CPU carries instead (``node_load``)
+                    load, self.node_cores = node_load(comm)
+                    _, level, route = from_agreement_word(comm.allreduce(
+                        agreement_word(load_level(load), route), op=_mpi().MAX))
             oversubscribed, crowded = level >= 1, level == 2
         self.reduce_route = REDUCE_ROUTES[route]
         self.oversubscribed = bool(oversubscribed)
