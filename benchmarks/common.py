@@ -114,7 +114,9 @@ def machine_info(extra_packages=()):
                                      + tuple(extra_packages)),
         "git": git_revision(),
         "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS",
-                                           "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+                                           "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                                           "HYDRA_BINDING", "ASYNCOPT_MPI_REDUCE",
+                                           "ASYNCOPT_MPI_TRANSPORT")
                 if k in os.environ},
     }
 
