@@ -836,6 +836,9 @@ class _NodeComm:
         for mask in self.masks:
             recvbuf[mask] += 1.0 / len(mask)
 
+    def Get_size(self):
+        return 1 + len(self.masks)
+
     def Free(self):
         self.freed = True
 
@@ -987,10 +990,11 @@ def test_every_rank_agrees_on_root_centred_collectives(monkeypatch):
 
 
 def test_the_newton_steps_cg_asks_the_workers_only_across_machines(monkeypatch):
-    """On one node (the launcher counts every rank of the job here) the L1 step takes the
-    workers' Hessian shares once and runs its CG on the server: a product's round costs
-    more than the bytes. Across machines, products above 398 coordinates
-    (uses_hessian_free), where they send fewer bytes than the shares."""
+    """On one node (the launcher, or else the node communicator, counts every rank of
+    the job here) the L1 step takes the workers' Hessian shares once and runs its CG on
+    the server: a product's round costs more than the bytes. Across machines, products
+    above 398 coordinates (uses_hessian_free), where they send fewer bytes than the
+    shares."""
     from asyncopt.solvers.mpi import cg_products_from_shares
     from asyncopt.solvers.wire import Wire
 
@@ -1002,8 +1006,11 @@ def test_the_newton_steps_cg_asks_the_workers_only_across_machines(monkeypatch):
     assert not cg_products_from_shares(one_node, 1_500)
     assert not cg_products_from_shares(two_nodes, 398)
     assert cg_products_from_shares(two_nodes, 399)
-    monkeypatch.delenv("MPI_LOCALNRANKS")          # no launcher count: one node
-    assert Wire(_RootComm(9)).one_node
+    # no launcher count (srun with PMI): the node communicator counts the ranks here
+    monkeypatch.delenv("MPI_LOCALNRANKS")
+    assert Wire(_RootComm(9, node_masks=[[0]] * 8)).one_node
+    across = Wire(_RootComm(17, node_masks=[[0]] * 7))
+    assert not across.one_node and across.local_ranks == 8
 
 
 def test_popular_zeros_enter_the_step_only_where_the_hessian_is_summed(monkeypatch):
@@ -1034,30 +1041,48 @@ def test_popular_zeros_enter_the_step_only_where_the_hessian_is_summed(monkeypat
     assert _entering_coordinates(one_node, *args, None).size == 0
 
 
+def _wire_flags(folder, n_ranks, mpirun_args=(), command_prefix=()):
+    """[mask size, oversubscribed, crowded, node_cores, local_ranks, one_node] of a Wire
+    on each rank of ``mpirun [mpirun_args] -n n_ranks [command_prefix] python``."""
+    code = ("import json, os, sys; from mpi4py import MPI; from asyncopt.solvers.wire "
+            "import Wire; w = Wire(MPI.COMM_WORLD); open(os.path.join(sys.argv[1], "
+            "'%d.json' % w.rank), 'w').write(json.dumps([len(os.sched_getaffinity(0)), "
+            "w.oversubscribed, w.crowded, w.node_cores, w.local_ranks, w.one_node]))")
+    folder.mkdir()
+    proc = subprocess.run([MPIRUN, *mpirun_args, "-n", str(n_ranks), *command_prefix,
+                           sys.executable, "-c", code, str(folder)], env=rank_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [json.loads((folder / f"{rank}.json").read_text()) for rank in range(n_ranks)]
+
+
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores")
 def test_mpirun_bind_to_core_leaves_a_core_per_rank_uncrowded(tmp_path):
     """mpirun -bind-to core -n 2: each rank's affinity mask holds one CPU, and the Wire
     finds a core per rank (not oversubscribed, not crowded; before, each rank saw one
     core, and 2 ranks per core made the node crowded); -n 3 on 2 cores: the third rank
     is bound to a core that carries another, 2 ranks there (crowded)."""
-    code = ("import json, os, sys; from mpi4py import MPI; from asyncopt.solvers.wire "
-            "import Wire; w = Wire(MPI.COMM_WORLD); open(os.path.join(sys.argv[1], "
-            "'%d.json' % w.rank), 'w').write(json.dumps([len(os.sched_getaffinity(0)), "
-            "w.oversubscribed, w.crowded, w.node_cores]))")
-    seen = {}
-    for n_ranks in (2, 3):
-        folder = tmp_path / str(n_ranks)
-        folder.mkdir()
-        proc = subprocess.run([MPIRUN, "-bind-to", "core", "-n", str(n_ranks),
-                               sys.executable, "-c", code, str(folder)], env=rank_env(),
-                              capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        seen[n_ranks] = [json.loads((folder / f"{rank}.json").read_text())
-                         for rank in range(n_ranks)]
-    if any(mask != 1 for mask, *_ in seen[2]):
+    seen = {n_ranks: _wire_flags(tmp_path / str(n_ranks), n_ranks, ("-bind-to", "core"))
+            for n_ranks in (2, 3)}
+    if any(flags[0] != 1 for flags in seen[2]):
         pytest.skip("this mpirun did not bind each rank to one core")
-    assert all(flags == [1, False, False, 2] for flags in seen[2])
-    assert all(flags[1:] == [True, True, 2] for flags in seen[3])
+    assert all(flags == [1, False, False, 2, 2, True] for flags in seen[2])
+    assert all(flags[1:] == [True, True, 2, 3, True] for flags in seen[3])
+
+
+@pytest.mark.skipif(shutil.which("env") is None or (os.cpu_count() or 1) != 2,
+                    reason="needs env and exactly 2 cores")
+def test_ranks_with_no_launcher_count_count_their_node(tmp_path):
+    """A launcher that gives no count of a node's ranks (srun with PMI; here hydra's
+    MPI_LOCALNRANKS removed with env -u): the Wire counts them on the node communicator
+    under a real launcher, so -n 2 on 2 cores has a core per rank and -n 3 is
+    oversubscribed, one node both. (On one machine the old fallback, the communicator's
+    size, agrees; test_the_newton_steps_cg_asks_the_workers_only_across_machines covers
+    two machines on a fake node.)"""
+    unset = ("env", "-u", "MPI_LOCALNRANKS", "-u", "OMPI_COMM_WORLD_LOCAL_SIZE")
+    for n_ranks, over in ((2, False), (3, True)):
+        for flags in _wire_flags(tmp_path / str(n_ranks), n_ranks, (), unset):
+            assert flags[1:] == [over, False, 2, n_ranks, True]
 
 
 @pytest.mark.skipif(shutil.which("env") is None or (os.cpu_count() or 1) < 2,

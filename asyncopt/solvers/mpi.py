@@ -137,7 +137,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import (SolverResult, epoch_rows, l1_prox_svrg, optimal_zeros,
                    prox_svrg_epochs, worth_compacting)
 from .channels import open_channel
-from .wire import Wire, _mpi, local_ranks
+from .wire import Wire, _mpi
 
 MOVE_CAP, MIN_MOVE_CAP = 1.9, 0.45
 MAX_DAMPING_POWER, CALM_EPOCHS = 4.0, 4
@@ -391,7 +391,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     # one BLAS thread per core a rank has on its node: spinning BLAS pools take the cores
     # the ranks compute on (``cores.blas_threads``)
     blas = contextlib.ExitStack()
-    blas.enter_context(blas_threads(blas_threads_beside(local_ranks(comm))))
+    blas.enter_context(blas_threads(blas_threads_beside(wire.local_ranks)))
     try:
         while True:
             certificate_start = time.perf_counter()
@@ -927,7 +927,7 @@ def _summed_hessian(wire, dim, lower_only=False):
     memory: 5.9 + 11.9 MB at |S| = 1,217 (CTR 200,000 x 100,000, 1e-3 lam_max), ~2.5 us
     a 4 kB page on the 2-core VM."""
     total, square = np.empty(dim * (dim + 1) // 2), np.empty((dim, dim))
-    if local_ranks(wire.comm) <= wire.node_cores:
+    if wire.local_ranks <= wire.node_cores:
         touch_pages(total.view(np.uint8))
         memory = square.reshape(-1).view(np.uint8)
         if lower_only:

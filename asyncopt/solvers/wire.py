@@ -187,15 +187,24 @@ def wait_all(requests, spin=SPIN_SECONDS):
         poll(lambda: _mpi().Request.Testall(requests), spin)
 
 
-def local_ranks(comm):
-    """How many ranks of this job share this node: the launcher's count (MPICH's hydra
-    sets MPI_LOCALNRANKS, Open MPI OMPI_COMM_WORLD_LOCAL_SIZE), else every rank of
-    ``comm`` (one node)."""
+def launcher_local_ranks():
+    """How many ranks of this job share this node by the launcher's count (MPICH's hydra
+    sets MPI_LOCALNRANKS, Open MPI OMPI_COMM_WORLD_LOCAL_SIZE), or None where it sets
+    neither (srun with PMI, another MPI)."""
     for name in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
         value = os.environ.get(name, "")
         if value.isdigit():
             return int(value)
-    return comm.Get_size()
+    return None
+
+
+def local_ranks(comm):
+    """How many ranks of this job share this node: the launcher's count
+    (``launcher_local_ranks``), else every rank of ``comm`` (one node). Not collective;
+    a ``Wire`` counts its node's ranks itself where the launcher gives no count
+    (``Wire.local_ranks``)."""
+    count = launcher_local_ranks()
+    return comm.Get_size() if count is None else count
 
 
 def reduce_route_from_env(route=None):
@@ -209,20 +218,21 @@ def reduce_route_from_env(route=None):
     return value
 
 
-def agreement_word(level, route, bound=False):
-    """What a Wire's ranks agree on in one MAX: whether some rank is ``bound`` to fewer
-    CPUs than its machine has, above the node's level (0: a core per rank, 1:
-    oversubscribed, 2: crowded), above the index of the reduction route, so that any
-    bound rank, then the largest level wins, and every rank ends with the same triple
+def agreement_word(level, route, look=False):
+    """What a Wire's ranks agree on in one MAX: whether some rank must ``look`` at its
+    node (``node_load``: bound to fewer CPUs than its machine has, or given no count of
+    its node's ranks), above the node's level (0: a core per rank, 1: oversubscribed, 2:
+    crowded), above the index of the reduction route, so that any such rank, then the
+    largest level wins, and every rank ends with the same triple
     (``from_agreement_word``)."""
-    return (int(bound) * LEVELS + level) * len(REDUCE_ROUTES) + route
+    return (int(look) * LEVELS + level) * len(REDUCE_ROUTES) + route
 
 
 def from_agreement_word(word):
-    """(bound, level, route) of an ``agreement_word``."""
+    """(look, level, route) of an ``agreement_word``."""
     rest, route = divmod(int(word), len(REDUCE_ROUTES))
-    bound, level = divmod(rest, LEVELS)
-    return bool(bound), level, route
+    look, level = divmod(rest, LEVELS)
+    return bool(look), level, route
 
 
 def node_level(ranks, cores):
@@ -246,8 +256,9 @@ def bound_to_fewer_cores():
 def node_load(comm):
     """(the most ranks of ``comm`` that one logical CPU of this node carries, each rank
     spread evenly over the CPUs of its affinity mask; how many CPUs the node's ranks may
-    use together): collective on ``comm``. Ranks bound one to a core carry 1 a core,
-    however few CPUs each one's mask holds; two bound to one core carry 2 there."""
+    use together; how many ranks of ``comm`` run on this node): collective on ``comm``.
+    Ranks bound one to a core carry 1 a core, however few CPUs each one's mask holds;
+    two bound to one core carry 2 there."""
     MPI = _mpi()
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
@@ -256,7 +267,7 @@ def node_load(comm):
         ids = ids[ids < load.shape[0]]
         load[ids] = 1.0 / max(ids.shape[0], 1)
         node.Allreduce(MPI.IN_PLACE, load, op=MPI.SUM)
-        return float(load.max()), int(np.count_nonzero(load))
+        return float(load.max()), int(np.count_nonzero(load)), node.Get_size()
     finally:
         node.Free()
 
@@ -309,23 +320,26 @@ class Wire:
         self.received = 0
         crowded = None
         route = REDUCE_ROUTES.index(reduce_route_from_env())
-        # the logical CPUs this node's ranks may use together (``node_load``)
-        self.node_cores = available_cores()
+        # the logical CPUs this node's ranks may use together, and how many ranks of
+        # the job run on it (``node_load``)
+        self.node_cores, self.local_ranks = available_cores(), local_ranks(comm)
         if oversubscribed is None:
-            ranks, bound = local_ranks(comm), bound_to_fewer_cores()
-            level = node_level(ranks, self.node_cores)
+            look = bound_to_fewer_cores() or launcher_local_ranks() is None
+            level = node_level(self.local_ranks, self.node_cores)
             if self.size > 1:
                 # every rank must run the same collectives: one node with more ranks
                 # than cores makes all of them root-centred (a job across machines can
                 # mix such a node with others, and ranks that disagreed would deadlock,
                 # root-centred sends meeting Ibcast); the reductions' route likewise, in
                 # the same word (``agreement_word``)
-                bound, level, route = from_agreement_word(comm.allreduce(
-                    agreement_word(level, route, bound), op=_mpi().MAX))
-                if bound:
+                look, level, route = from_agreement_word(comm.allreduce(
+                    agreement_word(level, route, look), op=_mpi().MAX))
+                if look:
                     # a launcher that binds each rank to a core leaves each one core in
-                    # its mask: count what each CPU carries instead (``node_load``)
-                    load, self.node_cores = node_load(comm)
+                    # its mask, and one that gives no count of the node's ranks (srun)
+                    # leaves the whole job on this node: count what each CPU of the node
+                    # carries instead, and its ranks (``node_load``)
+                    load, self.node_cores, self.local_ranks = node_load(comm)
                     _, level, route = from_agreement_word(comm.allreduce(
                         agreement_word(load_level(load), route), op=_mpi().MAX))
             oversubscribed, crowded = level >= 1, level == 2
@@ -335,11 +349,11 @@ class Wire:
         # with ``oversubscribed``; as oversubscribed when that was passed): the shared
         # channel's waits then sleep on doorbells and spin not at all (``solvers/mpi.py``)
         self.crowded = self.oversubscribed if crowded is None else bool(crowded)
-        # whether every rank of ``comm`` runs on this node: the launcher's count of the
-        # job's ranks here covers them (on COMM_WORLD the same answer on every rank, the
-        # nodes' counts summing to its size); what a message costs follows from it
+        # whether every rank of ``comm`` runs on this node: the count of the job's ranks
+        # here covers them (on COMM_WORLD the same answer on every rank, the nodes'
+        # counts summing to its size); what a message costs follows from it
         # (``mpi.cg_products_from_shares``)
-        self.one_node = local_ranks(comm) >= self.size
+        self.one_node = self.local_ranks >= self.size
         self.shared = None
         self.spin = SPIN_SECONDS
         fine_timer_slack()
