@@ -170,9 +170,9 @@ def test_lasso_path_on_threads_matches_serial():
 
 def test_blas_pools_are_limited_while_threads_or_ranks_compute(monkeypatch):
     """cores.blas_threads: inside, every BLAS library's pool has the limit, or what it had
-    where that was fewer; after, what it had before. solve_ddss on T threads runs with cores // T BLAS threads (OpenBLAS's idle
-    workers spin on the cores the solver's threads use), on one thread with the pools
-    left alone."""
+    where that was fewer; after, what it had before. solve_ddss on T threads runs with
+    cores // T BLAS threads (OpenBLAS's idle workers spin on the cores the solver's
+    threads use), on one thread with the pools left alone."""
     from threadpoolctl import threadpool_info, threadpool_limits
 
     from asyncopt import cores

@@ -809,7 +809,7 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         # then products from the workers' rows; the server broadcasts the target
         solve = None
         if server:
-            block_sums = wire.reduce(np.zeros(group_blocks_length(starts, intercept)),
+            block_sums = wire.reduce(np.empty(group_blocks_length(starts, intercept)),
                                      root_blank=True)
 
             def solve(hessian_times):
@@ -833,7 +833,7 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
         block_size = positions.shape[0] * (positions.shape[0] + 1) // 2
         solve, ending = None, {}
         if server:
-            sums = wire.reduce(np.zeros(dim + block_size), root_blank=True)
+            sums = wire.reduce(np.empty(dim + block_size), root_blank=True)
             diagonal = sums[:dim]
             block = (positions, from_upper_triangle(sums[dim:], positions.shape[0]))
 
@@ -903,7 +903,7 @@ def _support_newton(wire, active, x, b, z, code, lam, n, penalty, intercept, cor
             loss_at_point, shard_slope(correlation_S, rho_sum, intercept), hessian,
             trial_moves(point, candidates))
     else:
-        sums = wire.reduce(np.zeros(candidates.shape[0] + 1) if server else
+        sums = wire.reduce(np.empty(candidates.shape[0] + 1) if server else
                            rows.trial_sums(point, candidates), root_blank=True)
     chosen = np.full(1, -1.0)
     if server:
@@ -974,7 +974,7 @@ def _product_loop(wire, dim, solve, answer):
     if solve is not None:
         def hessian_times(v):
             wire.bcast(np.concatenate(([1.0], v)))
-            return wire.reduce(np.zeros(dim), root_blank=True)
+            return wire.reduce(np.empty(dim), root_blank=True)
 
         result = solve(hessian_times)
         found = result is not None

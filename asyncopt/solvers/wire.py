@@ -281,9 +281,10 @@ class Wire:
     On a node with more ranks than cores (``oversubscribed``: the launcher's count of
     ranks on the node above this process's cores on any rank of ``comm``, agreed in the
     constructor, which every rank calls together; or pass it; where a launcher bound
-    ranks to fewer CPUs than the machine has, what each CPU carries, ``node_load``:
-    ``mpirun -bind-to core -n 2`` on 2 cores took the node for crowded, each rank seeing
-    one core, and is now a core per rank) the collectives are
+    ranks to fewer CPUs than the machine has, or gave no count of a node's ranks, what
+    each CPU of the node carries, ``node_load``: ``mpirun -bind-to core -n 2`` on 2
+    cores took the node for crowded, each rank seeing one core, and is now a core per
+    rank) the collectives are
     root-centred point-to-point messages (Isend / Irecv, tags TAG_BCAST / TAG_REDUCE;
     sums in rank order). MPI's tree collectives pass a message through intermediate
     ranks, and each hop waits until that rank gets a time slice; ranks spinning in the
