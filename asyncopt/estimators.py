@@ -123,7 +123,7 @@ class _DDSSModel(BaseEstimator):
         from mpi4py import MPI
 
         from .solvers.mpi import solve_mpi
-        from .solvers.wire import ending_every_rank_on_error
+        from .comm.wire import ending_every_rank_on_error
 
         if self.method not in MPI_METHODS:
             raise ValueError(f"method {self.method!r} is not available on the mpi backend "

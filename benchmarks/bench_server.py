@@ -31,7 +31,7 @@ if ROOT not in sys.path:
 
 
 class PreparedDeltas:
-    """A server-side channel (``solvers.channels``' interface) whose deltas are already
+    """A server-side channel (``comm.channels``' interface) whose deltas are already
     there, in round-robin worker order; replies are written and dropped."""
 
     def __init__(self, messages, reply_header):
@@ -55,7 +55,7 @@ class PreparedDeltas:
 def epoch_messages(rng, n_workers, per_worker, features, moving, coords, header):
     """One epoch's deltas: (worker, wire-form coordinates, header + values), the last of
     each worker flagged."""
-    from asyncopt.kernels.messages import bitmap_words, encode_index
+    from asyncopt.comm.messages import bitmap_words, encode_index
     moving_set = np.sort(rng.choice(features, moving, replace=False))
     scratch = np.empty(bitmap_words(features), dtype=np.uint32)
     messages = []

@@ -70,7 +70,7 @@ EPOCH_KERNELS = ("svrg_epoch_l1", "svrg_epoch_group")
 # --------------------------------------------------------------------------- rank side
 
 def install_timers(events):
-    """Wrap TIMED and the waits (``wire.poll``, as solvers/wire.py and channels.py call
+    """Wrap TIMED and the waits (``wire.poll``, as comm/wire.py and channels.py call
     it) so that each call appends (name, start, end, CPU seconds of this process in it,
     minor page faults of the calling thread in it, the logical CPU it ended on) to
     ``events``."""
@@ -98,8 +98,8 @@ def install_timers(events):
             owner = getattr(owner, class_name)
         for name in names:
             setattr(owner, name, timed(name, getattr(owner, name)))
-    wire = importlib.import_module("asyncopt.solvers.wire")
-    channels = importlib.import_module("asyncopt.solvers.channels")
+    wire = importlib.import_module("asyncopt.comm.wire")
+    channels = importlib.import_module("asyncopt.comm.channels")
     wire.poll = channels.poll = timed(WAIT, wire.poll)
 
 

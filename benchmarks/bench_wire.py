@@ -1,5 +1,5 @@
 """How long a rank waits for a message: round trips of Dis-DDSS's synchronous messages
-under each way of waiting (``asyncopt.solvers.wire.poll``), at several rank counts.
+under each way of waiting (``asyncopt.comm.wire.poll``), at several rank counts.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_wire.py             # ~1 min
     PYTHONPATH=. .venv/bin/python benchmarks/bench_wire.py --ranks 3 9 --rounds 500
@@ -67,8 +67,8 @@ def rank_side(args):
     import numpy as np
     from mpi4py import MPI
     from scipy.linalg.blas import dsymv
-    from asyncopt.solvers import wire as wire_module
-    from asyncopt.solvers.channels import open_channel
+    from asyncopt.comm import wire as wire_module
+    from asyncopt.comm.channels import open_channel
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()

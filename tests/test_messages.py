@@ -1,10 +1,10 @@
-"""The parameter server's message kernels (kernels/messages.py) against the numpy
+"""The parameter server's message kernels (comm/messages.py) against the numpy
 expressions they replace."""
 import numpy as np
 
 import pytest
 
-from asyncopt.kernels.messages import (ChangeLog, add_weighted_delta, apply_reply,
+from asyncopt.comm.messages import (ChangeLog, add_weighted_delta, apply_reply,
                                        bitmap_words, changed_since, decode_index,
                                        encode_index, take_delta, unpack_bitmap)
 

@@ -748,7 +748,7 @@ def test_ctrl_c_under_mpirun_is_one_message(tmp_path):
                                             (4, "messages")])
 def test_root_centred_and_window_collectives_match_mpis(tmp_path, n_ranks, route):
     """The point-to-point collectives a Wire uses on an oversubscribed node
-    (solvers/wire.py), and those through the inner loop's shared-memory window
+    (comm/wire.py), and those through the inner loop's shared-memory window
     (channels.SharedCollectives; a reduction of a vector longer than the window's
     capacity goes through it in pieces on an oversubscribed node, -n 4 on 2 cores),
     against MPI's Ibcast / Ireduce / Iallreduce: the same values on every rank (sums to
@@ -805,7 +805,7 @@ class _RootComm:
     ``node_masks`` (lists of CPU ids; ``node_load`` adds their loads to this rank's)."""
 
     def __init__(self, size, other=0, route=0, words=None, node_masks=()):
-        from asyncopt.solvers.wire import agreement_word
+        from asyncopt.comm.wire import agreement_word
         self.size, self.other, self.seen = size, agreement_word(other, route), []
         self.words, self.node_masks, self.nodes = list(words or []), node_masks, []
 
@@ -852,7 +852,7 @@ def test_ranks_bound_to_a_core_each_count_the_cores_of_their_node(monkeypatch):
     the union of the masks; the node communicator is freed, and the ranks agree twice
     (any bound rank first). Unbound, no node communicator is made."""
     from mpi4py import MPI
-    from asyncopt.solvers.wire import Wire, agreement_word
+    from asyncopt.comm.wire import Wire, agreement_word
 
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
@@ -880,7 +880,7 @@ def test_ranks_bound_to_a_core_each_count_the_cores_of_their_node(monkeypatch):
 
 def test_oversubscription_is_read_from_the_launchers_rank_count(monkeypatch):
     """More ranks on the node than this process has cores: root-centred collectives."""
-    from asyncopt.solvers.wire import Wire, available_cores
+    from asyncopt.comm.wire import Wire, available_cores
 
     cores = available_cores()
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
@@ -898,7 +898,7 @@ def test_a_node_with_two_ranks_per_core_is_crowded(monkeypatch):
     CROWDED_RANKS_PER_CORE ranks per core on some node, agreed over the communicator with
     the oversubscription flag in one MAX (level 2 crowded, 1 oversubscribed)."""
     from mpi4py import MPI
-    from asyncopt.solvers.wire import CROWDED_RANKS_PER_CORE, Wire, available_cores
+    from asyncopt.comm.wire import CROWDED_RANKS_PER_CORE, Wire, available_cores
 
     cores = available_cores()
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
@@ -917,7 +917,7 @@ def test_a_node_with_two_ranks_per_core_is_crowded(monkeypatch):
     assert Wire(_RootComm(1), oversubscribed=True).crowded        # given: as oversubscribed
 
 
-@pytest.mark.skipif(not __import__("asyncopt.solvers.wire", fromlist=["Doorbell"])
+@pytest.mark.skipif(not __import__("asyncopt.comm.wire", fromlist=["Doorbell"])
                     .Doorbell.available, reason="futex doorbells: Linux on x86-64")
 def test_a_doorbell_wakes_its_sleeper_when_rung_and_only_then():
     """wire.Doorbell: a wait on an unchanged word lasts its timeout; one on a word that
@@ -925,7 +925,7 @@ def test_a_doorbell_wakes_its_sleeper_when_rung_and_only_then():
     long before the timeout; and poll with the doorbell returns once ready() holds,
     having slept between checks instead of spinning."""
     import threading
-    from asyncopt.solvers import wire
+    from asyncopt.comm import wire
 
     word = np.zeros(1, dtype=np.int32)
     bell = wire.Doorbell(word, timeout=0.05)
@@ -978,7 +978,7 @@ def test_every_rank_agrees_on_root_centred_collectives(monkeypatch):
     and a rank on a roomy node must still pick the same collectives (root-centred sends
     never meet an Ibcast), so the flag is the MAX over the communicator."""
     from mpi4py import MPI
-    from asyncopt.solvers.wire import Wire, available_cores
+    from asyncopt.comm.wire import Wire, available_cores
 
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
     monkeypatch.setenv("MPI_LOCALNRANKS", str(available_cores()))     # this node: room
@@ -996,7 +996,7 @@ def test_the_newton_steps_cg_asks_the_workers_only_across_machines(monkeypatch):
     above 398 coordinates (uses_hessian_free), where they send fewer bytes than the
     shares."""
     from asyncopt.solvers.mpi import cg_products_from_shares
-    from asyncopt.solvers.wire import Wire
+    from asyncopt.comm.wire import Wire
 
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
     monkeypatch.setenv("MPI_LOCALNRANKS", "9")
@@ -1018,7 +1018,7 @@ def test_popular_zeros_enter_the_step_only_where_the_hessian_is_summed(monkeypat
     reduces the workers' Hessian shares; where S with them would ask for products
     (across machines, above 398 coordinates) it enters the violating zeros alone."""
     from asyncopt.solvers.mpi import _entering_coordinates
-    from asyncopt.solvers.wire import Wire
+    from asyncopt.comm.wire import Wire
 
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
     monkeypatch.setenv("MPI_LOCALNRANKS", "9")
@@ -1044,7 +1044,7 @@ def test_popular_zeros_enter_the_step_only_where_the_hessian_is_summed(monkeypat
 def _wire_flags(folder, n_ranks, mpirun_args=(), command_prefix=()):
     """[mask size, oversubscribed, crowded, node_cores, local_ranks, one_node] of a Wire
     on each rank of ``mpirun [mpirun_args] -n n_ranks [command_prefix] python``."""
-    code = ("import json, os, sys; from mpi4py import MPI; from asyncopt.solvers.wire "
+    code = ("import json, os, sys; from mpi4py import MPI; from asyncopt.comm.wire "
             "import Wire; w = Wire(MPI.COMM_WORLD); open(os.path.join(sys.argv[1], "
             "'%d.json' % w.rank), 'w').write(json.dumps([len(os.sched_getaffinity(0)), "
             "w.oversubscribed, w.crowded, w.node_cores, w.local_ranks, w.one_node]))")
@@ -1111,7 +1111,7 @@ def test_a_wait_gives_its_core_away_between_checks_then_sleeps(monkeypatch):
     after the spin by sleeps of 50 us doubling to MAX_PAUSE, and the wait ends at the
     first check that finds the message (every wait of a Wire is such a poll with the
     Wire's ``spin``, SPIN_SECONDS unless a protocol sets it)."""
-    from asyncopt.solvers import wire
+    from asyncopt.comm import wire
 
     calls = []
     monkeypatch.setattr(wire.os, "sched_yield", lambda: calls.append("yield"))
@@ -1155,7 +1155,7 @@ class _LateComm(_RootComm):
 def test_a_wires_waits_spin_as_long_as_its_spin_says(monkeypatch):
     """Wire.spin sets how every wait of the Wire spins (Dis-DDSS's server on an
     oversubscribed node sets 0: it sleeps from the first check and never yields)."""
-    from asyncopt.solvers import wire
+    from asyncopt.comm import wire
 
     calls = []
     monkeypatch.setattr(wire.os, "sched_yield", lambda: calls.append("yield"))
@@ -1176,7 +1176,7 @@ def test_a_wire_makes_its_process_sleeps_fine():
     """Constructing a Wire sets the process's timer slack to 1 us (prctl): a wait that
     sleeps wakes up to 50 us sooner."""
     import ctypes
-    from asyncopt.solvers import wire
+    from asyncopt.comm import wire
 
     wire.Wire(_RootComm(1), oversubscribed=False)
     assert ctypes.CDLL(None).prctl(30, 0, 0, 0, 0) == wire.TIMER_SLACK_NS    # GET
@@ -1185,7 +1185,7 @@ def test_a_wire_makes_its_process_sleeps_fine():
 def test_reduce_route_is_read_and_agreed(monkeypatch):
     """ASYNCOPT_MPI_REDUCE: auto, mpi or messages (ValueError else); the ranks agree on
     one route in the constructor's MAX, the oversubscription level first."""
-    from asyncopt.solvers.wire import Wire, available_cores, reduce_route_from_env
+    from asyncopt.comm.wire import Wire, available_cores, reduce_route_from_env
     monkeypatch.delenv("ASYNCOPT_MPI_REDUCE", raising=False)
     assert reduce_route_from_env() == "auto"
     monkeypatch.setenv("ASYNCOPT_MPI_REDUCE", " Messages ")
@@ -1204,7 +1204,7 @@ def test_reduce_route_is_read_and_agreed(monkeypatch):
 
 
 def test_transport_is_auto_shared_or_messages(monkeypatch):
-    from asyncopt.solvers.channels import transport_from_env
+    from asyncopt.comm.channels import transport_from_env
     monkeypatch.delenv("ASYNCOPT_MPI_TRANSPORT", raising=False)
     assert transport_from_env() == "auto"
     monkeypatch.setenv("ASYNCOPT_MPI_TRANSPORT", " Messages ")
@@ -1218,7 +1218,7 @@ def test_shared_slots_hold_a_whole_active_set_on_separate_cache_lines():
     """Each worker's five buffers (delta values with header, delta indices, reply values
     with header, reply indices, its vector for a reduction with header) start on a
     64-byte boundary and hold ``capacity`` coordinates: a full reply is the whole x."""
-    from asyncopt.solvers.channels import _SharedSlots
+    from asyncopt.comm.channels import _SharedSlots
     capacity, header, reply_header = 1001, 4, 4
     sizes = _SharedSlots.layout(capacity, header, reply_header)
     assert all(size % 64 == 0 for size in sizes)

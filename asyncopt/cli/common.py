@@ -476,7 +476,7 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     from asyncopt.problem import Problem
     from asyncopt.solvers.mpi import distributed_lam_max, load_server_kernels, solve_mpi
 
-    from asyncopt.solvers.wire import ending_every_rank_on_error
+    from asyncopt.comm.wire import ending_every_rank_on_error
 
     from .distributed import agree, labels, load_shard
 

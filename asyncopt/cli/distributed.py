@@ -37,7 +37,7 @@ def load_shard(args, comm, server_meanwhile=None):
     from asyncopt.cores import available_cores, blas_threads_beside
     from asyncopt.data import load_libsvm, libsvm_byte_ranges
     from asyncopt.data.libsvm import _is_compressed
-    from asyncopt.solvers.wire import local_ranks
+    from asyncopt.comm.wire import local_ranks
 
     from .common import CliUsageError, load_data
 

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from ..progress import format_bytes
-from ..solvers.wire import abort_all_ranks
+from ..comm.wire import abort_all_ranks
 
 FLOAT32_BYTES = 4
 
@@ -250,7 +250,7 @@ class MPITransport:
     (clients cut into W consecutive blocks, ``numpy.array_split`` sizes); see
     :func:`client_ranks`.
 
-    It runs on Dis-DDSS's wire (:class:`asyncopt.solvers.wire.Wire`: numpy buffers, no
+    It runs on Dis-DDSS's wire (:class:`asyncopt.comm.wire.Wire`: numpy buffers, no
     pickles; waits sleep instead of spinning, so more ranks than cores stay usable).
     Messages of a round: Bcast of the header int64 [round, m] (m = -1: stop), Bcast of the
     m participant ids (int64), Bcast of the global vector (float32, P); then every worker,
@@ -264,7 +264,7 @@ class MPITransport:
     def __init__(self, comm=None, assignment="round_robin"):
         from mpi4py import MPI
 
-        from ..solvers.wire import Wire
+        from ..comm.wire import Wire
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         if self.size < 2:

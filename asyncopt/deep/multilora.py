@@ -96,7 +96,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..solvers.wire import abort_all_ranks
+from ..comm.wire import abort_all_ranks
 from .federated import FLOAT32_BYTES, FederatedResult, ParameterVector
 from .lora import (RANDOM_INITS, LowRankLinear, adapter_parameter_count, freeze_except,
                    wrap_linear_layers)
@@ -447,7 +447,7 @@ def _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer, evaluate, 
     """:func:`train_multilora` over MPI. Rank 0 is the server and holds the trainable
     shared factors; task i runs on rank 1 + i mod W (``federated.client_ranks``), whose
     optimizer alone steps its factors and head. Numpy buffers only, on Dis-DDSS's wire
-    (:class:`asyncopt.solvers.wire.Wire`; the waits sleep). Step t:
+    (:class:`asyncopt.comm.wire.Wire`; the waits sleep). Step t:
 
     1. Bcast of the shared vector x_t (float32, P_s; skipped when it is frozen: every rank
        built the same frozen factor);
@@ -462,7 +462,7 @@ def _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer, evaluate, 
     (task, step) (tested under ``mpirun -n 3``). A failing rank prints its traceback and
     ends all ranks (``MPI_Abort``).
     """
-    from ..solvers.wire import Wire
+    from ..comm.wire import Wire
     from .federated import client_ranks
     rank, size = comm.Get_rank(), comm.Get_size()
     wire = Wire(comm)

@@ -61,7 +61,7 @@ Pipeline over MPI (:func:`train_pipeline`): rank k runs module k (K ranks for K 
 For every batch, rank k-1 sends rank k one int64 header [ndim, n, shape[1:]...] (padded
 to 8 with -1) and one float32 payload [labels (n, exact below 2^24), x_{k-1} (flattened),
 dL_{k-1}/dx_{k-1} (flattened)], with buffer-based ``Isend`` / ``Irecv`` on Dis-DDSS's wire
-(``asyncopt.solvers.wire``: the waits sleep); nothing travels backward. Rank 0 draws the
+(``asyncopt.comm.wire``: the waits sleep); nothing travels backward. Rank 0 draws the
 batches with the same generator as :func:`train_local`
 (``torch.Generator().manual_seed(seed)``, one permutation per epoch), every rank builds
 the same net from the same seed, and module k sees exactly the float32 tensors it would
@@ -89,7 +89,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from ..solvers.wire import abort_all_ranks
+from ..comm.wire import abort_all_ranks
 from .ato import _batches, _cosine, _labels, _tensor, train_dense
 from .federated import ParameterVector
 
@@ -430,10 +430,10 @@ def train_global_bp(net, X, y, *, epochs=10, batch_size=64, lr=0.1, momentum=0.9
 
 class _PipelineLink:
     """Rank k's link to rank k+1 (send) and from rank k-1 (receive) on Dis-DDSS's wire
-    (:class:`asyncopt.solvers.wire.Wire`, which counts the bytes), numpy buffers only."""
+    (:class:`asyncopt.comm.wire.Wire`, which counts the bytes), numpy buffers only."""
 
     def __init__(self, comm):
-        from ..solvers.wire import Wire, wait_all
+        from ..comm.wire import Wire, wait_all
         self.wire, self.wait_all = Wire(comm), wait_all
         self.pending = []
 

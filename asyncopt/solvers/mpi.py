@@ -44,7 +44,7 @@ since its previous reply, less those only this worker changed, with weight 1 (in
 bitmap + float64 values with [control, version, b, full]; the whole x instead when that is
 smaller), so replies shrink with the active set and the sparsity of the deltas; the server
 applies deltas in arrival order (each side's vector work per message is one pass of
-kernels/messages.py; under DDSS with an L1 penalty a sum that takes a coordinate across
+comm/messages.py; under DDSS with an L1 penalty a sum that takes a coordinate across
 zero leaves it at zero, ``_serve_inner``). Each worker makes exactly one pass over its
 shard per epoch (its rows in a fresh chunked random order) and flags its last delta, which
 the server answers with "stop" once every worker has sent its own: every row is visited
@@ -82,7 +82,7 @@ MIN_MOVE_CAP), then the step, for the rest of the run.
 Hot-path messages are numpy buffers (in a shared-memory window, or Isend / Irecv), never
 pickles. No rank busy-polls: a wait checks for at most 1 ms, giving its core to any rank
 that computes on it after every check (``sched_yield``), then sleeps between checks (50 us
-growing to 0.2 ms; ``solvers/wire.py``, shared with the torch bridge's MPI protocols), so
+growing to 0.2 ms; ``comm/wire.py``, shared with the torch bridge's MPI protocols), so
 runs with more ranks than cores stay usable. On a node with more ranks than cores the
 server's waits sleep from the start (``Wire.spin`` = 0): it waits while the workers
 compute, mostly for deltas whose replies the workers do not wait for (they compute the
@@ -111,7 +111,7 @@ import numpy as np
 
 from ..cores import blas_threads, blas_threads_beside, in_small_pages
 from ..kernels.linalg import csr_rmatvec, touch_lower_triangle, touch_pages
-from ..kernels.messages import (ChangeLog, add_weighted_delta, apply_reply, bitmap_words,
+from ..comm.messages import (ChangeLog, add_weighted_delta, apply_reply, bitmap_words,
                                 decode_index, encode_index, index_length, take_delta,
                                 write_index)
 from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_group, saga_epoch_l1,
@@ -136,8 +136,8 @@ from ..support_newton import (LINE, STEP_GRID, ReducedHessian, StallWatch, Suppo
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ddss import (SolverResult, epoch_rows, l1_prox_svrg, optimal_zeros,
                    prox_svrg_epochs, worth_compacting)
-from .channels import open_channel
-from .wire import Wire, _mpi
+from ..comm.channels import open_channel
+from ..comm.wire import Wire, _mpi
 
 MOVE_CAP, MIN_MOVE_CAP = 1.9, 0.45
 MAX_DAMPING_POWER, CALM_EPOCHS = 4.0, 4

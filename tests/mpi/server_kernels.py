@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from asyncopt.kernels import messages
+from asyncopt.comm import messages
 from asyncopt.losses import generalized_residual, get_loss
 from asyncopt.penalties import L1, weighted_l1_value
 from asyncopt.problem import Problem

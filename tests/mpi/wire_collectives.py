@@ -10,8 +10,8 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from asyncopt.solvers.channels import open_channel
-from asyncopt.solvers.wire import Wire
+from asyncopt.comm.channels import open_channel
+from asyncopt.comm.wire import Wire
 from asyncopt.cli.common import freeze_at_exit
 
 

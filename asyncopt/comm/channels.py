@@ -1,7 +1,7 @@
 """The inner loop's transport between Dis-DDSS's server and its workers (solvers/mpi.py).
 
 Both channels carry the same messages, numpy buffers and never pickles: a worker's delta
-(int32 indices or bitmap words, ``kernels/messages.py``; float64 header + values) and the
+(int32 indices or bitmap words, ``comm/messages.py``; float64 header + values) and the
 server's reply (the same), one of each in flight per worker. A worker writes its next delta only
 after it has read the reply to the previous one, and the server answers a delta only after
 it has read it, so each buffer below has one writer at a time and its reader is done before
