@@ -109,11 +109,18 @@ def mean_neg_conjugate(code, theta, y):
 
 
 class Loss:
-    """A per-sample loss: its code for the kernels, L_f, and vectorised helpers."""
+    """A per-sample loss: its code for the kernels, L_f, and vectorised helpers.
+
+    ``quadratic``: f'' is a constant, so the solvers may use what follows from it: the
+    intercept's optimum in closed form (b += sum rho / n), D at any dual scale from
+    sum rho^2 and sum y rho, a Hessian on the support that does not depend on the
+    margins (its rows reused from step to step, the trial losses exact from it).
+    The solvers read these facts here, never the code."""
 
     code = -1
     lipschitz = np.nan
     name = ""
+    quadratic = False
 
     def value(self, z, y):
         return mean_loss(self.code, np.asarray(z, np.float64), np.asarray(y, np.float64))
@@ -125,6 +132,10 @@ class Loss:
     def dual(self, theta, y):
         return mean_neg_conjugate(self.code, np.asarray(theta, np.float64), np.asarray(y, np.float64))
 
+    def null_intercept(self, y_sum, positive, n):
+        """argmin_b (1/n) sum_i f(b, y_i) from sum y, the count of y > 0 and n."""
+        raise NotImplementedError
+
     def __repr__(self):
         return f"{type(self).__name__}()"
 
@@ -135,6 +146,10 @@ class Squared(Loss):
     code = SQUARED
     lipschitz = 1.0
     name = "squared"
+    quadratic = True
+
+    def null_intercept(self, y_sum, positive, n):
+        return y_sum / n      # the mean of y
 
 
 class Logistic(Loss):
@@ -144,8 +159,16 @@ class Logistic(Loss):
     lipschitz = 0.25
     name = "logistic"
 
+    def null_intercept(self, y_sum, positive, n):
+        return float(np.log(max(positive, 1e-300) / max(n - positive, 1e-300)))
+
 
 LOSSES = {"squared": Squared, "logistic": Logistic}
+
+
+def loss_of_code(code):
+    """The Loss whose kernel code is ``code``."""
+    return {SQUARED: Squared, LOGISTIC: Logistic}[int(code)]()
 
 
 def get_loss(loss):

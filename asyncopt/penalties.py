@@ -88,9 +88,18 @@ def block_prox_(x, indptr, ids, thresholds):
 
 
 class BlockPenalty:
-    """Omega(x) = sum_g w_g ||x_g||_2 over blocks that partition the features."""
+    """Omega(x) = sum_g w_g ||x_g||_2 over blocks that partition the features.
+
+    The penalty is the solvers' unit of dispatch: it names its own inner-loop kernels
+    (``svrg_kernel``, ``saga_kernel``, ``native_kernel``, the block arrays they take
+    from ``kernel_blocks``), its second-order step (``newton_step``, at most
+    ``newton_max_support`` coordinates) and two facts of its blocks
+    (``keeps_orthant``, ``rows_are_column_counts``), so that a new penalty is one class
+    here and its kernels."""
 
     is_l1 = False
+    keeps_orthant = False     # see L1
+    rows_are_column_counts = False
 
     def __init__(self, indptr, ids, weights):
         self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
@@ -147,6 +156,38 @@ class BlockPenalty:
         """original feature ids of the given blocks, in block order (matches ``restricted``)."""
         return self.ids[block_positions(self.indptr, blocks)]
 
+    def svrg_kernel(self, tracked=False):
+        """The sparse prox-SVRG epoch of these blocks (``kernels.svrg``; ``tracked``: the
+        threads' variant that counts staleness on a shared clock)."""
+        from .kernels import svrg
+        return svrg.svrg_epoch_group_tracked if tracked else svrg.svrg_epoch_group
+
+    def saga_kernel(self):
+        """The sparse proximal SAGA epoch of these blocks (ProxASAGA)."""
+        from .kernels import svrg
+        return svrg.saga_epoch_group
+
+    def native_kernel(self):
+        """The C/OpenMP epoch of these blocks (``kernels.native``)."""
+        from .kernels import native
+        return native.native_epoch_group
+
+    def kernel_blocks(self, active):
+        """The block arrays the kernels take after their common arguments, from an
+        ActiveSet (``active.block_indptr``, ``active.feature_block``)."""
+        return active.block_indptr, active.feature_block
+
+    def newton_step(self):
+        """The single-process second-order step on the support (``newton.step``)."""
+        from .newton.step import group_support_newton_step
+        return group_support_newton_step
+
+    @property
+    def newton_max_support(self):
+        """The most coordinates the step is tried on (``StallWatch``)."""
+        from .newton.policy import HESSIAN_FREE_MAX_SUPPORT
+        return HESSIAN_FREE_MAX_SUPPORT
+
 
 def block_positions(indptr, blocks):
     """The positions indptr[g]:indptr[g+1] of every block g of ``blocks``, in that order,
@@ -168,9 +209,16 @@ def _check_weights(weights, n_blocks, what):
 
 
 class L1(BlockPenalty):
-    """Omega(x) = sum_j w_j |x_j| (plain L1 when weights is None)."""
+    """Omega(x) = sum_j w_j |x_j| (plain L1 when weights is None).
+
+    ``keeps_orthant``: the prox of one coordinate never crosses zero in a step, so
+    Dis-DDSS's server keeps summed deltas on x's orthant; ``rows_are_column_counts``:
+    a block's rows are its column's stored entries."""
 
     is_l1 = True
+    keeps_orthant = True
+    rows_are_column_counts = True
+    newton_max_support = None      # StallWatch's default (newton.policy.MAX_SUPPORT)
 
     def __init__(self, n_features, weights=None):
         weights = np.ones(n_features) if weights is None else \
@@ -203,6 +251,25 @@ class L1(BlockPenalty):
         out = np.empty(self.ids.shape[0], dtype=np.int64)
         out[self.ids] = np.arange(self.ids.shape[0])
         return out
+
+    def svrg_kernel(self, tracked=False):
+        from .kernels import svrg
+        return svrg.svrg_epoch_l1_tracked if tracked else svrg.svrg_epoch_l1
+
+    def saga_kernel(self):
+        from .kernels import svrg
+        return svrg.saga_epoch_l1
+
+    def native_kernel(self):
+        from .kernels import native
+        return native.native_epoch_l1
+
+    def kernel_blocks(self, active):
+        return ()
+
+    def newton_step(self):
+        from .newton.step import support_newton_step
+        return support_newton_step
 
 
 class GroupL1(BlockPenalty):

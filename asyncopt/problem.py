@@ -14,6 +14,7 @@ compacted to those columns (features renumbered block by block, blocks contiguou
 solver and backend works on it.
 """
 import copy
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -23,10 +24,11 @@ from numba import njit
 
 from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_keep_columns,
                              csr_margins, csr_rmatvec, csr_row_sq_norms, csr_select,
-                             csr_stored_counts, IdlePageToucher)
+                             csr_stored_counts)
 from .losses import (LOGISTIC, SQUARED, generalized_residual, get_loss, loss_derivative,
                      loss_second_derivative, loss_value, mean_loss, mean_neg_conjugate)
 from .penalties import L1, BlockPenalty, contiguous_block_norms
+from .runtime import IdlePageToucher
 
 
 @njit(cache=True)
@@ -183,6 +185,18 @@ class Certificate:
     dual_scale: float
     primal: float
     dual: float
+    rho_sum: float = None     # sum rho, from rho where not given (the MPI server's)
+
+    def __post_init__(self):
+        if self.rho_sum is None:
+            self.rho_sum = float(np.sum(self.rho))
+
+    def restricted(self, keep_blocks, feature_keep):
+        """This certificate after a compaction to ``keep_blocks`` (``feature_keep`` per
+        feature) that removed only zeros of x: the margins, rho, P and D are unchanged,
+        A^T rho and the block norms are restricted."""
+        return dataclasses.replace(self, correlation=self.correlation[feature_keep],
+                                   block_correlation=self.block_correlation[keep_blocks])
 
     @property
     def gap(self):

@@ -54,9 +54,8 @@ class BestDual:
     point, with this G, is a second safe test next to the sphere around x's own point (both
     contain theta*, so a block that either removes is zero at the optimum). Blocks removed
     by a safe test are zero at the optimum, so the restricted problem keeps P* and the best
-    point stays valid after a compaction (``restrict``). solve_ddss (serial, threads)
-    uses both; solve_mpi stops on this G but screens with x's own sphere only (see there),
-    so it offers D alone.
+    point stays valid after a compaction (``restrict``). The DDSS driver stops and
+    screens on both, on every backend.
 
     Why: x's own dual point moves first-order with x while P moves second-order. With 8
     asynchronous workers on CTR 200,000 x 100,000 an epoch of stale steps dropped D by
@@ -100,19 +99,27 @@ class BestDual:
                              block_column_norms, n_samples, lam, weights)
 
 
-def screen_active_set(active, certificate, best=None):
-    """Gap-safe test on an ActiveSet at a Certificate: mask of the blocks to keep. With a
-    ``BestDual``, a block either sphere removes is removed."""
-    prob = active.problem
-    radius = gap_safe_radius(prob.n_samples, prob.loss.lipschitz, certificate.gap,
-                             certificate.primal)
-    norms = active.block_column_norms()
+def screen_blocks(certificate, best, block_column_norms, n_samples, lipschitz, lam,
+                  weights):
+    """Mask of the blocks to keep at a Certificate (``block_correlation``, ``dual_scale``,
+    ``gap``, ``primal``): a block that the gap-safe sphere around the certificate's dual
+    point removes, or (given a ``BestDual``) the sphere around the best point, is
+    removed. Both spheres contain theta*, so every removed block is zero at the
+    optimum."""
+    radius = gap_safe_radius(n_samples, lipschitz, certificate.gap, certificate.primal)
     keep = gap_safe_keep(certificate.block_correlation, certificate.dual_scale, radius,
-                         norms, prob.n_samples, prob.lam, active.weights)
+                         block_column_norms, n_samples, lam, weights)
     if best is not None:
-        keep &= best.keep(certificate.primal, prob.n_samples, prob.loss.lipschitz, norms,
-                          prob.lam, active.weights)
+        keep &= best.keep(certificate.primal, n_samples, lipschitz, block_column_norms,
+                          lam, weights)
     return keep
+
+
+def screen_active_set(active, certificate, best=None):
+    """``screen_blocks`` on an ActiveSet."""
+    prob = active.problem
+    return screen_blocks(certificate, best, active.block_column_norms(), prob.n_samples,
+                         prob.loss.lipschitz, prob.lam, active.weights)
 
 
 def static_safe_sphere_keep(problem, coef=None, intercept=0.0):

@@ -223,7 +223,8 @@ def _warm_up(comm, method_flags, loss, fit_intercept, group_size=1):
     if method_flags.get("support_newton") and penalty.is_l1:
         # three epochs seldom take the step: load its kernels here, not in the timed solve
         # (a chained step reduces the rows of the coordinates new to its support)
-        from asyncopt.support_newton import STEP_GRID, SupportRows
+        from asyncopt.newton.kernels import SupportRows
+        from asyncopt.newton.model import STEP_GRID
         active = Problem(X, y, loss, penalty, 1.0, fit_intercept).full_active_set()
         point = np.zeros(p + int(fit_intercept))
         rows = SupportRows(active, code, np.zeros(n), np.arange(p), fit_intercept, point)
@@ -315,8 +316,9 @@ def main(argv=None):
     if args.no_support_newton:
         flags["support_newton"] = False
     if args.newton_products:
-        import asyncopt.solvers.mpi as mpi
-        mpi.cg_products_from_shares = lambda wire, size: mpi.uses_hessian_free(size)
+        import asyncopt.solvers.mpi.newton as mpi_newton
+        mpi_newton.cg_products_from_shares = \
+            lambda wire, size: mpi_newton.uses_hessian_free(size)
     t0 = time.perf_counter()
     X, y, n, p, nnz = _load_rows(args, rank, size)
     penalty = make_penalty(p, args.group_size)

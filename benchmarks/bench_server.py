@@ -1,4 +1,4 @@
-"""The parameter server's CPU per inner-loop message: Dis-DDSS's ``_serve_inner`` (decode
+"""The parameter server's CPU per inner-loop message: Dis-DDSS's ``serve_epoch`` (decode
 the delta's coordinates, add it with its weights, list what the worker is owed since its
 last reply, write the reply) over a channel that hands it prepared deltas at once, so that
 only the server's own work is timed, with no MPI and no workers.
@@ -73,8 +73,8 @@ def epoch_messages(rng, n_workers, per_worker, features, moving, coords, header)
 
 
 def time_epochs(n_workers, args):
-    """Seconds of ``_serve_inner`` for each of args.repeat epochs (after one warm-up)."""
-    from asyncopt.solvers.mpi import HEADER, REPLY_HEADER, _serve_inner
+    """Seconds of ``serve_epoch`` for each of args.repeat epochs (after one warm-up)."""
+    from asyncopt.solvers.mpi.inner import HEADER, REPLY_HEADER, serve_epoch
     rng = np.random.default_rng(args.seed)
     messages = epoch_messages(rng, n_workers, args.messages, args.features, args.moving,
                               min(args.coords, args.moving), HEADER)
@@ -83,7 +83,7 @@ def time_epochs(n_workers, args):
     for _ in range(args.repeat + 1):
         channel = PreparedDeltas(messages, REPLY_HEADER)
         start = time.perf_counter()
-        _serve_inner(channel, np.zeros(args.features), 0.0, n_workers, omega, 1.0, 1.0,
+        serve_epoch(channel, np.zeros(args.features), 0.0, n_workers, omega, 1.0, 1.0,
                      orthant)
         seconds.append(time.perf_counter() - start)
     return seconds[1:], len(messages)

@@ -6,7 +6,7 @@ recorded).
     PYTHONPATH=. .venv/bin/python benchmarks/bench_timeline.py --ranks 9 --data ctr_tall
 
 Each timed function is wrapped where solvers/mpi.py calls it, so the times are inclusive
-(``_work_inner`` holds the worker's SVRG batches and its waits for replies). A worker
+(``work_epoch`` holds the worker's SVRG batches and its waits for replies). A worker
 kernel that splits with the rows takes about 1/l of its time on one worker; what does not
 split shows as waits. On the second 16-core lend (benchmarks/README.md) every kernel split
 7.9-9x at 8 workers while each worker waited 25-30% of the solve, mostly for whichever
@@ -53,14 +53,17 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 # (module, class or None, names): what the ranks time
-TIMED = (("asyncopt.solvers.mpi", None,
-          ("svrg_epoch_l1", "svrg_epoch_group", "csr_rmatvec", "_intercept_refit",
-           "_anchor_without_optimal_zeros", "_serve_inner", "_work_inner", "dense_move",
-           "from_upper_triangle", "lower_from_upper_triangle")),
+TIMED = (("asyncopt.kernels.svrg", None, ("svrg_epoch_l1", "svrg_epoch_group")),
+         ("asyncopt.solvers.mpi.worker", None,
+          ("csr_rmatvec", "intercept_refit", "receive_anchor", "work_epoch")),
+         ("asyncopt.solvers.mpi.server", None,
+          ("intercept_refit", "send_anchor", "serve_epoch")),
+         ("asyncopt.solvers.mpi.newton", None,
+          ("dense_move", "from_upper_triangle", "lower_from_upper_triangle")),
          # a worker's certificate takes A^T rho through ActiveSet.residual_correlation_at
          ("asyncopt.problem", None, ("csr_rmatvec",)),
          ("asyncopt.problem", "ActiveSet", ("margins", "without_frozen")),
-         ("asyncopt.support_newton", "SupportRows",
+         ("asyncopt.newton.kernels", "SupportRows",
           ("hessian_sums", "hessian_triangle", "hessian_rows", "trial_sums")))
 WAIT = "wait"
 TRACE_FLAG = "--trace"     # the rank side's own argument: where rank 0 writes the events
@@ -189,7 +192,7 @@ def summarise(ranks):
         if rank > 0:
             tail = 0.0
             for name, a, z, *_ in events:
-                if name != "_work_inner":
+                if name != "work_epoch":
                     continue
                 batches = [zz for nn, aa, zz, *_ in events
                            if nn in EPOCH_KERNELS and a <= aa <= z]
@@ -318,7 +321,7 @@ def main(argv=None):
     add_solve_arguments(parser)
     args = parser.parse_args(argv)
     from benchmarks.bench_serial import DATA_DESCRIPTION
-    from asyncopt.cores import available_cores
+    from asyncopt.runtime import available_cores
     from benchmarks.common import RESULTS_DIR, cpu_floor, machine_info, write_json
     if args.ranks < 2:
         parser.error("--ranks: at least 2 (1 server + 1 worker)")

@@ -7,7 +7,7 @@ under each way of waiting (``asyncopt.comm.wire.poll``), at several rank counts.
 Two patterns, each timed with the ``Wire`` that solve_mpi uses (root-centred on an
 oversubscribed node, MPI's collectives otherwise):
 - ``cg product``: what the support Newton step's CG does once per Hessian-vector product
-  (support_newton.hessian_free_direction under MPI): rank 0 broadcasts v (|S| + 1
+  (newton.model.hessian_free_direction under MPI): rank 0 broadcasts v (|S| + 1
   doubles), every worker multiplies its symmetric |S|-square Hessian share by it (BLAS
   dsymv, |S| = 1,050 as on CTR 200,000 x 100,000 at 1e-3 lam_max) and the products are
   summed on rank 0. Milliseconds per round trip.

@@ -30,7 +30,7 @@ def test_bench_speedup_quick_reports_where_each_solve_went(tmp_path):
     runs = payload["runs"]
     assert set(runs) == {"dis@1", "dis@2", "sha@1"}
     assert all(run["reached"] and run["error"] is None for run in runs.values())
-    from asyncopt.solvers.mpi import default_batch
+    from asyncopt.solvers.mpi.inner import default_batch
     for key, workers in (("dis@1", 1), ("dis@2", 2)):
         extra = runs[key]["extra"]
         # the solver's own batch, read off its history

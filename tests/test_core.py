@@ -264,9 +264,9 @@ def test_first_view_waits_for_the_touching_thread_a_bounded_time(monkeypatch):
     seconds only, then stops it and is formed in buffers of its own, with the right
     rows; the kernel itself stops where its flag is set."""
     import time
-    import asyncopt.kernels.linalg as linalg
     import asyncopt.problem as problem_module
-    from asyncopt.kernels.linalg import touch_pages
+    import asyncopt.runtime as runtime
+    from asyncopt.runtime import touch_pages
     memory = np.ones(64 * 4096 * 3, dtype=np.uint8)
     assert touch_pages(memory, np.ones(1, dtype=np.uint8)) == 0 and memory[0] == 1
     assert touch_pages(memory, np.zeros(1, dtype=np.uint8)) == memory.shape[0]
@@ -284,7 +284,7 @@ def test_first_view_waits_for_the_touching_thread_a_bounded_time(monkeypatch):
                 return k
             time.sleep(0.05)
         return memory.shape[0]
-    monkeypatch.setattr(linalg, "touch_pages", slow_touch)
+    monkeypatch.setattr(runtime, "touch_pages", slow_touch)
     threads = []
     new_buffers = problem_module.RowsView.new_buffers
 

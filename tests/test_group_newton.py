@@ -1,4 +1,4 @@
-"""The support Newton step for group penalties (asyncopt/group_newton.py): the model's
+"""The support Newton step for group penalties (asyncopt/newton/): the model's
 minimiser against an independent proximal gradient solve, the support it works on, and
 what it does to DDSS on the group Lasso and the group-penalised logistic regression,
 certified by the independent references of conftest."""
@@ -6,21 +6,25 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import asyncopt.group_newton as group_newton
-from asyncopt.group_newton import (entering_groups, group_model_minimum, group_starts,
-                                   group_support_newton_step, group_support_point,
-                                   model_optimality)
+import asyncopt.newton.group_model as group_model
+import asyncopt.newton.kernels as newton_kernels
+import asyncopt.newton.policy as newton_policy
+import asyncopt.newton.step as newton_step
+from asyncopt.newton.group_model import (group_model_minimum, group_starts,
+                                         group_support_point, model_optimality)
+from asyncopt.newton.model import best_candidate
+from asyncopt.newton.policy import (DROP_MARGIN, entering_groups, firm_support,
+                                    violating_zeros)
+from asyncopt.newton.step import group_support_newton_step
 from asyncopt.penalties import GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
-from asyncopt.support_newton import (DROP_MARGIN, best_candidate, firm_support,
-                                     violating_zeros)
 
 
 def _model_by_proximal_gradient(hessian, gradient, point, sizes, lam_weights, intercept,
                                 iterations=20000):
     """The model's minimiser by FISTA on u = [u_S, b] (prox: block soft-thresholding of
-    the groups, the intercept free), independent of group_newton."""
+    the groups, the intercept free), independent of asyncopt.newton."""
     starts = np.concatenate(([0], np.cumsum(sizes)))
     k = int(starts[-1])
     step = 1.0 / np.linalg.eigvalsh(hessian)[-1]
@@ -73,9 +77,9 @@ def _hessian_free(hessian, gradient, point, starts, lam_weights, intercept, budg
         return hessian @ v
     blocks = [hessian[a:b, a:b] for a, b in zip(starts[:-1], starts[1:])]
     column, corner = (hessian[:k, k], hessian[k, k]) if intercept else (None, 0.0)
-    out = group_newton.hessian_free_group_minimum(times, blocks, column, corner, gradient,
-                                                  point, starts, lam_weights, intercept,
-                                                  budget)
+    out = group_model.hessian_free_group_minimum(times, blocks, column, corner, gradient,
+                                                 point, starts, lam_weights, intercept,
+                                                 budget)
     assert out[3] == len(calls) <= budget
     return out
 
@@ -168,7 +172,7 @@ def test_hessian_free_model_on_many_groups_matches_the_dense_model(loss, make_da
 def test_group_hessian_blocks_are_the_hessians_blocks_column_and_corner(intercept):
     """What a worker reduces for the Hessian-free group model: the diagonal blocks of its
     Hessian sum on S's groups (sizes 1-4), the intercept's column and corner."""
-    from asyncopt.support_newton import SupportRows
+    from asyncopt.newton.kernels import SupportRows
     rng = np.random.default_rng(9)
     X = sp.random(80, 30, density=0.3, random_state=9, format="csr")
     y = rng.standard_normal(80)
@@ -180,9 +184,9 @@ def test_group_hessian_blocks_are_the_hessians_blocks_column_and_corner(intercep
     support = np.array([2, 3, 4, 8, 9, 15, 16, 17, 18, 25])
     starts = group_starts(np.array([3, 2, 4, 1]))
     rows = SupportRows(Shard, 1, rng.standard_normal(80), support, intercept, None)
-    values = group_newton.group_hessian_blocks(rows, starts)
+    values = newton_kernels.group_hessian_blocks(rows, starts)
     hessian = rows.hessian_sums()
-    blocks, column, corner = group_newton.split_group_blocks(values, starts, intercept)
+    blocks, column, corner = newton_kernels.split_group_blocks(values, starts, intercept)
     for g, block in enumerate(blocks):
         a, b = starts[g], starts[g + 1]
         np.testing.assert_allclose(block, hessian[a:b, a:b], rtol=1e-12, atol=1e-14)
@@ -200,9 +204,9 @@ def test_stacked_block_products_are_the_block_diagonal_product():
     starts = group_starts(np.array([2, 3, 2, 1, 3]))
     blocks = [rng.standard_normal((m, m)) for m in np.diff(starts)]
     v = rng.standard_normal(11)
-    stacks = group_newton.stack_blocks(blocks, starts)
+    stacks = group_model.stack_blocks(blocks, starts)
     assert sorted(len(groups) for groups, _, _ in stacks) == [1, 2, 2]
-    np.testing.assert_allclose(group_newton.stacked_times(stacks, v),
+    np.testing.assert_allclose(group_model.stacked_times(stacks, v),
                                scipy.linalg.block_diag(*blocks) @ v, rtol=1e-13)
 
 
@@ -217,10 +221,10 @@ def test_entering_groups_are_the_worst_violating_zero_groups_within_max_support(
     assert list(violating) == [1, 3]
     np.testing.assert_allclose(ratio[1:4], [np.sqrt(3.0), 0.5, 2.0])
     assert list(entering_groups(x, correlation, 1, 1.0, weights, indptr)) == [1.0, 3.0]
-    monkeypatch.setattr(group_newton, "ENTERING_MIN", 1)
+    monkeypatch.setattr(newton_policy, "ENTERING_MIN", 1)
     assert list(entering_groups(x, correlation, 1, 1.0, weights, indptr)) == [3.0]
-    monkeypatch.setattr(group_newton, "MAX_SUPPORT", 6)     # 4 held + room for 2
-    monkeypatch.setattr(group_newton, "ENTERING_MIN", 10)
+    monkeypatch.setattr(newton_policy, "MAX_SUPPORT", 6)     # 4 held + room for 2
+    monkeypatch.setattr(newton_policy, "ENTERING_MIN", 10)
     assert list(entering_groups(x, correlation, 1, 1.0, weights, indptr)) == [3.0]
     support, point, starts, groups = group_support_point(x, 0.7, True, indptr,
                                                          np.array([1.0, 3.0]))
@@ -268,8 +272,8 @@ def test_ddss_with_the_group_step_certifies_in_far_fewer_epochs(loss, fit_interc
     plain = solve_ddss(problem, tol=1e-10, random_state=0, max_epochs=3000,
                        support_newton=False)
     if hessian_free:
-        monkeypatch.setattr(group_newton, "group_uses_hessian_free", lambda size: True)
-        monkeypatch.setattr(group_newton, "group_move", None)        # never the dense one
+        monkeypatch.setattr(newton_step, "group_uses_hessian_free", lambda size: True)
+        monkeypatch.setattr(newton_step, "group_move", None)        # never the dense one
     res = solve_ddss(problem, tol=1e-10, random_state=0, max_epochs=3000)
     assert plain.converged and res.converged
     assert any(h["newton_step"] > 0 for h in res.history)
@@ -354,12 +358,12 @@ def test_the_group_step_prunes_groups_outside_the_firm_support(ref, make_data,
     for g in zero_groups:
         x[indptr[g]:indptr[g + 1]] = 1e-9 * rng.standard_normal(indptr[g + 1] - indptr[g])
     sizes = []
-    real_rows = group_newton.SupportRows
+    real_rows = newton_step.SupportRows
 
     def rows(active, code, z, support, *args):
         sizes.append(support.shape[0])
         return real_rows(active, code, z, support, *args)
-    monkeypatch.setattr(group_newton, "SupportRows", rows)
+    monkeypatch.setattr(newton_step, "SupportRows", rows)
     cert = active.certificate(x, exact.intercept)
     _, ratio = violating_zeros(exact.coef[active.features], cert.correlation,
                                problem.n_samples, problem.lam, active.weights, indptr)

@@ -122,12 +122,33 @@ class _QueueChannel:
         return End()
 
 
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_serial_and_mpi_run_one_driver_one_screening_rule_one_record(tmp_path, loss):
+    """The same problem through mpirun -n 3 and the serial backend: both run the DDSS
+    driver's screening with both gap-safe spheres (around x's dual point and the best
+    one) at every test, every feature either removes is zero in a 1e-11 solution (safe),
+    each removes some, and both write records with the same keys."""
+    result = run_spmd(tmp_path, 3, loss, "ddss", 1, options=("screens",))
+    solution = np.array(result["solution"])
+    for name, backend in (("mpi_screens", "ServerBackend"),
+                          ("serial_screens", "LocalBackend")):
+        screens = result[name]
+        assert screens and {s["backend"] for s in screens} == {backend}
+        assert all(s["spheres"] == 2 for s in screens)
+        removed = sorted({j for s in screens for j in s["removed"]})
+        assert removed and not np.any(solution[removed])
+    keys = {frozenset(h) for h in result["history"] + result["serial_history"]}
+    assert len(keys) == 1
+    assert {"epoch", "gap", "n_active", "coef_nnz", "bytes_sent", "newton_step",
+            "support_changes", "certificate_s", "transport"} <= set(keys.pop())
+
+
 def test_squared_conjugate_from_two_sums_is_the_per_sample_conjugate():
     """The squared loss's certificate needs no second round: sum_i f*(-rho_i / s) from
     sum rho^2 and sum y rho (``squared_conjugate_sum``) equals the per-sample sum that
     mean_neg_conjugate takes, at every scale s >= 1 the server may pick."""
     from asyncopt.losses import SQUARED, mean_neg_conjugate
-    from asyncopt.solvers.mpi import squared_conjugate_sum
+    from asyncopt.solvers.mpi.protocol import squared_conjugate_sum
     rng = np.random.default_rng(11)
     for n in (1, 7, 500):
         rho, y = rng.standard_normal(n), 3.0 + rng.standard_normal(n)
@@ -145,7 +166,7 @@ def test_the_intercepts_refit_folded_into_the_certificate_gives_the_refit_sums()
     the same (a worker's own sums)."""
     import scipy.sparse as sp
     from asyncopt.losses import SQUARED, generalized_residual, mean_loss
-    from asyncopt.solvers.mpi import CERTIFICATE_SUMS, fold_intercept_shift
+    from asyncopt.solvers.mpi.protocol import CERTIFICATE_SUMS, fold_intercept_shift
 
     def sums(A, y, z):
         rho = generalized_residual(SQUARED, z, y, np.empty_like(z))
@@ -173,7 +194,7 @@ def test_default_batch_sends_fewer_messages_where_every_rank_has_a_core():
     """default_batch: n / (m l) steps a message, m = ceil(2.5 l) up to 4 workers either
     way; beyond, m = 25 on an oversubscribed node and m = 10 where the server answers at
     once (each reply costs the server a pass over what the others changed)."""
-    from asyncopt.solvers.mpi import default_batch
+    from asyncopt.solvers.mpi.inner import default_batch
     n = 200_000
     for workers, messages in ((1, 3), (2, 5), (4, 10)):
         assert default_batch(n, workers, True) == default_batch(n, workers, False) == \
@@ -184,14 +205,14 @@ def test_default_batch_sends_fewer_messages_where_every_rank_has_a_core():
 
 
 def test_inner_loop_one_pass_per_worker_and_every_worker_ends_on_the_servers_x():
-    """_serve_inner / _work_inner over an in-process channel, one worker slower (5 ms a
+    """serve_epoch / work_epoch over an in-process channel, one worker slower (5 ms a
     batch) than the other: each makes exactly one pass over its shard in batches of
     ``batch`` steps, the server counts every step and message, and both workers end
     holding exactly the server's x and b (the final replies assign every coordinate that
     differs), so the next epoch needs no broadcast."""
     import threading
-    from asyncopt.solvers.mpi import (HEADER, REPLY_HEADER, _serve_inner, _work_inner,
-                                      default_batch)
+    from asyncopt.solvers.mpi.inner import (HEADER, REPLY_HEADER, default_batch,
+                                            serve_epoch, work_epoch)
     n, p, n_workers = 2000, 50, 2
     batch = default_batch(n, n_workers)
     rows = [n // 2 + 7, n - n // 2 - 7]
@@ -207,15 +228,15 @@ def test_inner_loop_one_pass_per_worker_and_every_worker_ends_on_the_servers_x()
             intercept[0] += 1e-4
             taken[rank] += samples.shape[0]
             batches[rank] += 1
-        results[rank] = _work_inner(channel.worker(rank), rows[rank - 1], np.zeros(p), 0.0,
+        results[rank] = work_epoch(channel.worker(rank), rows[rank - 1], np.zeros(p), 0.0,
                                     run_batch, np.random.default_rng(rank), batch)
 
     threads = [threading.Thread(target=worker, args=(1, 0.0)),
                threading.Thread(target=worker, args=(2, 0.005))]
     for t in threads:
         t.start()
-    x, b, steps, _, messages, _ = _serve_inner(channel, np.zeros(p), 0.0, n_workers,
-                                              np.ones(p), 1.0, 1.0)
+    x, b, steps, _, messages, _ = serve_epoch(channel, np.zeros(p), 0.0, n_workers,
+                                             np.ones(p), 1.0, 1.0)
     for t in threads:
         t.join()
     assert taken[1:] == rows and steps == n
@@ -227,7 +248,7 @@ def test_inner_loop_one_pass_per_worker_and_every_worker_ends_on_the_servers_x()
 
 
 def test_staleness_damping_is_one_up_to_l_then_l_over_tau_to_the_power():
-    from asyncopt.solvers.mpi import staleness_damping
+    from asyncopt.solvers.mpi.inner import staleness_damping
     for power in (1.0, 2.0):
         assert [staleness_damping(tau, 4, power) for tau in range(5)] == [1.0] * 5
         assert staleness_damping(8, 4, power) == pytest.approx(0.5 ** power)
@@ -235,7 +256,7 @@ def test_staleness_damping_is_one_up_to_l_then_l_over_tau_to_the_power():
 
 
 def test_damping_power_rises_with_the_gap_and_falls_after_calm_epochs():
-    from asyncopt.solvers.mpi import adapt_damping_power
+    from asyncopt.solvers.mpi.inner import adapt_damping_power
     power, calm, seen = 1.0, 0, []
     for rose in [0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]:
         power, calm = adapt_damping_power(power, calm, bool(rose))
@@ -266,8 +287,8 @@ class _ReplayWire:
 @pytest.mark.parametrize("blocks", [False, True])        # L1, groups of 1-4
 def test_anchor_leaves_out_the_frozen_zeros_and_every_rank_gets_the_same(free_share,
                                                                           blocks):
-    from asyncopt.solvers.ddss import freeze_optimal_zeros
-    from asyncopt.solvers.mpi import _anchor_without_optimal_zeros
+    from asyncopt.solvers.ddss import EpochPlan, freeze_optimal_zeros, optimal_zeros
+    from asyncopt.solvers.mpi.protocol import receive_anchor, send_anchor
     rng = np.random.default_rng(7)
     p, eta = 5000, 0.1
     block_indptr = None
@@ -285,15 +306,16 @@ def test_anchor_leaves_out_the_frozen_zeros_and_every_rank_gets_the_same(free_sh
     step = np.concatenate(([0.3], rng.standard_normal(p) * 2.0 / np.sqrt(per_feature)))
     step[1:][(x == 0) & np.repeat(rng.random(sizes.shape[0]) >= free_share / 2,
                                   sizes)] *= 0.1
+    frozen_blocks = optimal_zeros(x, eta, step[1:], thresholds, block_indptr)
+    mu = np.where(np.repeat(frozen_blocks, sizes), 0.0, step[1:])
+    plan = EpochPlan(eta, 0.0, 0.3, mu, thresholds, frozen_blocks, None)
     server = _ReplayWire()
-    mu_b, mu, frozen = _anchor_without_optimal_zeros(server, step, x, eta, thresholds,
-                                                     block_indptr)
+    send_anchor(server, plan, np.append(0, np.cumsum(sizes)))
     worker = _ReplayWire(list(server.sent))
-    got = _anchor_without_optimal_zeros(worker, None, x.copy(), eta, thresholds,
-                                        block_indptr)
-    assert mu_b == got[0] == 0.3 and worker.received == server.received
+    got = receive_anchor(worker, p, block_indptr)
+    assert got[0] == 0.3 and worker.received == server.received
     np.testing.assert_array_equal(got[1], mu)
-    np.testing.assert_array_equal(got[2], frozen)
+    frozen = np.where(got[2], np.inf, thresholds)
     # the thresholds the serial solver uses, and the anchor wherever it matters
     want = freeze_optimal_zeros(x, eta, step[1:], thresholds, block_indptr)
     np.testing.assert_array_equal(frozen, want)
@@ -326,7 +348,7 @@ def test_support_newton_step_over_the_shards(tmp_path, loss, hessian_free, group
     (Hessian reduced, trial losses reduced), Dis-DDSS reaches 1e-8 (20-39 epochs in ten
     runs, 70 once under load) and the serial objective. hessian_free: the direction from
     the server's CG on Hessian-vector products the workers reduce. groups: the group
-    penalty's step (group_newton.py) on groups of 4."""
+    penalty's step (newton/group_model.py) on groups of 4."""
     result = run_spmd(tmp_path, 3, loss, "ddss", groups,
                       options=("a9a2",) + (("hessian-free",) if hessian_free else ()))
     assert result["converged"] and result["epochs"] <= 150
@@ -340,7 +362,7 @@ def test_support_newton_step_over_the_shards(tmp_path, loss, hessian_free, group
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
 def test_hessian_free_group_step_over_the_shards(tmp_path, loss):
     """The group step whose target the server finds from products with the workers' rows
-    (``group_newton.hessian_free_group_minimum``; forced here on every support, taken
+    (``group_model.hessian_free_group_minimum``; forced here on every support, taken
     under MPI above MAX_SUPPORT coordinates): random sparse data, groups of 4, 2
     workers. Dis-DDSS certifies 1e-8 in 5-6 epochs where prox-SVRG alone took 131-198,
     with products counted in the step's record, and reaches the serial objective."""
@@ -880,7 +902,8 @@ def test_ranks_bound_to_a_core_each_count_the_cores_of_their_node(monkeypatch):
 
 def test_oversubscription_is_read_from_the_launchers_rank_count(monkeypatch):
     """More ranks on the node than this process has cores: root-centred collectives."""
-    from asyncopt.comm.wire import Wire, available_cores
+    from asyncopt.comm.wire import Wire
+    from asyncopt.runtime import available_cores
 
     cores = available_cores()
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
@@ -898,7 +921,8 @@ def test_a_node_with_two_ranks_per_core_is_crowded(monkeypatch):
     CROWDED_RANKS_PER_CORE ranks per core on some node, agreed over the communicator with
     the oversubscription flag in one MAX (level 2 crowded, 1 oversubscribed)."""
     from mpi4py import MPI
-    from asyncopt.comm.wire import CROWDED_RANKS_PER_CORE, Wire, available_cores
+    from asyncopt.comm.wire import CROWDED_RANKS_PER_CORE, Wire
+    from asyncopt.runtime import available_cores
 
     cores = available_cores()
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
@@ -978,7 +1002,8 @@ def test_every_rank_agrees_on_root_centred_collectives(monkeypatch):
     and a rank on a roomy node must still pick the same collectives (root-centred sends
     never meet an Ibcast), so the flag is the MAX over the communicator."""
     from mpi4py import MPI
-    from asyncopt.comm.wire import Wire, available_cores
+    from asyncopt.comm.wire import Wire
+    from asyncopt.runtime import available_cores
 
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
     monkeypatch.setenv("MPI_LOCALNRANKS", str(available_cores()))     # this node: room
@@ -995,7 +1020,7 @@ def test_the_newton_steps_cg_asks_the_workers_only_across_machines(monkeypatch):
     the server: a product's round costs more than the bytes. Across machines, products
     above 398 coordinates (uses_hessian_free), where they send fewer bytes than the
     shares."""
-    from asyncopt.solvers.mpi import cg_products_from_shares
+    from asyncopt.solvers.mpi.newton import cg_products_from_shares
     from asyncopt.comm.wire import Wire
 
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
@@ -1017,7 +1042,7 @@ def test_popular_zeros_enter_the_step_only_where_the_hessian_is_summed(monkeypat
     """The server lets the popular zeros (the largest columns) enter S where the step
     reduces the workers' Hessian shares; where S with them would ask for products
     (across machines, above 398 coordinates) it enters the violating zeros alone."""
-    from asyncopt.solvers.mpi import _entering_coordinates
+    from asyncopt.solvers.mpi.newton import server_entering_coordinates
     from asyncopt.comm.wire import Wire
 
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
@@ -1030,15 +1055,15 @@ def test_popular_zeros_enter_the_step_only_where_the_hessian_is_summed(monkeypat
     column_sq[[1, 3, 5]] = 50.0                         # 3 popular zeros
     correlation = np.zeros(p)
     args = (x, correlation, 1, 1.0, np.ones(p))
-    np.testing.assert_array_equal(_entering_coordinates(one_node, *args, column_sq),
+    np.testing.assert_array_equal(server_entering_coordinates(one_node, *args, column_sq),
                                   [2.0, 4.0, 6.0])
-    np.testing.assert_array_equal(_entering_coordinates(two_nodes, *args, column_sq),
+    np.testing.assert_array_equal(server_entering_coordinates(two_nodes, *args, column_sq),
                                   [2.0, 4.0, 6.0])           # 383 coordinates: the sum
     x[np.arange(1000, 1040)] = 1.0                      # 420: products across machines
     column_sq[1000:1040] = 10.0
-    assert _entering_coordinates(two_nodes, *args, column_sq).size == 0
-    assert _entering_coordinates(one_node, *args, column_sq).size == 3
-    assert _entering_coordinates(one_node, *args, None).size == 0
+    assert server_entering_coordinates(two_nodes, *args, column_sq).size == 0
+    assert server_entering_coordinates(one_node, *args, column_sq).size == 3
+    assert server_entering_coordinates(one_node, *args, None).size == 0
 
 
 def _wire_flags(folder, n_ranks, mpirun_args=(), command_prefix=()):
@@ -1176,16 +1201,18 @@ def test_a_wire_makes_its_process_sleeps_fine():
     """Constructing a Wire sets the process's timer slack to 1 us (prctl): a wait that
     sleeps wakes up to 50 us sooner."""
     import ctypes
+    from asyncopt import runtime
     from asyncopt.comm import wire
 
     wire.Wire(_RootComm(1), oversubscribed=False)
-    assert ctypes.CDLL(None).prctl(30, 0, 0, 0, 0) == wire.TIMER_SLACK_NS    # GET
+    assert ctypes.CDLL(None).prctl(30, 0, 0, 0, 0) == runtime.TIMER_SLACK_NS    # GET
 
 
 def test_reduce_route_is_read_and_agreed(monkeypatch):
     """ASYNCOPT_MPI_REDUCE: auto, mpi or messages (ValueError else); the ranks agree on
     one route in the constructor's MAX, the oversubscription level first."""
-    from asyncopt.comm.wire import Wire, available_cores, reduce_route_from_env
+    from asyncopt.comm.wire import Wire, reduce_route_from_env
+    from asyncopt.runtime import available_cores
     monkeypatch.delenv("ASYNCOPT_MPI_REDUCE", raising=False)
     assert reduce_route_from_env() == "auto"
     monkeypatch.setenv("ASYNCOPT_MPI_REDUCE", " Messages ")

@@ -1,4 +1,4 @@
-"""The support Newton step (asyncopt/support_newton.py): its pieces against direct
+"""The support Newton step (asyncopt/newton/): its pieces against direct
 computations, its path against the quadratic model, and what it does to DDSS on data with
 nearly equal columns (a9a's degree-2 features), certified by the independent references
 of conftest."""
@@ -10,22 +10,22 @@ from asyncopt.data.embedded import load_a9a
 from asyncopt.penalties import L1, GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
-import asyncopt.support_newton as support_newton
-from asyncopt.support_newton import (DROP_MARGIN, LINE, MAX_SUPPORT, MIN_PRODUCTS, PROJECTED,
-                                     POPULAR_SHARE, PRUNED_CHURN, STALL_RATIO, STEP_GRID,
-                                     SUPPORT_CHURN,
-                                     TRY_EPOCHS,
-                                     CHAIN_STEPS, HessianCache, ReducedHessian,
-                                     StallWatch, SupportRows,
-                                     best_candidate, block_preconditioner, dense_move,
-                                     support_move,
-                                     firm_support, from_upper_triangle,
-                                     hessian_free_direction, preconditioner_coordinates,
-                                     upper_triangle,
-                                     move_candidates,
-                                     linear_candidates, orthant_newton_target,
-                                     projected_candidates, settled_zeros,
-                                     support_hessian_sums, uses_hessian_free)
+import asyncopt.newton.kernels as newton_kernels
+import asyncopt.newton.model as newton_model
+import asyncopt.newton.policy as newton_policy
+import asyncopt.newton.step as newton_step
+from asyncopt.newton.kernels import (HessianCache, ReducedHessian, SupportRows,
+                                     from_upper_triangle, support_hessian_sums,
+                                     upper_triangle)
+from asyncopt.newton.model import (LINE, PROJECTED, STEP_GRID, best_candidate,
+                                   block_preconditioner, dense_move, hessian_free_direction,
+                                   linear_candidates, move_candidates,
+                                   orthant_newton_target, preconditioner_coordinates,
+                                   projected_candidates, support_move)
+from asyncopt.newton.policy import (CHAIN_STEPS, DROP_MARGIN, MAX_SUPPORT, MIN_PRODUCTS,
+                                    POPULAR_SHARE, PRUNED_CHURN, STALL_RATIO, SUPPORT_CHURN,
+                                    TRY_EPOCHS, StallWatch, firm_support, settled_zeros,
+                                    uses_hessian_free)
 
 
 def _second_derivative(loss, z):
@@ -76,7 +76,7 @@ def test_parallel_hessian_triangle_adds_the_row_blocks_to_the_whole_sum(n_thread
         B = np.column_stack([B, np.ones(X.shape[0])])
     gram = B.T @ (_second_derivative("logistic", z)[:, None] * B)
     want = np.concatenate([gram[:j + 1, j] for j in range(gram.shape[0])])
-    np.testing.assert_allclose(support_newton.parallel_hessian_triangle(*args, n_threads),
+    np.testing.assert_allclose(newton_kernels.parallel_hessian_triangle(*args, n_threads),
                                want, rtol=1e-13, atol=1e-14)
 
 
@@ -99,7 +99,7 @@ def test_hessian_triangle_with_s_in_any_order():
     B = np.column_stack([X[:, support].toarray(), np.ones(40)])
     gram = B.T @ (_second_derivative("logistic", z)[:, None] * B)
     np.testing.assert_allclose(
-        support_newton.support_hessian_triangle(X.indptr, X.indices, X.data, position, 1,
+        newton_kernels.support_hessian_triangle(X.indptr, X.indices, X.data, position, 1,
                                                 z, y, support.shape[0], True),
         upper_triangle(gram), rtol=1e-13, atol=1e-14)
 
@@ -131,16 +131,16 @@ def test_hessian_cache_extends_the_last_support_to_the_direct_sum(intercept):
     rows = SupportRows(_Shard(compact, y, kept), 0, rng.standard_normal(80), support,
                        intercept, None, cache)
     calls = []
-    forming = support_newton.parallel_hessian_triangle
+    forming = newton_kernels.parallel_hessian_triangle
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(support_newton, "parallel_hessian_triangle",
+        patch.setattr(newton_kernels, "parallel_hessian_triangle",
                       lambda *a: calls.append(1) or forming(*a))
         got = rows.hessian_sums()
         assert not calls                      # extended, not formed anew
         SupportRows(_Shard(compact, y, kept), 0, np.zeros(80), support, intercept,
                     None).hessian_sums()
         assert calls                          # without the cache: formed
-    original = support_newton.support_hessian_sums
+    original = newton_kernels.support_hessian_sums
     position = np.full(compact.shape[1], -1, dtype=np.int64)
     position[support] = np.arange(support.shape[0])
     want = original(compact.indptr, compact.indices, compact.data, position, 0,
@@ -209,7 +209,7 @@ def test_support_rows_products_diagonal_and_losses_are_the_dense_ones(loss, inte
     code = 0 if loss == "squared" else 1
     rho = -ref.loss_derivatives(loss, z, y)        # the certificate's sums at z
     rows = SupportRows(_Shard(X, y), code, z, support, intercept,
-                       support_newton.shard_slope(X[:, support].T @ rho, np.sum(rho),
+                       newton_kernels.shard_slope(X[:, support].T @ rho, np.sum(rho),
                                                   intercept))
     B = X[:, support].toarray()
     if intercept:
@@ -252,7 +252,7 @@ def test_products_and_trial_losses_from_the_rows_need_no_hessian(loss, intercept
     support = np.array([1, 2, 7, 11, 20, 33, 39])
     code = 0 if loss == "squared" else 1
     rho = -ref.loss_derivatives(loss, z, y)
-    slope = support_newton.shard_slope(X[:, support].T @ rho, np.sum(rho), intercept)
+    slope = newton_kernels.shard_slope(X[:, support].T @ rho, np.sum(rho), intercept)
     rows = SupportRows(_Shard(X, y), code, z, support, intercept, slope)
     B = X[:, support].toarray()
     assert np.any(~B.any(axis=1))                       # rows with nothing in S
@@ -287,7 +287,7 @@ def test_server_trial_sums_from_the_reduced_sums_are_the_losses_over_all_rows(in
         rows = SupportRows(_Shard(sp.csr_matrix(X[part]), y[part]), 0, z[part], support,
                            intercept, None)
         loss_sum += 0.5 * float(rho @ rho)
-        slope = slope + support_newton.shard_slope(X[part][:, support].T @ rho,
+        slope = slope + newton_kernels.shard_slope(X[part][:, support].T @ rho,
                                                    np.sum(rho), intercept)
         hessian = hessian + from_upper_triangle(rows.hessian_triangle(),
                                                 support.shape[0] + intercept)
@@ -296,8 +296,8 @@ def test_server_trial_sums_from_the_reduced_sums_are_the_losses_over_all_rows(in
         B = np.column_stack([B, np.ones(100)])
     point = rng.standard_normal(B.shape[1])
     candidates = point + rng.standard_normal((len(STEP_GRID), B.shape[1]))
-    got = support_newton.quadratic_trial_sums(
-        loss_sum, slope, hessian, support_newton.trial_moves(point, candidates))
+    got = newton_kernels.quadratic_trial_sums(
+        loss_sum, slope, hessian, newton_kernels.trial_moves(point, candidates))
     want = [np.sum(ref.loss_values("squared", z + B @ (c - point), y))
             for c in candidates] + [np.sum(ref.loss_values("squared", z, y))]
     np.testing.assert_allclose(got, want, rtol=1e-12)
@@ -307,11 +307,11 @@ def test_symmetric_times_is_the_product_with_the_symmetric_matrix():
     rng = np.random.default_rng(8)
     a = rng.standard_normal((40, 40))
     matrix, v = a + a.T, rng.standard_normal(40)
-    np.testing.assert_allclose(support_newton.symmetric_times(matrix, v), matrix @ v,
+    np.testing.assert_allclose(newton_kernels.symmetric_times(matrix, v), matrix @ v,
                                rtol=1e-13, atol=1e-13)
     # a product reads the lower triangle: the upper one may hold anything
     lower_only = np.tril(matrix) + np.triu(np.full((40, 40), np.nan), 1)
-    np.testing.assert_allclose(support_newton.symmetric_times(lower_only, v), matrix @ v,
+    np.testing.assert_allclose(newton_kernels.symmetric_times(lower_only, v), matrix @ v,
                                rtol=1e-13, atol=1e-13)
 
 
@@ -322,23 +322,23 @@ def test_the_lower_triangle_unpacked_serves_every_read_of_the_servers_step():
     the whole matrix, quadratic_trial_sums the exact quadratic model, and dense_move the
     same move as from the full matrix, on the orthant path (|S| <= 398) too; the pages
     touch_lower_triangle maps are those the triangle lies in."""
-    from asyncopt.kernels.linalg import touch_lower_triangle
+    from asyncopt.runtime import touch_lower_triangle
     rng = np.random.default_rng(3)
     a = rng.standard_normal((9, 30))
     matrix = a.T @ a + np.eye(30)
-    packed = support_newton.upper_triangle(matrix)
-    lower = support_newton.lower_from_upper_triangle(packed, 30,
+    packed = newton_kernels.upper_triangle(matrix)
+    lower = newton_kernels.lower_from_upper_triangle(packed, 30,
                                                      out=np.full((30, 30), np.nan))
     np.testing.assert_array_equal(np.tril(lower), np.tril(matrix))
     assert np.isnan(lower[np.triu_indices(30, 1)]).all()
     positions = np.array([17, 2, 29, 5])
-    np.testing.assert_array_equal(support_newton.symmetric_submatrix(lower, positions),
+    np.testing.assert_array_equal(newton_kernels.symmetric_submatrix(lower, positions),
                                   matrix[np.ix_(positions, positions)])
-    np.testing.assert_array_equal(support_newton.symmetric_from_lower(lower.copy()),
+    np.testing.assert_array_equal(newton_kernels.symmetric_from_lower(lower.copy()),
                                   matrix)
     moves = rng.standard_normal((4, 30))
     np.testing.assert_allclose(
-        support_newton.quadratic_trial_sums(2.0, np.ones(30), lower, moves),
+        newton_kernels.quadratic_trial_sums(2.0, np.ones(30), lower, moves),
         2.0 + moves.sum(axis=1) + 0.5 * np.einsum("ij,jk,ik->i", moves, matrix, moves),
         rtol=1e-12)
     corr, point = rng.standard_normal(29) * 5, np.r_[rng.standard_normal(20), np.zeros(10)]
@@ -461,13 +461,13 @@ def test_stall_watch_asks_a_step_that_prunes_x_for_a_support_that_changed_less()
     watch = StallWatch()
     watch.should_try(0, 0.11, 1000, None)
     assert watch.should_try(1, 0.10, 1000, changes)
-    for pruned in (True, support_newton.prunes_for_step(np.ones(MAX_SUPPORT + 1)),
-                   support_newton.prunes_for_step(np.ones(10), always=True)):
+    for pruned in (True, newton_policy.prunes_for_step(np.ones(MAX_SUPPORT + 1)),
+                   newton_policy.prunes_for_step(np.ones(10), always=True)):
         watch = StallWatch()
         watch.should_try(0, 0.11, 1000, None)
         assert not watch.should_try(1, 0.10, 1000, changes, pruned=pruned)
         assert watch.should_try(2, 0.095, 1000, int(PRUNED_CHURN * 1000), pruned=pruned)
-    assert not support_newton.prunes_for_step(np.ones(MAX_SUPPORT))
+    assert not newton_policy.prunes_for_step(np.ones(MAX_SUPPORT))
 
 
 def test_stall_watch_with_a_goal_tries_a_fast_epoch_that_is_still_far_from_it():
@@ -683,13 +683,13 @@ def test_hessian_free_direction_is_the_newton_step_where_nothing_crosses():
         np.testing.assert_allclose(start + direction, target, rtol=1e-7, atol=1e-7)
         np.testing.assert_allclose(start + direction, start - np.linalg.solve(H, g),
                                    rtol=1e-7, atol=1e-7)
-        assert products <= support_newton.MIN_PRODUCTS + 1
+        assert products <= newton_policy.MIN_PRODUCTS + 1
 
 
 def test_preconditioner_coordinates_are_the_largest_ranked_and_the_intercept():
     ranking = np.arange(200.0)[::-1] % 97          # ties broken by position
     top = preconditioner_coordinates(ranking, intercept=False)
-    assert top.shape[0] == support_newton.PRECONDITIONER_BLOCK
+    assert top.shape[0] == newton_model.PRECONDITIONER_BLOCK
     np.testing.assert_array_equal(top, np.sort(np.argsort(-ranking, kind="stable")[:50]))
     assert np.all(np.diff(top) > 0)
     assert ranking[top].min() >= np.delete(ranking, top).max()
@@ -699,7 +699,7 @@ def test_preconditioner_coordinates_are_the_largest_ranked_and_the_intercept():
                                   [0, 1, 2, 3])
     for size in (0, 3, 50, 51, 400):          # what the workers receive under MPI
         for intercept in (False, True):
-            assert support_newton.preconditioner_size(size, intercept) == \
+            assert newton_model.preconditioner_size(size, intercept) == \
                 preconditioner_coordinates(np.arange(float(size)), intercept).shape[0]
 
 
@@ -781,8 +781,8 @@ def test_hessian_free_direction_solves_the_quadratic_program_on_the_orthant(monk
     zero (they would rise only out of the orthant); the dropped ones included, since
     the model frees them when it wants them back. Singular H (equal columns) too, with
     g as in the Lasso (-A^T rho / n + lam w sigma): bounded on the orthant."""
-    monkeypatch.setattr(support_newton, "CG_PIECES", 60)
-    monkeypatch.setattr(support_newton, "MIN_PRODUCTS", 10 ** 6)
+    monkeypatch.setattr(newton_model, "CG_PIECES", 60)
+    monkeypatch.setattr(newton_policy, "MIN_PRODUCTS", 10 ** 6)
     rng = np.random.default_rng(7)
     for trial in range(150):
         k = int(rng.integers(2, 30))
@@ -813,11 +813,11 @@ def test_hessian_free_direction_solves_the_quadratic_program_on_the_orthant(monk
 
 def test_products_take_over_where_they_cost_fewer_bytes_than_the_hessian():
     # |S| + 1 numbers each way per product, (|S| + 1)(|S| + 2) / 2 for the upper triangle
-    bound = 4 * support_newton.MIN_PRODUCTS - 2
+    bound = 4 * newton_policy.MIN_PRODUCTS - 2
     assert not uses_hessian_free(bound) and uses_hessian_free(bound + 1)
     for size in (bound + 1, 1700):
         dim = size + 1
-        assert support_newton.product_budget(dim) * 2 * dim <= dim * (dim + 1) // 2
+        assert newton_policy.product_budget(dim) * 2 * dim <= dim * (dim + 1) // 2
 
 
 def _a9a_degree_2(rows):
@@ -854,18 +854,18 @@ def test_entering_coordinates_are_the_worst_violating_zeros_with_their_sign():
     correlation = np.array([3.0, 9.0, -1.0, -5.0, 0.5, 2.5, 0.9])
     weights = np.ones(7)
     # n lam w = 2: zeros 0 (1.5x), 3 (2.5x, negative) and 5 (1.25x) violate; 2, 6 do not
-    code = support_newton.entering_coordinates(x, correlation, 1, 2.0, weights, 10)
+    code = newton_policy.entering_coordinates(x, correlation, 1, 2.0, weights, 10)
     np.testing.assert_array_equal(code, [1.0, -4.0, 6.0])      # (j + 1) sign, by j
-    assert list(support_newton.entering_coordinates(x, correlation, 1, 2.0, weights, 2)) \
+    assert list(newton_policy.entering_coordinates(x, correlation, 1, 2.0, weights, 2)) \
         == [1.0, -4.0]
-    assert support_newton.entering_coordinates(x, correlation, 1, 2.0, weights, 0).size == 0
-    support, point, signs = support_newton.support_point(x, 0.7, True, code)
+    assert newton_policy.entering_coordinates(x, correlation, 1, 2.0, weights, 0).size == 0
+    support, point, signs = newton_model.support_point(x, 0.7, True, code)
     np.testing.assert_array_equal(support, [0, 1, 3, 4, 5])
     np.testing.assert_array_equal(point, [0.0, 1.5, 0.0, -2.0, 0.0, 0.7])
     np.testing.assert_array_equal(signs, [1.0, 1.0, -1.0, -1.0, 1.0])
-    assert support_newton.entering_limit(100) == 10
-    assert support_newton.entering_limit(1000) == 50
-    assert support_newton.entering_limit(MAX_SUPPORT - 3) == 3
+    assert newton_policy.entering_limit(100) == 10
+    assert newton_policy.entering_limit(1000) == 50
+    assert newton_policy.entering_limit(MAX_SUPPORT - 3) == 3
 
 
 
@@ -881,22 +881,22 @@ def test_popular_zeros_enter_with_the_sign_of_their_correlation():
     correlation[9] = -0.3
     correlation[0] = 2.5                                       # violating (n lam w = 2)
     assert POPULAR_SHARE * 12 <= 2 < POPULAR_SHARE * 12 + 1
-    np.testing.assert_array_equal(support_newton.popular_zeros(x, column_sq), [5, 9])
-    code = support_newton.entering_coordinates(x, correlation, 1, 2.0, np.ones(40), 10,
-                                               column_sq)
+    np.testing.assert_array_equal(newton_policy.popular_zeros(x, column_sq), [5, 9])
+    code = newton_policy.entering_coordinates(x, correlation, 1, 2.0, np.ones(40), 10,
+                                              column_sq)
     np.testing.assert_array_equal(code, [1.0, 6.0, -10.0])
-    np.testing.assert_array_equal(support_newton.popular_zeros(x, column_sq, 1), [5])
+    np.testing.assert_array_equal(newton_policy.popular_zeros(x, column_sq, 1), [5])
     x[5] = -1.0                                # a popular non-zero: not entering
-    np.testing.assert_array_equal(support_newton.popular_zeros(x, column_sq), [9])
-    assert support_newton.entering_coordinates(x, correlation, 1, 2.0, np.ones(40), 10) \
+    np.testing.assert_array_equal(newton_policy.popular_zeros(x, column_sq), [9])
+    assert newton_policy.entering_coordinates(x, correlation, 1, 2.0, np.ones(40), 10) \
         .tolist() == [1.0]
     # S stays within MAX_SUPPORT: the largest columns' zeros first
     x = np.zeros(MAX_SUPPORT + 100)
     x[100:MAX_SUPPORT + 99] = 1.0                 # MAX_SUPPORT - 1 non-zeros
     column_sq = np.where(x != 0, 10.0, 1.0)
     column_sq[[3, 7, 9]] = [60.0, 80.0, 70.0]
-    code = support_newton.entering_coordinates(x, np.zeros_like(x), 1, 2.0,
-                                               np.ones_like(x), 10, column_sq)
+    code = newton_policy.entering_coordinates(x, np.zeros_like(x), 1, 2.0,
+                                              np.ones_like(x), 10, column_sq)
     np.testing.assert_array_equal(code, [8.0])
 
 
@@ -904,10 +904,10 @@ def test_entering_coordinates_take_zeros_within_ten_percent_of_violating():
     x = np.array([0.0, 1.5, 0.0, 0.0])
     correlation = np.array([3.0, 9.0, -1.85, 1.75])
     # n lam w = 2: zero 0 violates (1.5x), zero 2 is within 10% (0.925x), zero 3 is not
-    code = support_newton.entering_coordinates(x, correlation, 1, 2.0, np.ones(4), 10)
+    code = newton_policy.entering_coordinates(x, correlation, 1, 2.0, np.ones(4), 10)
     np.testing.assert_array_equal(code, [1.0, -3.0])
     np.testing.assert_array_equal(
-        support_newton.entering_coordinates(x, correlation, 1, 2.0, np.ones(4), 1), [1.0])
+        newton_policy.entering_coordinates(x, correlation, 1, 2.0, np.ones(4), 1), [1.0])
 
 
 def test_a_coordinate_the_model_puts_on_the_other_side_changes_sign():
@@ -968,13 +968,13 @@ def test_a_missing_coordinate_enters_the_step_with_its_sign(ref, make_data, monk
 
     def step(x):
         cert = active.certificate(x, exact.intercept)
-        moved = support_newton.support_newton_step(active, cert, x)
+        moved = newton_step.support_newton_step(active, cert, x)
         assert moved is not None
         return active.certificate(x, moved[0])
 
     with monkeypatch.context() as patch:
-        patch.setattr(support_newton, "ENTERING_MIN", 0)
-        patch.setattr(support_newton, "ENTERING_SHARE", 0.0)
+        patch.setattr(newton_policy, "ENTERING_MIN", 0)
+        patch.setattr(newton_policy, "ENTERING_SHARE", 0.0)
         alone = start.copy()
         assert step(alone).gap > 1e-3 * p0 and alone[missing] == 0.0
     x = start.copy()
@@ -999,7 +999,7 @@ def test_non_zeros_on_the_wrong_side_of_zero_change_sign_within_one_step(ref, ma
     support = np.flatnonzero(exact.coef)
     wrong = support[np.argsort(np.abs(exact.coef[support]))[:flipped]]
     x[wrong] = -scale * exact.coef[wrong]
-    b, t = support_newton.support_newton_step(active, active.certificate(
+    b, t = newton_step.support_newton_step(active, active.certificate(
         x, exact.intercept), x)
     assert active.certificate(x, b).gap <= 1e-8 * p0
     np.testing.assert_array_equal(np.sign(x), np.sign(exact.coef))
@@ -1015,20 +1015,20 @@ def test_a_full_step_that_missed_a_coordinate_is_chained_to_one_that_certifies(
     n, lam = problem.n_samples, problem.lam
     cache, watch = HessianCache(), StallWatch()
     with monkeypatch.context() as patch:
-        patch.setattr(support_newton, "ENTERING_MIN", 0)
-        patch.setattr(support_newton, "ENTERING_SHARE", 0.0)
-        b, t = support_newton.support_newton_step(
+        patch.setattr(newton_policy, "ENTERING_MIN", 0)
+        patch.setattr(newton_policy, "ENTERING_SHARE", 0.0)
+        b, t = newton_step.support_newton_step(
             active, active.certificate(x, exact.intercept), x, cache)
     cert = active.certificate(x, b)
-    violating, _ = support_newton.violating_zeros(x, cert.correlation, n, lam,
-                                                  active.weights)
+    violating, _ = newton_policy.violating_zeros(x, cert.correlation, n, lam,
+                                                 active.weights)
     assert t == 1.0 and cert.gap > 1e-3 * p0 and missing in violating
     steps = 1
     while watch.should_chain(t, violating.shape[0]):
-        b, t = support_newton.support_newton_step(active, cert, x, cache)
+        b, t = newton_step.support_newton_step(active, cert, x, cache)
         cert = active.certificate(x, b)
-        violating, _ = support_newton.violating_zeros(x, cert.correlation, n, lam,
-                                                      active.weights)
+        violating, _ = newton_policy.violating_zeros(x, cert.correlation, n, lam,
+                                                     active.weights)
         steps += 1
     # the second step lets the missing one in; the coordinate of S its move took to zero
     # and left violating (a third step before dense_move solved again with it) enters
@@ -1045,7 +1045,7 @@ def test_small_non_zeros_beyond_max_support_are_pruned_before_the_step(ref, make
     problem, exact, p0 = _lasso_solution(ref, make_data)
     active = problem.full_active_set()
     solution = np.flatnonzero(exact.coef)
-    monkeypatch.setattr(support_newton, "MAX_SUPPORT", solution.shape[0] + 2)
+    monkeypatch.setattr(newton_policy, "MAX_SUPPORT", solution.shape[0] + 2)
     rng = np.random.default_rng(1)
     x = exact.coef * (1.0 + 0.005 * rng.standard_normal(40))
     zeros = np.flatnonzero(exact.coef == 0)
@@ -1053,19 +1053,19 @@ def test_small_non_zeros_beyond_max_support_are_pruned_before_the_step(ref, make
     cert = active.certificate(x, exact.intercept)
     firm = firm_support(x, cert.correlation, problem.n_samples, problem.lam,
                         active.weights)
-    pruned = support_newton.pruned_coordinates(x, firm)
+    pruned = newton_policy.pruned_coordinates(x, firm)
     assert pruned.shape[0] >= zeros.shape[0] - 2 and not np.any(np.isin(pruned, solution))
-    moved = support_newton.support_newton_step(active, cert, x)
+    moved = newton_step.support_newton_step(active, cert, x)
     assert moved is not None
     assert active.certificate(x, moved[0]).gap <= 1e-10 * p0
     assert np.count_nonzero(x) == solution.shape[0]
     # at the solution plus the tiny ones, the pruned point is P* itself but nothing
     # improves on it by more than the rounding: x keeps its tiny non-zeros
-    monkeypatch.setattr(support_newton, "best_candidate",
+    monkeypatch.setattr(newton_step, "best_candidate",
                         lambda *args, **kwargs: (-1, 0.0))
     noisy = exact.coef.copy()
     noisy[zeros] = 1e-7 * rng.standard_normal(zeros.shape[0])
     kept = noisy.copy()
     cert = active.certificate(noisy, exact.intercept)
-    assert support_newton.support_newton_step(active, cert, noisy) is None
+    assert newton_step.support_newton_step(active, cert, noisy) is None
     np.testing.assert_array_equal(noisy, kept)

@@ -10,7 +10,7 @@ from asyncopt.penalties import GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers import serial, threads
 from asyncopt.kernels import native
-import asyncopt.support_newton as support_newton
+import asyncopt.newton.policy as newton_policy
 from asyncopt.solvers.threads import ThreadsInnerLoop, effective_n_jobs
 
 KERNELS = ["numba", pytest.param("native", marks=pytest.mark.skipif(
@@ -81,7 +81,7 @@ def test_staleness_is_reported_and_two_threads_overlap(kernel, monkeypatch):
     # a row, CI's loaded machine once ran them one after the other in all 10 epochs).
     # Ten epochs of prox-SVRG without the support Newton step, which would end the run
     # at the solution within them
-    monkeypatch.setattr(support_newton, "MAX_SUPPORT", 0)
+    monkeypatch.setattr(newton_policy, "MAX_SUPPORT", 0)
     X = sp.random(40000, 2000, density=0.05, random_state=0, format="csr")
     y = X @ np.r_[np.ones(20), np.zeros(1980)] + 0.01
     one = Lasso(alpha=1e-4, tol=1e-12, max_epochs=10, random_state=0)
@@ -167,76 +167,3 @@ def test_lasso_path_on_threads_matches_serial():
             p.certificate(coefs[:, k]).primal, rel=1e-6)
     assert np.all(gaps_t <= 1e-10 * problem.null_objective())
 
-
-def test_blas_pools_are_limited_while_threads_or_ranks_compute(monkeypatch):
-    """cores.blas_threads: inside, every BLAS library's pool has the limit, or what it had
-    where that was fewer; after, what it had before. solve_ddss on T threads runs with
-    cores // T BLAS threads (OpenBLAS's idle workers spin on the cores the solver's
-    threads use), on one thread with the pools left alone."""
-    from threadpoolctl import threadpool_info, threadpool_limits
-
-    from asyncopt import cores
-    from asyncopt.solvers.ddss import solve_ddss
-
-    def blas_pools():
-        return [pool["num_threads"] for pool in threadpool_info()
-                if pool["user_api"] == "blas"]
-
-    assert cores.blas_threads_beside(1) is None
-    assert cores.blas_threads_beside(3, cores=16) == 5
-    assert cores.blas_threads_beside(9, cores=2) == 1
-    with threadpool_limits(limits=2, user_api="blas"):
-        assert blas_pools() and set(blas_pools()) == {2}
-        with cores.blas_threads(1):
-            assert set(blas_pools()) == {1}
-        assert set(blas_pools()) == {2}
-        with cores.blas_threads(8):   # never more than the user's own limit
-            assert set(blas_pools()) == {2}
-        with cores.blas_threads(None):
-            assert set(blas_pools()) == {2}
-        rng = np.random.default_rng(0)
-        X = sp.random(300, 40, density=0.2, random_state=0, format="csr")
-        problem = Problem(X, X @ rng.standard_normal(40), "squared", lam=1.0)
-        problem = problem.with_lam(0.1 * problem.lam_max())
-        monkeypatch.setattr(cores, "available_cores", lambda: 4)
-        for threads, expected in ((2, {2}), (4, {1}), (1, {2})):
-            seen = []
-            solve_ddss(problem, tol=1e-8, max_epochs=3, random_state=0,
-                       inner_loop=ThreadsInnerLoop(n_jobs=threads),
-                       callback=lambda record: seen.append(set(blas_pools())))
-            assert seen and all(pools == expected for pools in seen)
-        assert set(blas_pools()) == {2}
-
-
-def test_solve_mpi_allocates_without_huge_pages_and_puts_numpy_back():
-    """cores.small_pages: inside, numpy asks for no huge pages (its madvise switch off);
-    after, numpy's own setting again, also when the block raises. solve_mpi runs in it
-    (``in_small_pages`` keeps its name and docstring)."""
-    from numpy._core.multiarray import _set_madvise_hugepage
-
-    from asyncopt import cores
-    from asyncopt.solvers.mpi import solve_mpi
-
-    def current():
-        setting = _set_madvise_hugepage(True)
-        _set_madvise_hugepage(setting)
-        return setting
-
-    numpys = current()
-    try:
-        for before in (True, False):
-            _set_madvise_hugepage(before)
-            with cores.small_pages():
-                assert current() is False
-            assert current() is before
-            with pytest.raises(RuntimeError), cores.small_pages():
-                raise RuntimeError
-            assert current() is before
-        _set_madvise_hugepage(True)
-        seen = []
-        wrapped = cores.in_small_pages(lambda: seen.append(current()) or 7)
-        assert wrapped() == 7 and seen == [False] and current() is True
-    finally:
-        _set_madvise_hugepage(numpys)
-    assert solve_mpi.__name__ == "solve_mpi" and "Dis-DDSS" in solve_mpi.__doc__
-    assert solve_mpi.__wrapped__.__name__ == "solve_mpi"

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import gc
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 
 from asyncopt.solvers.methods import BACKENDS, METHODS
@@ -429,16 +432,42 @@ def fit_and_report(args, prog, loss, title):
         sys.stderr.write(f"{prog}: started without mpirun: running the threads backend "
                          f"({threads} threads)\n")
     t0 = time.perf_counter()
-    result = solve_method(
-        problem.with_lam(alpha), args.method, tol=args.tol, max_epochs=args.max_epochs,
-        screening=not args.no_screening, random_state=args.seed,
-        verbose=0 if args.quiet or not leader else 1, checkpoint=checkpoint_path(args),
-        inner_loop=ThreadsInnerLoop(args.n_jobs) if backend == "threads" else None)
+    checkpoint = checkpoint_path(args)
+    with checkpoint_on_sigterm(checkpoint, "the solver's"):
+        result = solve_method(
+            problem.with_lam(alpha), args.method, tol=args.tol, max_epochs=args.max_epochs,
+            screening=not args.no_screening, random_state=args.seed,
+            verbose=0 if args.quiet or not leader else 1, checkpoint=checkpoint,
+            inner_loop=ThreadsInnerLoop(args.n_jobs) if backend == "threads" else None)
     wall = time.perf_counter() - t0
     if not leader:
         return EXIT_OK
     return report(args, title, _fitted(result), name, n, p, nnz, classes, alpha, ratio,
                   lmax, fit_intercept, backend, world, wall)
+
+
+@contextlib.contextmanager
+def checkpoint_on_sigterm(path, whose):
+    """While the solve runs, SIGTERM (a scheduler ending the job, mpirun forwarding a
+    kill) prints one line and raises SystemExit(143): the solver's driver writes its
+    current x, mid-epoch a valid iterate, to the checkpoint ``path`` as it unwinds
+    (``ddss.Driver.run``). Nothing is installed without a path, or off the main thread.
+    ``whose``: the process that holds x ("the server's" under mpirun)."""
+    if path is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        sys.stderr.write(f"asyncopt: terminated; the checkpoint {path} holds {whose} x "
+                         "(--resume continues from it)\n")
+        sys.stderr.flush()
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _fitted(result):
@@ -504,7 +533,8 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     checkpoint = checkpoint_path(args)
     # an OSError there is a file one rank writes (the server's checkpoint): one line
     with ending_every_rank_on_error(comm, prog, lambda exc: _os_error_message(exc)
-                                    if isinstance(exc, OSError) else None):
+                                    if isinstance(exc, OSError) else None), \
+            checkpoint_on_sigterm(checkpoint if leader else None, "the server's"):
         result = solve_mpi(comm, shard, penalty, p, code, alpha, fit_intercept,
                            tol=args.tol, max_epochs=args.max_epochs,
                            **solver_flags(args.method, not args.no_screening),

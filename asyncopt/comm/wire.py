@@ -18,7 +18,7 @@ import traceback
 
 import numpy as np
 
-from ..cores import available_cores
+from ..runtime import available_cores, fine_timer_slack
 
 SPIN_SECONDS, MAX_PAUSE = 1e-3, 2e-4
 # how a reduction too long for the shared window goes where it does not go root-centred
@@ -28,7 +28,6 @@ REDUCE_ROUTES = ("auto", "mpi", "messages")
 CROWDED_RANKS_PER_CORE = 2   # Wire.crowded: at least this many ranks per core on a node
 LEVELS = 3                   # a node's levels (node_level): a core per rank, over, crowded
 TAG_BCAST, TAG_REDUCE = 1001, 1002
-PR_SET_TIMERSLACK, TIMER_SLACK_NS = 29, 1000
 # Linux futex(2) on x86-64 (its stores and loads keep program order, which the doorbell's
 # protocol relies on; elsewhere waits sleep in steps): FUTEX_WAIT / FUTEX_WAKE, not
 # process-private (the word lies in memory that several processes map)
@@ -46,7 +45,7 @@ def _mpi():
 
 @functools.lru_cache(maxsize=None)
 def _libc():
-    """This process's C library through ctypes (futex, prctl), loaded once."""
+    """This process's C library through ctypes (futex), loaded once."""
     return ctypes.CDLL(None, use_errno=True)
 
 
@@ -163,17 +162,6 @@ def poll(ready, spin=SPIN_SECONDS, doorbell=None):
     while not ready():
         time.sleep(pause)
         pause = min(2 * pause, MAX_PAUSE)
-
-
-def fine_timer_slack():
-    """Let this process's sleeps end within 1 us of their time (Linux's timer slack,
-    ``prctl(PR_SET_TIMERSLACK)``; 50 us by default); elsewhere nothing. A wait that sleeps
-    (``poll``) sees its message up to 50 us sooner: ``time.sleep(50e-6)`` took 121 us
-    (median of 2,000) against 71 us (the 2-core VM, 2026-11-26)."""
-    try:
-        _libc().prctl(PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0)
-    except (AttributeError, OSError):
-        pass
 
 
 def wait(request, spin=SPIN_SECONDS):
@@ -311,7 +299,8 @@ class Wire:
     (Dis-DDSS's server on an oversubscribed node does not spin, nor does any of its ranks
     on a ``crowded`` node, CROWDED_RANKS_PER_CORE ranks per core or more, where they
     sleep on doorbells instead: ``solvers/mpi.py``).
-    Constructing a Wire also makes the process's sleeps fine (``fine_timer_slack``)."""
+    Constructing a Wire also makes the process's sleeps fine (``runtime.fine_timer_slack``,
+    unless the runtime tuning is off)."""
 
     def __init__(self, comm, oversubscribed=None):
         self.comm = comm

@@ -23,7 +23,7 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
-from ..cores import available_cores
+from ..runtime import available_cores
 
 _INT32_MAX = np.iinfo(np.int32).max
 _CHUNK = 1 << 20
@@ -295,7 +295,7 @@ def load_libsvm(path, n_features=None, zero_based="auto", offset=0, length=-1,
     ``n_features``.
 
     ``n_threads``: threads that parse at once, each a piece of whole lines (default: this
-    process's cores, ``cores.available_cores``; under MPI pass the cores of one rank).
+    process's cores, ``runtime.available_cores``; under MPI pass the cores of one rank).
     """
     name = os.fspath(path)
     if not os.path.exists(name):

@@ -1,6 +1,5 @@
 """Sparse linear algebra on CSR arrays (indptr, indices, data) used by every solver, and
 the thread fan-out every threaded pass uses."""
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -27,69 +26,6 @@ def csr_rmatvec_rows(indptr, indices, data, r, out, start, end):
             continue
         for k in range(indptr[i], indptr[i + 1]):
             out[indices[k]] += data[k] * ri
-
-
-@njit(cache=True, nogil=True)
-def touch_pages(memory, stop=None):
-    """Write a zero into the first byte of every 4 kB page of ``memory`` (uint8; an
-    array's ``view(np.uint8)``), so that the OS maps each page now rather than at the
-    first write of whatever fills the array later; ``stop`` (uint8, one element): once
-    another thread sets it non-zero, return (checked every 64 pages). Returns the bytes
-    passed."""
-    for k in range(0, memory.shape[0], 4096):
-        if stop is not None and k % (64 * 4096) == 0 and stop[0] != 0:
-            return k
-        memory[k] = 0
-    return memory.shape[0]
-
-
-@njit(cache=True)
-def touch_lower_triangle(memory, dim):
-    """``touch_pages`` for the pages of a C-ordered dim x dim float64 matrix (``memory``:
-    its bytes, flat) that hold its lower triangle, row j's first j + 1 entries: not half
-    of them, as a page often holds the end of one row and the start of the next (78% at
-    dim = 1,500)."""
-    for j in range(dim):
-        start = j * dim * 8
-        end = start + (j + 1) * 8
-        memory[start] = 0
-        page = (start // 4096 + 1) * 4096
-        while page < end:
-            memory[page] = 0
-            page += 4096
-
-
-class IdlePageToucher:
-    """The arrays ``make()`` returns, their pages mapped (``touch_pages``) on a thread
-    that runs only on a core nothing else wants (SCHED_IDLE where the OS has it), for a
-    caller that needs them later and would otherwise take their page faults itself.
-    ``take(wait)`` waits for the thread at most ``wait`` seconds (a machine busy with
-    other work may starve it indefinitely), stops it (within 64 pages) and returns the
-    arrays if every page was mapped, else None; the thread touches nothing after it
-    finishes, so arrays it returns are the caller's alone."""
-
-    def __init__(self, make):
-        self._stop = np.zeros(1, dtype=np.uint8)
-        self._finished = []
-        self._thread = threading.Thread(target=self._run, args=(make,), daemon=True)
-        self._thread.start()
-
-    def _run(self, make):
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        except (AttributeError, OSError):
-            pass
-        arrays = make()
-        for array in arrays:
-            memory = array.reshape(-1).view(np.uint8)
-            if touch_pages(memory, self._stop) < memory.shape[0]:
-                return
-        self._finished.append(arrays)
-
-    def take(self, wait):
-        self._thread.join(wait)
-        self._stop[0] = 1
-        return self._finished[0] if self._finished else None
 
 
 def row_ranges(n_rows, n_threads):

@@ -1,42 +1,51 @@
-"""DDSS: the outer loop of thesis Algorithm 4, shared by every backend (DESIGN 1-2).
+"""DDSS: the outer loop of thesis Algorithm 4, written once for every backend (DESIGN 1-3).
 
-Outer iteration s:
-  1. margins z = A x + b on the active set, intercept refitted to its optimum;
-  2. generalized residual rho, A^T rho (full gradient mu = -A^T rho / n), dual point theta,
-     P and D; the gap G = P - the largest D of any dual point so far (``BestDual``); stop
-     when G <= tol * P(0); after an epoch that cut G by less than half, the support
-     Newton step (``support_newton.py``; ``group_newton.py`` for group penalties) and a
-     new certificate;
-  3. gap-safe screening (the spheres around theta and around the best point); the data
-     is compacted to the surviving columns once the blocks the tests remove hold
-     COMPACT_NNZ_SHARE of the stored non-zeros or COMPACT_FEATURE_SHARE of the features
-     (a compaction costs a pass over the data; removing a sliver of rare columns does
-     not repay it), and once more after the last iteration;
-  4. one inner epoch (about n steps) of sparse prox-SVRG from the snapshot (x, z, mu)
-     with step eta = 1 / (3 L_max) (DDSS), or plain sparse stochastic prox steps with
-     the decaying step eta / (1 + s) (DDSS-Naive); with an L1 penalty the zeros of x
-     that are optimal at the snapshot stay frozen for the epoch (``freeze_optimal_zeros``).
+``Driver`` runs it against a backend: ``local.LocalBackend`` (serial and threads: one
+process holds the data) or ``mpi.server.ServerBackend`` (Dis-DDSS: rank 0 drives, the
+workers of ``mpi.worker`` hold the row shards and execute). Outer iteration s:
+
+  1. certify (``Backend.certify``): margins z = A x + b, the intercept refitted to its
+     optimum, rho, A^T rho (full gradient mu = -A^T rho / n), the dual point theta, P and
+     D; G = P - the largest D of any dual point so far (``BestDual``);
+  2. where the last epoch cut G by less than half (``StallWatch``), the second-order
+     step on the support and a new certificate, chained while a full step leaves
+     violating zeros; where the epoch is rejected (``reject_worse_epochs``: P rose above
+     P + G at its start, so above P* + 2 G), no step;
+  3. record the iteration (``history_record``: one record per outer iteration, one
+     schema for every backend), then stop (G <= tol * P(0), the epoch or time limit,
+     the callback), or go back to the rejected epoch's start with half the move;
+  4. gap-safe screening with the spheres around theta and around the best dual point,
+     the data compacted once the removed blocks repay it (``worth_compacting``) and
+     certified again where x lost a non-zero;
+  5. one inner epoch (``Backend.epoch``): sparse prox-SVRG from the anchor (x, z, mu)
+     with step eta = step_scale / (3 L_max) (DDSS; thesis eq. 3-6, 3-8), plain sparse
+     stochastic prox steps with eta / (1 + s) (DDSS-Naive), or a baseline's epoch
+     (ProxASAGA, ProxASVRG); under prox-SVRG the zeros of x optimal at the anchor stay
+     frozen for the epoch (``freeze_optimal_zeros``).
+Every certificate is computed at whatever x the steps leave, so the steps change how fast
+DDSS converges, never what it certifies.
 """
-import os
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cores import blas_threads, blas_threads_beside
-from ..kernels.linalg import csr_rmatvec
 from ..penalties import contiguous_block_norms
-from ..screening import BestDual, screen_active_set
-from ..group_newton import HESSIAN_FREE_MAX_SUPPORT, group_support_newton_step
-from ..support_newton import (HessianCache, StallWatch, firm_support, prunes_for_step,
-                              support_newton_step, violating_zeros)
+from ..screening import BestDual, screen_blocks
+from ..newton.policy import StallWatch, firm_support, prunes_for_step, violating_zeros
 from .checkpoint import load_checkpoint, save_checkpoint
-from .serial import SerialInnerLoop
 
 
 SAMPLINGS = ("chunked", "uniform")
 COMPACT_NNZ_SHARE = 0.05
 COMPACT_FEATURE_SHARE = 0.5
+# what the driver tells a backend to do next (``Backend.command``)
+STOP, EPOCH, RECERTIFY, REJECT, NEWTON = 0, 1, 2, 3, 4
+# where a run starts: x = 0, coef_init, a checkpoint, or nowhere (it could not be read)
+START_FRESH, START_WARM, START_RESUME, START_ERROR = 0, 1, 2, 3
+# the record's keys every backend fills (0 or None where a backend has no such thing)
+BACKEND_RECORD_KEYS = ("active_nnz", "bytes_sent", "bytes_recv", "messages",
+                       "message_bytes", "transport", "batch", "move_cap", "damping_power")
 
 
 def worth_compacting(nnz_share, feature_share):
@@ -52,30 +61,12 @@ def freeze_optimal_zeros(x, eta, weighted_mu, thresholds, block_indptr=None):
     w_j (|A_j^T rho| <= n lam w_j, so x_j = 0 is optimal given the other coordinates), the
     threshold becomes +inf and x_j stays zero for the epoch; for blocks (``block_indptr``,
     group Lasso), where x_g = 0 and ||A_g^T rho||_2 <= n lam w_g. Without the noise of the
-    steps, (f'(a_i^T x + b) - f'(z~_i)) a_ij, such a coordinate would not move; with it, it
-    leaves zero and costs later epochs, and bytes under MPI, to come back. A coordinate the
-    solution needs violates the condition at some anchor and is free from that epoch on;
-    the certificate is computed on every coordinate, so what DDSS certifies does not change
-    (the working sets of celer and of the strong rule with a KKT check; here for one epoch
-    at a time). Returns new thresholds (the input is kept).
-
-    The solvers apply it in every prox-SVRG epoch. With an L1 penalty:
-      - CTR 200,000 x 100,000, Dis-DDSS on 2 workers (-n 3), seeds 3-7, same machine:
-        at 1e-4 lam_max x has 38,000 non-zeros after the first epoch instead of 80,000,
-        and a run moves 59-76 MB (median 71) instead of 82-92 (87); at 1e-3, 27-43 MB
-        (33) instead of 40-51 (43);
-      - a9a degree 2 (3,000 rows), serial, 1e-2 lam_max to 1e-9: Lasso 11-13 epochs
-        instead of 18-21; L1 logistic regression 9-16 instead of 15-22 (seeds 0-8), and
-        on the whole a9a degree 3 to 1e-6, 10-12 instead of 20-22 (seeds 6-8).
-    The logistic loss ran without it until the support Newton steps were chained
-    (``StallWatch.should_chain``): a step after which a frozen coordinate turned out
-    missing was then followed by 2, 4, 8... epochs of backoff, and the same 3,000 rows
-    took 11-85 epochs. The group Lasso (groups of 4-5: CTR 20,000 x 10,000 at 5e-3 and
-    200,000 x 100,000 at 1e-3 lam_max, a9a degree 2 at 1e-2, both losses; serial, seeds
-    0-2) took the same epochs with it as without: the block prox's larger threshold
-    keeps zero blocks at zero through the noise. It is kept for one rule on every
-    penalty, and under MPI the anchor leaves the frozen blocks out
-    (``mpi._anchor_without_optimal_zeros``)."""
+    steps such a coordinate would not move; with it, it leaves zero and costs later epochs
+    (and bytes under MPI) to come back. A coordinate the solution needs violates the
+    condition at some anchor and is free from that epoch on; the certificate is computed
+    on every coordinate, so what DDSS certifies does not change (celer's working sets and
+    the strong rule with a KKT check, here for one epoch at a time). Returns new
+    thresholds (the input is kept). Measurements: benchmarks/notes/ddss.md."""
     return np.where(optimal_zeros(x, eta, weighted_mu, thresholds, block_indptr), np.inf,
                     thresholds)
 
@@ -99,9 +90,10 @@ def prox_svrg_epochs(variance_reduced, saga, dense):
 
 
 def l1_prox_svrg(penalty, variance_reduced, saga, dense):
-    """Whether the epochs are DDSS's prox-SVRG with an L1 penalty: under MPI the server
-    then projects summed deltas onto x's orthant (``mpi._serve_inner``)."""
-    return prox_svrg_epochs(variance_reduced, saga, dense) and penalty.is_l1
+    """Whether the epochs are DDSS's prox-SVRG with a penalty whose prox keeps x's
+    orthant (L1's ``keeps_orthant``): under MPI the server then projects summed deltas
+    onto it (``mpi.inner.serve_epoch``)."""
+    return prox_svrg_epochs(variance_reduced, saga, dense) and penalty.keeps_orthant
 
 
 def epoch_rows(rng, n_samples, n_steps, sampling="chunked", chunk=32):
@@ -121,6 +113,61 @@ def epoch_rows(rng, n_samples, n_steps, sampling="chunked", chunk=32):
         rows = (rng.permutation(n_chunks)[:, None] * chunk + np.arange(chunk)).ravel()
         passes.append(rows[rows < n_samples])
     return np.concatenate(passes)[:n_steps]
+
+
+def step_size(step_scale, lipschitz, max_row_sq_norm):
+    """eta = step_scale / (3 L_max), L_max = L_f max_i (||a_i||^2 + s^2) (``s^2``: the
+    intercept's column, ``max_row_sq_norm`` includes it); thesis Algorithm 4's step."""
+    return step_scale / (3.0 * lipschitz * max(max_row_sq_norm, 1e-300))
+
+
+def epoch_thresholds(eta, lam, reweighting, weights, dense=False):
+    """The prox thresholds per block, eta lam d_g w_g (eq. 3-6; ProxASVRG's dense steps
+    are not reweighted: d_g = 1)."""
+    return eta * lam * (1.0 if dense else reweighting) * weights
+
+
+@dataclass
+class EpochPlan:
+    """What one inner epoch runs with, formed once by the driver for every backend.
+
+    eta, eta_intercept (eta s^2): the steps; mu_intercept, weighted_mu: the anchor's
+    gradient -sum(rho) / n and -d A^T rho / n (DDSS; -A^T rho / n for ProxASVRG; zeros
+    for DDSS-Naive and SAGA), zero where frozen; thresholds: per block, +inf where frozen;
+    frozen: the blocks ``freeze_optimal_zeros`` froze (None when the epochs do not
+    freeze); reweighting: d_g per block; variance_reduced: prox-SVRG's steps (else
+    DDSS-Naive's plain stochastic ones)."""
+
+    eta: float
+    eta_intercept: float
+    mu_intercept: float
+    weighted_mu: np.ndarray
+    thresholds: np.ndarray
+    frozen: np.ndarray
+    reweighting: np.ndarray
+    variance_reduced: bool = True
+
+
+def epoch_plan(cert, x, eta, eta_intercept, lam, n, reweighting, weights, block_indptr,
+               group_indptr, variance_reduced, saga, dense):
+    """The EpochPlan at the certificate ``cert`` (``cert.correlation`` = A^T rho,
+    ``cert.rho_sum`` = sum rho) and x, for the method's flags."""
+    p = x.shape[0]
+    thresholds = epoch_thresholds(eta, lam, reweighting, weights, dense)
+    if variance_reduced and not saga:
+        weighted_mu = cert.correlation / -n
+        if not dense:
+            weighted_mu *= np.repeat(reweighting, np.diff(block_indptr))
+        mu_intercept = -cert.rho_sum / n
+    else:
+        weighted_mu, mu_intercept = np.zeros(p), 0.0
+    frozen = None
+    if prox_svrg_epochs(variance_reduced, saga, dense):
+        frozen = optimal_zeros(x, eta, weighted_mu, thresholds, group_indptr)
+        thresholds = np.where(frozen, np.inf, thresholds)
+        weighted_mu[np.repeat(frozen, np.diff(block_indptr))] = 0.0
+    return EpochPlan(eta, eta_intercept, mu_intercept, weighted_mu, thresholds, frozen,
+                     reweighting, variance_reduced)
 
 
 @dataclass
@@ -143,17 +190,352 @@ def history_record(epoch, elapsed, cert, reference, active, x, inner_steps, stal
     """One history record: the outer iteration's certificate, active set, non-zeros of x
     (on the active set; ``coef_nnz``) and counters; with a ``BestDual`` (offered this
     certificate), D and G are the best point's and ``dual_at_x`` is D at x's own dual
-    point."""
+    point. ``active`` has ``n_features``, ``nnz`` (None where unknown) and the original
+    feature count ``problem.n_features`` or ``n_original``."""
     dual = cert.dual if best is None else best.dual
     gap = max(cert.primal - dual, 0.0)
+    original = getattr(active, "n_original", None)
     return {"epoch": epoch, "time": elapsed, "primal": cert.primal, "dual": dual,
             "dual_at_x": cert.dual,
             "gap": gap, "rel_gap": gap / reference if reference > 0 else 0.0,
-            "n_active": active.n_features, "n_features": active.problem.n_features,
+            "n_active": x.shape[0],
+            "n_features": active.problem.n_features if original is None else original,
             "active_nnz": active.nnz, "coef_nnz": int(np.count_nonzero(x)),
             "inner_steps": inner_steps, "bytes_sent": 0,
             "bytes_recv": 0, "staleness_mean": staleness_mean,
             "staleness_max": staleness_max}
+
+
+def starting_point(checkpoint, coef_init, intercept_init, n_features, lam):
+    """Where a run starts: (START_*, coef or None, intercept, history). A warm start
+    (``coef_init``) takes precedence over the checkpoint; a checkpoint with records
+    resumes its run (ValueError where it is not a checkpoint of this problem and lam)."""
+    import os
+    if coef_init is not None:
+        return START_WARM, np.asarray(coef_init, dtype=np.float64), float(intercept_init), []
+    if checkpoint is not None and os.path.exists(checkpoint):
+        coef, b, _, history = load_checkpoint(checkpoint, n_features, lam)
+        if history:
+            return START_RESUME, coef, b, history
+    return START_FRESH, None, 0.0, []
+
+
+@dataclass
+class Settings:
+    """The outer loop's options (``solve_ddss`` documents each). ``reject_worse_epochs``
+    and ``checkpoint_interval`` are where backends differ by design: Dis-DDSS's summed
+    stale deltas can overshoot, so its epochs are checked, and its server checkpoints
+    every outer iteration (interval 0)."""
+
+    tol: float = 1e-4
+    max_epochs: int = 200
+    screening: bool = True
+    variance_reduced: bool = True
+    saga: bool = False
+    dense: bool = False
+    support_newton: bool = True
+    step_scale: float = 1.0
+    callback: object = None
+    max_time: float = None
+    checkpoint: str = None
+    checkpoint_interval: float = 60.0
+    reject_worse_epochs: bool = False
+    verbose: int = 0
+    label: str = "ddss"
+
+
+@dataclass
+class Snapshot:
+    """x, b, P and x's own gap where an epoch started."""
+
+    x: np.ndarray
+    b: float
+    primal: float
+    gap: float
+
+
+class Driver:
+    """The DDSS outer loop over a backend; ``run()`` returns the SolverResult.
+
+    A backend provides: ``n_samples``, ``lam``, ``lipschitz``, ``n_original`` (features
+    of the problem), ``n_features``, ``nnz`` (stored entries of the active set, None
+    where unknown), ``penalty`` (on the active blocks), ``weights``, ``block_indptr``,
+    ``max_row_sq_norm``, ``intercept_scale_sq``, ``blas_limit``, ``newton_max_support``;
+    and
+      - ``announce(kind)``: where the run starts (START_*), before the first certificate;
+      - ``null_objective()``: P(0), the scale of the relative gap;
+      - ``certify(x, b)``: the Certificate at (x, b) (b refitted, ``rho_sum`` = sum rho);
+      - ``block_column_norms()``, ``reweighting()``, ``dropped_share(keep)``;
+      - ``compact(keep, x)``: (x on the kept blocks, whether a dropped one was non-zero);
+      - ``command(status)``: what comes next (STOP, RECERTIFY, REJECT) where no step
+        follows;
+      - ``epoch(x, b, cert, plan, dispatched)``: one inner epoch from (x, b) ->
+        (x, b, steps, (mean tau, max tau)); ``dispatched()`` is called once the epoch's
+        work is handed out (the checkpoint is written meanwhile);
+      - ``newton_step(x, b, cert, firm)``: the second-order step on the support ->
+        (x, b, t, products) or None (no trial lowered P; x as it was);
+      - ``reject()``: after a rejected epoch, whether the backend cut its own move (else
+        the driver halves the step);
+      - ``record()``: its values of BACKEND_RECORD_KEYS;
+      - ``expand(x)``, ``features()``: x over all features, the active ones' ids.
+    """
+
+    def __init__(self, backend, settings, coef_init=None, intercept_init=0.0):
+        self.backend, self.settings = backend, settings
+        self.coef_init, self.intercept_init = coef_init, intercept_init
+        self.best = BestDual()
+        self.watch = None
+        if settings.support_newton and not settings.saga:
+            self.watch = StallWatch(backend.newton_max_support)
+        self.history, self.epochs, self.first_epoch, self.steps = [], 0, 0, 0
+        self.staleness, self.step_factor, self.snapshot = (0.0, 0), 1.0, None
+        self.firm_before, self.firm_at = None, (None, None)
+        self.phases = {"certificate_s": 0.0, "inner_s": 0.0, "newton_s": 0.0,
+                       "newton_step": 0.0, "newton_products": 0}
+
+    def run(self):
+        """Solve; returns the SolverResult (coefficients over every feature)."""
+        from ..progress import ProgressLine
+        from ..runtime import blas_threads
+        s, backend = self.settings, self.backend
+        self.start = time.perf_counter()
+        self.last_saved = self.start
+        x, b = self._begin()
+        with ProgressLine(s.verbose, label=s.label) as progress, \
+                blas_threads(backend.blas_limit):
+            try:
+                x, b, cert, converged = self._loop(x, b, progress)
+            except BaseException:
+                if s.checkpoint is not None and self.history:  # a valid iterate: keep it
+                    try:
+                        self._save(self.live[0], self.live[1])
+                    except Exception:     # the error to report is the one that stopped
+                        pass
+                raise
+        if s.checkpoint is not None:
+            self._save(x, cert.intercept)
+        return SolverResult(backend.expand(x), float(cert.intercept), self.epochs,
+                            cert.primal, self.best.dual, self.best.gap(cert.primal),
+                            backend.features().copy(), converged, self.history)
+
+    def _begin(self):
+        """x and b where the run starts, told to the backend; the history of a resumed
+        run and P(0) (``reference``; None until the first certificate of a fresh run)."""
+        s, backend = self.settings, self.backend
+        try:
+            kind, coef, b, history = starting_point(s.checkpoint, self.coef_init,
+                                                    self.intercept_init,
+                                                    backend.n_original, backend.lam)
+        except ValueError:
+            backend.announce(START_ERROR)
+            raise
+        backend.announce(kind)
+        self.reference = None if kind == START_FRESH else backend.null_objective()
+        x = np.zeros(backend.n_features) if coef is None else coef[backend.features()]
+        if kind == START_RESUME:
+            self.history = history
+            self.first_epoch = history[-1]["epoch"] + 1
+            self.time_offset = history[-1]["time"]
+            self.steps = history[-1]["inner_steps"]
+        else:
+            self.time_offset = 0.0
+        return x, (b if backend.fit_intercept else 0.0)
+
+    def _certify(self, x, b):
+        began = time.perf_counter()
+        cert = self.backend.certify(x, b)
+        self.phases["certificate_s"] += time.perf_counter() - began
+        self.best.offer_certificate(cert)
+        if self.reference is None:      # P at x = 0 with its optimal intercept is P(0)
+            self.reference = cert.primal
+        return cert
+
+    def _loop(self, x, b, progress):
+        """Certify, step on the support, record, decide, run an epoch, until a stop;
+        returns (x, b, the last certificate, converged)."""
+        backend = self.backend
+        cert = self._certify(x, b)
+        while True:
+            self.live = (x, cert.intercept)
+            rejected = self._rejected(cert)
+            firm, churn = self._firm(x, cert)
+            if not rejected:
+                x, cert = self._newton_steps(x, cert, firm, churn)
+            self._record(x, cert, churn, progress)
+            if self._stops(cert):
+                x, cert = self._screen_and_compact(x, cert, final=True)
+                backend.command(STOP)
+                return x, cert.intercept, cert, \
+                    bool(self.best.gap(cert.primal) <= self.settings.tol * self.reference)
+            self._save_if_due(x, cert.intercept)
+            if rejected:
+                self._save_if_due(x, cert.intercept, after_decision=True)
+                x, b = self._reject()
+                cert = self._certify(x, b)
+                continue
+            x, cert = self._screen_and_compact(x, cert)
+            x, b = self._epoch(x, cert)
+            cert = self._certify(x, b)
+
+    def _rejected(self, cert):
+        """Whether the last epoch is rejected (``reject_worse_epochs``): P rose above
+        P + G at its start, so above P* + 2 G."""
+        snapshot = self.snapshot
+        return self.settings.reject_worse_epochs and snapshot is not None and \
+            not cert.primal <= snapshot.primal + snapshot.gap
+
+    def _reject(self):
+        """x and b back at the rejected epoch's start, the move (the backend's cap, or
+        else the step) halved for the rest of the run."""
+        if not self.backend.reject():
+            self.step_factor /= 2
+        x, b = self.snapshot.x.copy(), self.snapshot.b
+        self.epochs += 1
+        self.snapshot = None
+        self.backend.command(REJECT)
+        return x, b
+
+    def _firm(self, x, cert):
+        """(x's firm support at the certificate, the changes since the last epoch's
+        start), both None without the watch."""
+        if self.watch is None:
+            return None, None
+        backend = self.backend
+        firm = firm_support(x, cert.correlation, backend.n_samples, backend.lam,
+                            backend.weights, backend.penalty.group_indptr)
+        churn = None if self.firm_before is None else \
+            int(np.count_nonzero(self.firm_before != firm))
+        self.firm_before = None
+        self.firm_at = (cert, firm)
+        return firm, churn
+
+    def _newton_steps(self, x, cert, firm, churn):
+        """The second-order step where the watch sees a stall, chained while a full step
+        leaves violating zeros (``StallWatch``); returns (x, its certificate)."""
+        watch, backend, best = self.watch, self.backend, self.best
+        goal = self.settings.tol * self.reference
+        groups = backend.penalty.group_indptr
+        if watch is None or not best.gap(cert.primal) > goal or not watch.should_try(
+                self.epochs, best.gap(cert.primal), int(np.count_nonzero(firm)), churn,
+                goal, prunes_for_step(x, groups is not None)):
+            return x, cert
+        while True:
+            gap_before = best.gap(cert.primal)
+            began = time.perf_counter()
+            moved = backend.newton_step(x, cert.intercept, cert, firm)
+            self.phases["newton_s"] += time.perf_counter() - began
+            if moved is not None:
+                x, b, self.phases["newton_step"], products = moved
+                self.phases["newton_products"] += products
+                cert = self._certify(x, b)
+            watch.tried(self.epochs, gap_before, best.gap(cert.primal))
+            if moved is None or best.gap(cert.primal) <= goal or not watch.should_chain(
+                    moved[2], violating_zeros(x, cert.correlation, backend.n_samples,
+                                              backend.lam, backend.weights,
+                                              groups)[0].shape[0]):
+                return x, cert
+            firm, _ = self._firm(x, cert)
+
+    def _record(self, x, cert, churn, progress):
+        """Append the iteration's record (``history_record`` and the backend's and the
+        driver's counters)."""
+        self.now = time.perf_counter() - self.start
+        record = history_record(self.first_epoch + self.epochs,
+                                self.time_offset + self.now, cert, self.reference,
+                                self.backend, x, self.steps, *self.staleness, self.best)
+        record.update(self.backend.record(), intercept=cert.intercept,
+                      step_factor=self.step_factor, support_changes=churn,
+                      **self.phases)
+        self.phases = dict.fromkeys(self.phases, 0.0)
+        self.phases["newton_products"] = 0
+        self.history.append(record)
+        progress.update(record)
+        self.record = record
+
+    def _stops(self, cert):
+        """Whether the run stops at this record: G <= tol * P(0), the epoch or time
+        limit, or the callback."""
+        s = self.settings
+        return self.best.gap(cert.primal) <= s.tol * self.reference or \
+            self.epochs >= s.max_epochs or \
+            (s.callback is not None and s.callback(self.record)) or \
+            (s.max_time is not None and self.now >= s.max_time)
+
+    def _screen(self, cert, final=False):
+        """The blocks both gap-safe spheres keep (``screen_blocks``), or None where
+        nothing is removed or (unless ``final``) a compaction would not repay itself."""
+        backend = self.backend
+        keep = screen_blocks(cert, self.best, backend.block_column_norms(),
+                             backend.n_samples, backend.lipschitz, backend.lam,
+                             backend.weights)
+        if keep.all() or not (final or worth_compacting(*backend.dropped_share(keep))):
+            return None
+        return keep
+
+    def _screen_and_compact(self, x, cert, final=False):
+        """Screening, then the compaction where it repays itself (``final``: wherever
+        it removes a block, and the last record follows the active set); returns (x,
+        the certificate) on the active set."""
+        keep = self._screen(cert, final) if self.settings.screening else None
+        if keep is None:
+            return x, cert
+        feature_keep = np.repeat(keep, np.diff(self.backend.block_indptr))
+        x, dropped_nonzero = self.backend.compact(keep, x)
+        self.best.restrict(keep)
+        if dropped_nonzero:        # certified again where x lost a non-zero
+            self.backend.command(RECERTIFY)
+            cert = self._certify(x, cert.intercept)
+        else:
+            cert = cert.restricted(keep, feature_keep)
+        if final:
+            self.history[-1].update(n_active=x.shape[0], active_nnz=self.backend.nnz)
+        return x, cert
+
+    def _epoch(self, x, cert):
+        """One inner epoch from the certificate's anchor; returns (x, b)."""
+        s, backend = self.settings, self.backend
+        eta = step_size(s.step_scale * self.step_factor, backend.lipschitz,
+                        backend.max_row_sq_norm)
+        if not s.variance_reduced:
+            eta /= 1.0 + self.epochs
+        plan = epoch_plan(cert, x, eta, eta * backend.intercept_scale_sq, backend.lam,
+                          backend.n_samples, backend.reweighting(), backend.weights,
+                          backend.block_indptr, backend.penalty.group_indptr,
+                          s.variance_reduced, s.saga, s.dense)
+        if s.reject_worse_epochs:
+            self.snapshot = Snapshot(x.copy(), cert.intercept, cert.primal, cert.gap)
+        if self.watch is not None:      # again only where a step or a compaction moved x
+            self.firm_before = self.firm_at[1] if self.firm_at[0] is cert else \
+                firm_support(x, cert.correlation, backend.n_samples, backend.lam,
+                             backend.weights, backend.penalty.group_indptr)
+        self.live = (x, cert.intercept)
+        began = time.perf_counter()
+        x, b, steps, self.staleness = backend.epoch(
+            x, cert.intercept, cert, plan,
+            lambda: self._save_if_due(x, cert.intercept, after_decision=True))
+        self.phases["inner_s"] += time.perf_counter() - began
+        self.steps += steps
+        self.epochs += 1
+        if not np.all(np.isfinite(x)) or not np.isfinite(b):
+            raise FloatingPointError(
+                "the iterates diverged (non-finite coefficients); try a smaller step_scale")
+        return x, b
+
+    def _save_if_due(self, x, b, after_decision=False):
+        """Write the checkpoint once checkpoint_interval seconds have passed since the
+        last; a checkpoint written every iteration (interval 0) waits for the epoch's
+        work to be handed out (``after_decision``)."""
+        s = self.settings
+        if s.checkpoint is None or (s.checkpoint_interval == 0) != after_decision:
+            return
+        now = time.perf_counter()
+        if now - self.last_saved >= s.checkpoint_interval:
+            self._save(x, b)
+            self.last_saved = now
+
+    def _save(self, x, b):
+        save_checkpoint(self.settings.checkpoint, coef=self.backend.expand(x), intercept=b,
+                        lam=self.backend.lam, history=self.history)
 
 
 def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_reduced=True,
@@ -161,183 +543,37 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                sampling="chunked", random_state=None, verbose=0, inner_loop=None,
                label="ddss", callback=None, max_time=None, checkpoint=None,
                checkpoint_interval=60.0, saga=False, dense=False, support_newton=True):
-    """Solve ``problem`` (a Problem) with DDSS; returns a SolverResult.
+    """Solve ``problem`` (a Problem) with DDSS in this process (serial, or threads with a
+    ``ThreadsInnerLoop``); returns a SolverResult.
 
     tol is relative: stop at G <= tol * P(0). step_scale multiplies eta = 1/(3 L_max).
     inner_steps defaults to n (one pass over the rows per outer iteration).
     sampling: "chunked" (default) or "uniform", see ``epoch_rows``.
     callback(record) is called with every history record; returning True stops the run.
     max_time: stop (not converged) once this many seconds have passed.
-    checkpoint: a .npz path written every checkpoint_interval seconds and at the end; if
-    it exists when the solve starts (and no coef_init is given), the solve resumes from it.
+    checkpoint: a .npz path written every checkpoint_interval seconds, at the end and
+    when the run is interrupted (an exception, SystemExit from a signal handler); if it
+    exists when the solve starts (and no coef_init is given), the solve resumes from it.
     saga: run the ProxASAGA baseline instead (gradient memory kept across epochs, the
     outer loop only monitors the gap; needs screening=False).
     dense: run the ProxASVRG baseline instead (dense variance-reduced steps over every
     active coordinate, no reweighting, no sparse prox).
-    support_newton: take the support Newton step (``support_newton.py``, for group
-    penalties ``group_newton.py``) after an epoch that cut the gap by less than half (the
-    baselines run without it).
+    support_newton: take the second-order step on the support (``newton.step``,
+    for group penalties its group step) when the watch sees a stall (the baselines
+    run without it).
     """
-    from ..progress import ProgressLine
+    from .local import LocalBackend
 
     if saga and screening:
         raise ValueError("the SAGA baseline runs without screening (screening=False)")
     if sampling not in SAMPLINGS:
         raise ValueError(f"unknown sampling {sampling!r}: expected one of {SAMPLINGS}")
-    start = time.perf_counter()
-    rng = np.random.default_rng(random_state)
-    inner_loop = SerialInnerLoop() if inner_loop is None else inner_loop
-    n = problem.n_samples
-    lam = problem.lam
-    lipschitz = problem.loss.lipschitz
-    active = problem.full_active_set()
-    history, first_epoch, time_offset, total_steps = [], 0, 0.0, 0
-    if checkpoint is not None and coef_init is None and os.path.exists(checkpoint):
-        coef_init, intercept_init, _, history = load_checkpoint(
-            checkpoint, problem.n_features, problem.lam)
-        if history:
-            first_epoch = history[-1]["epoch"] + 1
-            time_offset = history[-1]["time"]
-            total_steps = history[-1]["inner_steps"]
-    x = np.zeros(active.n_features) if coef_init is None else \
-        np.array(coef_init, dtype=np.float64)[active.features]
-    intercept = np.array([float(intercept_init) if problem.fit_intercept else 0.0])
-    reference = problem.null_objective()
-    n_steps = n if inner_steps is None else int(inner_steps)
-    last_saved = start
-
-    def save():
-        save_checkpoint(checkpoint, coef=active.expand(x), intercept=intercept[0],
-                        lam=lam, history=history)
-    converged = False
-    n_threads = getattr(inner_loop, "n_jobs", 1)
-    cert = active.certificate(x, intercept[0], n_threads=n_threads)
-    best = BestDual()       # G = P(x) - the largest D seen: stop and screen on it
-    epoch = 0
-    staleness_mean, staleness_max = 0.0, 0
-    if saga:
-        memory = -cert.rho
-    watch = None if not support_newton or saga else \
-        StallWatch(None if problem.penalty.is_l1 else HESSIAN_FREE_MAX_SUPPORT)
-    newton_step = support_newton_step if problem.penalty.is_l1 else \
-        group_support_newton_step
-    hessian_cache = HessianCache()
-    firm_before = None     # x's firm support (``firm_support``) before the last epoch
-    # one BLAS thread per core each of the inner loop's threads has (``cores.blas_threads``)
-    with ProgressLine(verbose, label=label) as progress, \
-            blas_threads(blas_threads_beside(n_threads)):
-        while True:
-            intercept[0] = cert.intercept
-            best.offer_certificate(cert)
-            newton_t = 0.0
-            gap = best.gap(cert.primal)
-            groups = active.penalty.group_indptr
-            firm = None if watch is None else firm_support(x, cert.correlation, n, lam,
-                                                           active.weights, groups)
-            firm_cert = cert       # the certificate firm was read from
-            churn = None if firm_before is None else int(np.count_nonzero(firm_before != firm))
-            if watch is not None and gap > tol * reference and \
-                    watch.should_try(epoch, gap, int(np.count_nonzero(firm)), churn,
-                                     tol * reference,
-                                     prunes_for_step(x, groups is not None)):
-                while True:
-                    gap_before = best.gap(cert.primal)
-                    moved = newton_step(active, cert, x, hessian_cache, n_threads)
-                    if moved is not None:
-                        cert = active.certificate(x, moved[0], n_threads=n_threads)
-                        intercept[0] = cert.intercept
-                        best.offer_certificate(cert)
-                        newton_t = moved[1]
-                    watch.tried(epoch, gap_before, best.gap(cert.primal))
-                    if moved is None or best.gap(cert.primal) <= tol * reference or \
-                            not watch.should_chain(moved[1], violating_zeros(
-                                x, cert.correlation, n, lam, active.weights,
-                                groups)[0].shape[0]):
-                        break
-            now = time.perf_counter()
-            record = history_record(first_epoch + epoch, time_offset + now - start, cert,
-                                    reference, active, x, total_steps, staleness_mean,
-                                    staleness_max, best)
-            record["newton_step"] = newton_t
-            record["support_changes"] = churn
-            history.append(record)
-            progress.update(record)
-            if best.gap(cert.primal) <= tol * reference:
-                converged = True
-                break
-            if epoch >= max_epochs or (callback is not None and callback(record)) or \
-                    (max_time is not None and now - start >= max_time):
-                break
-            if checkpoint is not None and now - last_saved >= checkpoint_interval:
-                save()
-                last_saved = now
-            if screening:
-                keep = screen_active_set(active, cert, best)
-                if worth_compacting(*active.dropped_share(keep)):
-                    active, x, dropped_nonzero = active.compact(keep, x)
-                    best.restrict(keep)
-                    cert = active.certificate(x, intercept[0],
-                                              None if dropped_nonzero else cert.z,
-                                              n_threads=n_threads)
-                    best.offer_certificate(cert)
-            eta0 = step_scale / (3.0 * lipschitz * max(active.max_row_sq_norm, 1e-300))
-            eta = eta0 if variance_reduced else eta0 / (1.0 + epoch)
-            block_reweight = active.reweighting()
-            if variance_reduced:
-                reweight = np.repeat(block_reweight, np.diff(active.block_indptr))
-                weighted_mu = -reweight * cert.correlation / n
-                mu_intercept = -float(np.sum(cert.rho)) / n
-            else:
-                weighted_mu = np.zeros(active.n_features)
-                mu_intercept = 0.0
-            thresholds = eta * lam * block_reweight * active.weights
-            if prox_svrg_epochs(variance_reduced, saga, dense):
-                thresholds = freeze_optimal_zeros(
-                    x, eta, weighted_mu, thresholds,
-                    active.penalty.group_indptr)
-            samples = epoch_rows(rng, n, n_steps, sampling)
-            if watch is not None:    # again only if a step or a compaction moved x
-                firm_before = firm if cert is firm_cert else firm_support(
-                    x, cert.correlation, n, lam, active.weights,
-                    active.penalty.group_indptr)
-            eta_intercept = eta * active.intercept_scale_sq
-            if dense:
-                staleness_mean, staleness_max = inner_loop.run_dense(
-                    active, x, intercept, eta_intercept, cert.z, -cert.correlation / n,
-                    mu_intercept, eta * lam * active.weights, eta, samples)
-            elif saga:
-                # exact (1/n) A^T memory each epoch: racing threads lose some of the
-                # kernel's increments of the average, and the loss must not accumulate
-                average = csr_rmatvec(active.indptr, active.indices, active.data, memory,
-                                      active.n_features, n_threads) / n
-                average_intercept = np.array([float(np.mean(memory))])
-                staleness_mean, staleness_max = inner_loop.run_saga(
-                    active, x, intercept, eta_intercept, memory, average, average_intercept,
-                    np.repeat(block_reweight, np.diff(active.block_indptr)), thresholds,
-                    eta, samples)
-            else:
-                staleness_mean, staleness_max = inner_loop.run(
-                    active.without_frozen(thresholds), x, intercept, eta_intercept, cert.z,
-                    weighted_mu, mu_intercept, thresholds, eta, samples, variance_reduced)
-            total_steps += n_steps
-            epoch += 1
-            if not np.all(np.isfinite(x)) or not np.isfinite(intercept[0]):
-                raise FloatingPointError(
-                    "the iterates diverged (non-finite coefficients); try a smaller step_scale")
-            cert = active.certificate(x, intercept[0], n_threads=n_threads)
-    if screening:
-        keep = screen_active_set(active, cert, best)
-        if not np.all(keep):
-            active, x, dropped_nonzero = active.compact(keep, x)
-            best.restrict(keep)
-            # the last record's certificate screened these: its active set is this one
-            history[-1].update(n_active=active.n_features, active_nnz=active.nnz)
-            if dropped_nonzero:
-                cert = active.certificate(x, cert.intercept, n_threads=n_threads)
-                best.offer_certificate(cert)
-                converged = best.gap(cert.primal) <= tol * reference
-    if checkpoint is not None:
-        save()
-    coef = active.expand(x)
-    return SolverResult(coef, float(cert.intercept), epoch, cert.primal, best.dual,
-                        best.gap(cert.primal), active.features.copy(), converged, history)
+    backend = LocalBackend(problem, inner_loop, np.random.default_rng(random_state),
+                           sampling, inner_steps, saga=saga, dense=dense)
+    settings = Settings(tol=tol, max_epochs=max_epochs, screening=screening,
+                        variance_reduced=variance_reduced, saga=saga, dense=dense,
+                        support_newton=support_newton, step_scale=step_scale,
+                        callback=callback, max_time=max_time, checkpoint=checkpoint,
+                        checkpoint_interval=checkpoint_interval, verbose=verbose,
+                        label=label)
+    return Driver(backend, settings, coef_init, intercept_init).run()

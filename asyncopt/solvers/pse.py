@@ -23,7 +23,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..kernels.linalg import csr_rmatvec
-from ..losses import SQUARED
 from ..penalties import contiguous_block_norms
 from ..screening import screen_active_set, strong_rule_keep
 from .ddss import SolverResult, history_record
@@ -72,7 +71,7 @@ def coordinate_steps(active, columns, centred_steps=True):
     n = prob.n_samples
     sq_norms = active.column_sq_norms
     means = np.zeros(active.n_features)
-    if prob.fit_intercept and prob.loss.code == SQUARED:
+    if prob.fit_intercept and prob.loss.quadratic:
         column_of = np.repeat(np.arange(active.n_features), np.diff(columns[0]))
         means = np.bincount(column_of, columns[2], active.n_features) / n
         if centred_steps:

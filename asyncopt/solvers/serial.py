@@ -2,9 +2,7 @@
 import numpy as np
 
 from ..kernels.cd import cd_epoch
-from ..kernels.svrg import (dense_svrg_epoch, saga_epoch_group, saga_epoch_l1,
-                            svrg_epoch_group, svrg_epoch_group_tracked, svrg_epoch_l1,
-                            svrg_epoch_l1_tracked)
+from ..kernels.svrg import dense_svrg_epoch
 
 
 class SerialInnerLoop:
@@ -23,11 +21,8 @@ class SerialInnerLoop:
         args = (active.indptr, active.indices, active.data, active.y,
                 active.problem.loss.code, x, intercept, eta_intercept, z_snap, weighted_mu,
                 mu_intercept, thresholds, eta, samples, variance_reduced, clock, staleness)
-        if active.penalty.is_l1:
-            (svrg_epoch_l1_tracked if tracked else svrg_epoch_l1)(*args)
-        else:
-            (svrg_epoch_group_tracked if tracked else svrg_epoch_group)(
-                *args, active.block_indptr, active.feature_block)
+        penalty = active.penalty
+        penalty.svrg_kernel(tracked)(*args, *penalty.kernel_blocks(active))
         return float(staleness[0]) / max(len(samples), 1), int(staleness[1])
 
     def run_saga(self, active, x, intercept, eta_intercept, memory, average,
@@ -36,10 +31,7 @@ class SerialInnerLoop:
         args = (active.indptr, active.indices, active.data, active.y,
                 active.problem.loss.code, x, intercept, eta_intercept, memory, average,
                 average_intercept, reweight, thresholds, eta, samples)
-        if active.penalty.is_l1:
-            saga_epoch_l1(*args)
-        else:
-            saga_epoch_group(*args, active.block_indptr, active.feature_block)
+        active.penalty.saga_kernel()(*args, *active.penalty.kernel_blocks(active))
         return 0.0, 0
 
     def run_dense(self, active, x, intercept, eta_intercept, z_snap, mu, mu_intercept,

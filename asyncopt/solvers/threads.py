@@ -131,9 +131,6 @@ class ThreadsInnerLoop:
                 active.problem.loss.code, x, intercept, eta_intercept, z_snap, weighted_mu,
                 mu_intercept, thresholds, eta, samples, variance_reduced,
                 np.zeros(1, dtype=np.int64), staleness)
-        if active.penalty.is_l1:
-            native.native_epoch_l1(*args, n_threads=self.n_jobs)
-        else:
-            native.native_epoch_group(*args, active.block_indptr, active.feature_block,
-                                      n_threads=self.n_jobs)
+        active.penalty.native_kernel()(*args, *active.penalty.kernel_blocks(active),
+                                       n_threads=self.n_jobs)
         return float(staleness[0]) / max(len(samples), 1), int(staleness[1])

@@ -9,7 +9,8 @@ import sys
 
 from mpi4py import MPI
 
-import asyncopt.solvers.mpi as mpi
+import asyncopt.solvers.ddss as ddss
+import asyncopt.solvers.mpi.worker as worker
 from asyncopt.cli.lasso import main
 
 
@@ -17,16 +18,16 @@ def inject(mode, rank):
     if mode == "bug" and rank == 2:
         def broken(*args, **kwargs):
             raise RuntimeError("injected failure on one worker")
-        mpi._work_inner = broken
+        worker.work_epoch = broken
     elif mode == "disk" and rank == 0:
-        save, calls = mpi._save_state, []
+        save, calls = ddss.save_checkpoint, []
 
-        def full(path, *args):
+        def full(path, **fields):
             calls.append(path)
             if len(calls) > 1:
                 raise OSError(errno.ENOSPC, "No space left on device", path)
-            return save(path, *args)
-        mpi._save_state = full
+            return save(path, **fields)
+        ddss.save_checkpoint = full
 
 
 if __name__ == "__main__":

@@ -2,13 +2,16 @@
 workers take contiguous row shards, solve_mpi runs, and rank 0 writes the result (and the
 shard sizes every rank held) as JSON to argv[1].
 
-    solve_shards.py OUT LOSS METHOD GROUPS [no-newton] [hessian-free] [a9a2]
+    solve_shards.py OUT LOSS METHOD GROUPS [no-newton] [hessian-free] [a9a2] [screens]
 
 no-newton: run without the support Newton step; hessian-free: the step's direction (the
 group step's target) from Hessian-vector products the workers answer, on every support
 (otherwise only across machines above |S| = 398, for groups above MAX_SUPPORT), with a
 product budget for nearly equal columns; a9a2: the first 3,000 rows of a9a's degree-2
-features (nearly equal columns) instead of the random data."""
+features (nearly equal columns) instead of the random data; screens: rank 0 records, for
+the Dis-DDSS run and the serial one, every screening test of the DDSS driver (the
+features it removes, whether it had the best dual point's sphere) and the records'
+keys."""
 import json
 import sys
 
@@ -55,12 +58,13 @@ def main(out, loss, method, groups, options=(), batch=None, seed=0, n=400, p=150
     if "no-newton" in options:
         flags["support_newton"] = False
     if "hessian-free" in options:
-        import asyncopt.group_newton as group_newton
-        import asyncopt.solvers.mpi as mpi
-        import asyncopt.support_newton as support_newton
-        mpi.cg_products_from_shares = lambda wire, support_size: True
-        mpi.group_uses_hessian_free = lambda support_size: True
-        support_newton.MIN_PRODUCTS = group_newton.HESSIAN_FREE_PRODUCTS = 2000
+        import asyncopt.newton.group_model as group_model
+        import asyncopt.newton.policy as newton_policy
+        import asyncopt.solvers.mpi.newton as mpi_newton
+        mpi_newton.cg_products_from_shares = lambda wire, support_size: True
+        mpi_newton.group_uses_hessian_free = lambda support_size: True
+        newton_policy.MIN_PRODUCTS = group_model.HESSIAN_FREE_PRODUCTS = 2000
+    screens = record_screens() if "screens" in options and rank == 0 else None
     result = solve_mpi(comm, shard, penalty, p, full.loss.code, lam, True, tol=1e-8,
                        max_epochs=100 if method == "ddss_naive" else 3000, **flags,
                        batch=batch, random_state=0)
@@ -68,13 +72,41 @@ def main(out, loss, method, groups, options=(), batch=None, seed=0, n=400, p=150
     if rank == 0:
         full = full.with_lam(lam)
         objective = full.objective(result.coef, result.intercept)
+        mpi_screens = None if screens is None else list(screens)
+        if screens is not None:
+            screens.clear()
+            checked = solve_ddss(full, tol=1e-8, max_epochs=20000, random_state=0)
         serial = solve_ddss(full, tol=1e-11, max_epochs=20000, random_state=0)
+        extra = {} if screens is None else {
+            "mpi_screens": mpi_screens, "serial_screens": list(screens),
+            "serial_history": checked.history, "solution": serial.coef.tolist()}
         with open(out, "w") as f:
-            json.dump({"objective": objective, "serial_objective": serial.primal,
+            json.dump({**extra, "objective": objective, "serial_objective": serial.primal,
                        "gap": result.gap, "epochs": result.n_iter,
                        "coef_nnz": int(np.count_nonzero(result.coef)),
                        "converged": result.converged, "shard_rows": held,
                        "history": result.history, "p0": full.null_objective()}, f)
+
+
+def record_screens():
+    """Wrap the DDSS driver's screening (``Driver._screen``, every backend's) so that each
+    test appends {"backend", "spheres", "removed"} to the returned list: the backend's
+    class, 2 where the best dual point's sphere took part, the original ids of the
+    features the test removes (before the compaction rule)."""
+    from asyncopt.solvers import ddss
+    log, plain = [], ddss.Driver._screen
+
+    def recording(self, cert, final=False):
+        backend = self.backend
+        keep = ddss.screen_blocks(cert, self.best, backend.block_column_norms(),
+                                  backend.n_samples, backend.lipschitz, backend.lam,
+                                  backend.weights)
+        log.append({"backend": type(backend).__name__,
+                    "spheres": 1 + (self.best.block_correlation is not None),
+                    "removed": backend.features()[~keep].tolist()})
+        return plain(self, cert, final)
+    ddss.Driver._screen = recording
+    return log
 
 
 if __name__ == "__main__":

@@ -1,66 +1,23 @@
-"""The support Newton step for group penalties (the group Lasso, the group-penalised
-logistic regression): a proximal Newton move on the groups where x is non-zero, taken
-between DDSS epochs when the gap stalls (``support_newton.StallWatch``; serial, threads
-and MPI backends).
-
-Why: prox-SVRG's gap falls by a constant factor per epoch, and for groups that factor is
-poor. Serial DDSS to 1e-6 without the step: CTR 20,000 x 10,000 (groups of 5, squared loss,
-1e-3 lam_max) 32-35 epochs, the gap falling ~0.7x an epoch; a9a degree 2 (groups of 4,
-logistic, 1e-2 lam_max) 73-94 epochs, the gap held near 3e-4 for ten of them.
-
-The step. G the groups with x_g != 0, plus the zero groups that most violate the
-optimality condition ||A_g^T rho|| <= n lam w_g (``entering_groups``); S their
-coordinates, H = (1/n) [A_S, 1]^T diag(f''(z)) [A_S, 1] and g = [-(A_S^T rho), -sum rho]
-/ n the loss's Hessian and gradient on S and the intercept (``SupportRows``: the same
-Hessian sums as the L1 step). The move's target minimises the proximal Newton model
+"""The model layer of the group step: the minimiser of the proximal Newton model
 
     m(u) = g^T (u - x) + (u - x)^T H (u - x) / 2 + lam sum_{k in G} w_k ||u_k||
 
-(exact for the squared loss: m(u) = P(u) - P(x) on S), as skglm's GroupProxNewton does,
-by ``group_model_minimum``:
-  - the intercept is eliminated first (its exact minimiser for each u_S: the Schur
-    complement H_SS - h h^T / h_bb). The intercept's direction is the stiff one (CTR's
-    scaled Hessian: one eigenvalue of 10-19 against <= 1.2 for the rest): with it in the
-    model, 200 passes of block coordinate descent on CTR 20,000 x 10,000 cut the gap
-    1.3-2x a step; without it, 25-30x;
-  - block coordinate descent (``group_model_descent``: a prox-gradient step of 1/L_k on
-    each group, L_k the largest eigenvalue of H_kk) finds the groups that end at zero;
-  - on the others m is smooth, and Newton's method on them (with the penalty's Hessian
-    lam w_k (I - u_k u_k^T / ||u_k||^2) / ||u_k||, a line search on m) reaches the
-    minimum: the step then certifies a gap of 1e-13 on CTR 20,000 x 10,000;
-  - repeated (descent, Newton) while a zero group violates the model's optimality or
-    Newton's line search fails (a group shrinking to zero: m is not smooth there).
-The candidates are x + t (target - x) for t in STEP_GRID, judged by their exact P
-(``SupportRows.trial_sums``; ``best_candidate`` with the groups' norms), as for L1.
-
-Under MPI the workers reduce their shares of H on S ((|S| + 1)(|S| + 2) / 2 numbers each)
-and the server broadcasts the target (``solvers/mpi.py``).
-
-Above MAX_SUPPORT coordinates (``group_uses_hessian_free``; every backend) no Hessian is
-formed. H's diagonal group blocks and its column on the intercept come from one pass over
-the rows restricted to S (``group_hessian_blocks``; under MPI each worker reduces its
-share), each product from another such pass (``SupportRows.hessian_times_from_rows``),
-and the target from ``hessian_free_group_minimum``: block moves, then Newton-CG on the
-non-zero groups with the blocks' inverses as preconditioner. Supports up to
-HESSIAN_FREE_MAX_SUPPORT. CTR 200,000 x 100,000, groups of 5, to 1e-6:
-  - Dis-DDSS at 1e-3 lam_max, 2 workers (|S| = 3,365-3,650, where the dense step did not
-    reach under MPI): steps of 20-120 products at ~7 ms each, 1.3-2.8 s against 4.2 s in
-    30 epochs without;
-  - serial DDSS at 1e-4 lam_max (|S| = 4,475): 2.64-2.73 s against 4.54-5.03 s.
-"""
+over S's groups G and the intercept (``asyncopt.newton``'s docstring), from the Hessian
+on S (``group_model_minimum``: block coordinate descent, then Newton on the non-zero
+groups) or from Hessian-vector products and H's diagonal group blocks
+(``hessian_free_group_minimum``: block moves, then Newton-CG), and the targets a step
+takes from the sums over all rows (``group_move``, ``hessian_free_group_move``). H and g
+are given (``kernels``); nothing here reads the rows."""
 import math
 
 import numpy as np
 from numba import njit
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
-from .penalties import block_positions, contiguous_block_norms
-from .support_newton import (ENTERING_MIN, ENTERING_SHARE, MAX_SUPPORT, RIDGE, STEP_GRID,
-                             SupportRows, _conjugate_gradient, best_candidate,
-                             linear_candidates, prune_for_step, shard_slope,
-                             take_candidate, violating_zeros)
+from ..penalties import block_positions, contiguous_block_norms
+from .kernels import split_group_blocks
+from .model import RIDGE, STEP_GRID, _conjugate_gradient
 
-HESSIAN_FREE_MAX_SUPPORT = 8000   # |S| above which the group step is not tried
 HESSIAN_FREE_PRODUCTS = 400       # products a Hessian-free group model takes at most
 MODEL_ROUNDS = 6          # (descent, Newton) rounds at most
 DESCENT_PASSES = 20       # block coordinate descent passes per round
@@ -75,25 +32,10 @@ def group_starts(sizes):
     return np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
 
 
-def entering_groups(x, correlation, n, lam, weights, block_indptr, max_support=None):
-    """The zero groups of x that violate the optimality condition most (largest
-    ||A_g^T rho|| / (n lam w_g)): at most ENTERING_SHARE of the non-zero groups (at least
-    ENTERING_MIN), and no more than keeps |S| within ``max_support`` coordinates (default
-    MAX_SUPPORT). Sorted; as float64 (what the server broadcasts)."""
-    violating, ratio = violating_zeros(x, correlation, n, lam, weights, block_indptr)
-    sizes = np.diff(block_indptr)
-    nonzero = np.flatnonzero(contiguous_block_norms(x, block_indptr))
-    limit = int(max(ENTERING_MIN, np.ceil(ENTERING_SHARE * nonzero.shape[0])))
-    order = violating[np.argsort(-ratio[violating], kind="stable")][:limit]
-    room = (MAX_SUPPORT if max_support is None else max_support) - \
-        int(sizes[nonzero].sum())
-    order = order[np.cumsum(sizes[order]) <= room]
-    return np.sort(order).astype(np.float64)
-
-
 def group_support_point(x, b, intercept, block_indptr, entering=None):
     """(S, the point [x_S, b], the group starts over S, the groups): S the coordinates of
-    the non-zero groups of x and of ``entering`` (``entering_groups``), group by group;
+    the non-zero groups of x and of ``entering`` (``policy.entering_groups``), group by
+    group;
     b only when the intercept is fitted."""
     norms = contiguous_block_norms(x, block_indptr)
     groups = np.flatnonzero(norms)
@@ -111,8 +53,8 @@ def group_model_descent(hessian, slope, u, starts, lam_weights, passes, toleranc
     u_k <- prox_{lam w_k / L_k ||.||}(u_k - slope_k / L_k), L_k the largest eigenvalue of
     H_kk, and slope += H[:, k] (new u_k - old u_k). In place on u and slope; stops after
     ``passes`` or a pass that moved no coordinate by more than ``tolerance``. Returns the
-    passes made. H is symmetric: its column j is read as row j, contiguous (read down
-    the column, CTR 200,000 x 100,000's |S| = 3,445 took 1.45 s for 20 passes)."""
+    passes made. H is symmetric: its column j is read as row j, contiguous (reading down
+    the column is much slower on large supports)."""
     dim = u.shape[0]
     n_groups = starts.shape[0] - 1
     lipschitz = np.empty(n_groups)
@@ -174,9 +116,8 @@ def zero_optimal_groups(hessian, slope, u, starts, lam_weights):
     """Set to zero, in place (u and the quadratic's gradient ``slope`` at u), every
     non-zero group whose block of the model, the others held, is minimised at zero:
     ||slope_k - H_kk u_k|| <= lam w_k. Each such move lowers m or keeps it. Newton's
-    method alone only shrinks such a group (the penalty's curvature grows as 1 / ||u_k||):
-    a9a degree 3 (groups of 5, squared loss, |S| = 725) kept groups at norms of 1e-9 to
-    1e-12 through 6 rounds of 20 iterations, 3.2 s and the model's optimality at 1e-2."""
+    method alone only shrinks such a group (the penalty's curvature grows as 1 / ||u_k||)
+    and never reaches zero."""
     dim = u.shape[0]
     for k in range(starts.shape[0] - 1):
         s, e = starts[k], starts[k + 1]
@@ -203,10 +144,9 @@ def _through_zero(hessian, gradient, point, u, free, step, starts, lam_weights, 
     group set to zero, when this lowers m; else None. Along u + t s a group k is nearest
     zero at t_k = -u_k^T s_k / ||s_k||^2; it passes through zero when t_k is in (0, 1]
     and ||u_k + t_k s_k|| <= CROSSING ||u_k|| (the group analogue of the orthant path's
-    crossing, ``support_newton.orthant_newton_target``): on nearly equal columns the
-    model is almost flat along moving weight from one group to its twin, the step is long,
-    and backtracking from t = 1 cut it to t ~ 2^-10 again and again (a9a degree 3,
-    |S| = 725: 812 model evaluations for 69 steps)."""
+    crossing, ``model.orthant_newton_target``): on nearly equal columns the model is
+    almost flat along moving weight from one group to its twin, the step is long, and
+    backtracking from t = 1 would cut it to a tiny t again and again."""
     full = np.zeros(u.shape[0])
     full[free] = step
     crossing = _group_crossing(u, full, contiguous_block_norms(u, starts), starts)
@@ -322,98 +262,12 @@ def group_model_minimum(hessian, gradient, point, starts, lam_weights, intercept
     return target, predicted, optimality
 
 
-def group_uses_hessian_free(support_size):
-    """Whether the group step finds its target from Hessian-vector products, each a pass
-    over the rows restricted to S (``hessian_free_group_minimum``; under MPI the workers'
-    products), rather than from the Hessian itself (``group_model_minimum``): above
-    MAX_SUPPORT coordinates, on every backend. There the Hessian is over 16 MB a worker
-    to form and send (CTR 200,000 x 100,000, groups of 5, 1e-3 lam_max: |S| = 3,440,
-    47 MB) and its dense model took 1.5 s. Serial DDSS to 1e-6 on that problem: 1.62-1.72 s
-    against 1.90-4.10 s with the dense step (the same 5 epochs); at 1e-4 lam_max (|S| =
-    4,475, where the dense step, up to 4,000 on one process, was not tried) 2.64-2.73 s
-    in 9 epochs against 4.54-5.03 s in 19-21. Below, the dense model stays: its block
-    coordinate descent copes with a9a's nearly equal columns (supports of 330-1,300),
-    where the model from products does not (benchmarks/README.md)."""
-    return support_size > MAX_SUPPORT
-
-
-@njit(cache=True)
-def _group_hessian_blocks(indptr, positions, data, weights, starts, group_of, offsets,
-                          size, intercept, out):
-    """Add each row's share of the Hessian's diagonal group blocks (row-major from
-    ``offsets[k]``), then of its intercept column (from ``offsets[-1]``) and corner,
-    into ``out``; rows as ``restricted_rows`` gives them (positions sorted, so a group's
-    entries are adjacent)."""
-    column = offsets[offsets.shape[0] - 1]
-    for i in range(indptr.shape[0] - 1):
-        w = weights[i]
-        end = indptr[i + 1]
-        for a in range(indptr[i], end):
-            q = positions[a]
-            k = group_of[q]
-            m = starts[k + 1] - starts[k]
-            base = offsets[k] + (q - starts[k]) * m - starts[k]
-            va = w * data[a]
-            c = a
-            while c < end and group_of[positions[c]] == k:
-                out[base + positions[c]] += va * data[c]
-                c += 1
-            b = a - 1
-            while b >= indptr[i] and group_of[positions[b]] == k:
-                out[base + positions[b]] += va * data[b]
-                b -= 1
-            if intercept:
-                out[column + q] += va
-        if intercept:
-            out[column + size] += w
-
-
-def _block_offsets(starts):
-    """Where each group's m_k x m_k block starts among ``group_hessian_blocks``' numbers
-    (and, last, where the intercept's column starts)."""
-    sizes = np.diff(starts)
-    return np.concatenate(([0], np.cumsum(sizes * sizes))).astype(np.int64)
-
-
-def group_blocks_length(starts, intercept):
-    """How many numbers ``group_hessian_blocks`` gives: sum_k m_k^2, plus |S| + 1 with an
-    intercept (what every rank knows without being told)."""
-    return int(_block_offsets(starts)[-1]) + (int(starts[-1]) + 1 if intercept else 0)
-
-
-def group_hessian_blocks(rows, starts):
-    """From a shard's SupportRows: its Hessian sum's diagonal blocks on S's groups
-    (``starts``; each m_k x m_k block row-major, one after another), then, when the
-    intercept is fitted, the Hessian's column on it over S and its corner: the numbers
-    of H that ``hessian_free_group_minimum`` reads (``group_blocks_length`` of them; no
-    column or corner without an intercept). One pass over the rows restricted to S."""
-    sizes = np.diff(starts)
-    group_of = np.repeat(np.arange(sizes.shape[0]), sizes)
-    out = np.zeros(group_blocks_length(starts, rows.intercept))
-    _group_hessian_blocks(*rows.restricted(), np.asarray(starts, np.int64), group_of,
-                          _block_offsets(starts), rows.size, rows.intercept, out)
-    return out
-
-
-def split_group_blocks(values, starts, intercept):
-    """``group_hessian_blocks``' numbers -> (the list of diagonal blocks, the intercept's
-    column over S or None, its corner)."""
-    sizes = np.diff(starts)
-    offsets = _block_offsets(starts)
-    blocks = [values[offsets[k]:offsets[k + 1]].reshape(m, m) for k, m in enumerate(sizes)]
-    if not intercept:
-        return blocks, None, 0.0
-    k = int(starts[-1])
-    tail = values[offsets[-1]:]
-    return blocks, tail[:k], float(tail[k])
-
-
 def stack_blocks(blocks, starts):
     """The diagonal blocks of S's groups (``blocks``, group by group; group k holds
     coordinates starts[k]:starts[k+1]) stacked by size: [(groups, their coordinates as a
     (count, m) index, their blocks as a (count, m, m) array)] per size m, so that a
     block-diagonal product is one batched einsum per size (``stacked_times``) rather
-    than a Python loop over ~700 groups of 5 (CTR's supports: 1-2 ms a product)."""
+    than a Python loop over the groups."""
     sizes = np.diff(starts)
     stacks = []
     for m in np.unique(sizes):
@@ -484,10 +338,10 @@ def hessian_free_group_minimum(hessian_times, blocks, column, corner, gradient, 
                                starts, lam_weights, intercept, budget):
     """The minimiser of the proximal Newton model m (module docstring) from products with
     H (``hessian_times(v)`` = H v over S and the intercept) and the numbers of H that
-    ``group_hessian_blocks`` gives (``blocks``: the diagonal group blocks, ``column``,
-    ``corner``: the intercept's column and entry), all scaled by 1/n: the Hessian-free
-    counterpart of ``group_model_minimum``, for supports whose Hessian is too large.
-    Returns (target, m(target) - m(point), model optimality, products).
+    ``kernels.group_hessian_blocks`` gives (``blocks``: the diagonal group blocks,
+    ``column``, ``corner``: the intercept's column and entry), all scaled by 1/n: the
+    Hessian-free counterpart of ``group_model_minimum``, for supports whose Hessian is
+    too large. Returns (target, m(target) - m(point), model optimality, products).
 
     The intercept is eliminated as there (R = H_SS - c c^T / h_bb: a product with R is
     one with H and a dot product). The slope s = r + R (u - x) is kept up to date from
@@ -504,9 +358,8 @@ def hessian_free_group_minimum(hessian_times, blocks, column, corner, gradient, 
         within CROSSING of zero, which is then set to zero (``_through_zero``'s rule), or
         backtracks (Armijo) from t = 1;
     until the model's optimality (``model_optimality``) is below MODEL_TOLERANCE or a
-    step's decrease is below 1e-14 of m's. CTR 200,000 x 100,000, groups of 5, 1e-3
-    lam_max, the state of a serial run after 5 epochs (|S| = 3,440): 56 products, the
-    same m(target) as ``group_model_minimum`` to 1e-17 (targets within 3e-9)."""
+    step's decrease is below 1e-14 of m's: the minimum of ``group_model_minimum`` to
+    rounding."""
     gradient = np.asarray(gradient, np.float64)
     point = np.asarray(point, np.float64)
     k = int(starts[-1])
@@ -645,8 +498,9 @@ def _group_crossing(u, step, norms, starts):
 
 def group_move(hessian_sum, slope_sum, point, starts, lam_weights, n, intercept):
     """The target of the step from the summed Hessian and slope over all rows
-    (``SupportRows.hessian_sums``, ``shard_slope``): ``group_model_minimum`` on them scaled
-    by 1/n; None when the model predicts no decrease."""
+    (``kernels.SupportRows.hessian_sums``, ``kernels.shard_slope``):
+    ``group_model_minimum`` on them scaled by 1/n; None when the model predicts no
+    decrease."""
     target, predicted, _ = group_model_minimum(hessian_sum / n, slope_sum / n, point,
                                                starts, lam_weights, intercept)
     return target if predicted < 0.0 else None
@@ -655,7 +509,7 @@ def group_move(hessian_sum, slope_sum, point, starts, lam_weights, n, intercept)
 def hessian_free_group_move(block_sums, hessian_sum_times, slope_sum, point, starts,
                             lam_weights, n, intercept):
     """(the target of the step, the products it took) from the summed numbers of
-    ``group_hessian_blocks`` and products with the summed Hessian
+    ``kernels.group_hessian_blocks`` and products with the summed Hessian
     (``hessian_sum_times``) over all rows: ``hessian_free_group_minimum`` on them scaled
     by 1/n, at most HESSIAN_FREE_PRODUCTS products; the target None when the model
     predicts no decrease."""
@@ -666,44 +520,3 @@ def hessian_free_group_move(block_sums, hessian_sum_times, slope_sum, point, sta
         np.asarray(slope_sum) / n, point, starts, lam_weights, intercept,
         HESSIAN_FREE_PRODUCTS)
     return (target if predicted < 0.0 else None), products
-
-
-def group_support_newton_step(active, cert, x, cache=None, n_threads=1):
-    """The step on one process (serial and threads backends) for a group penalty:
-    ``cert`` is the certificate at (x, cert.intercept) on ``active``; ``cache``: the run's
-    HessianCache; ``n_threads``: the threads that form the Hessian. Moves x in place and
-    returns (b, t), or returns None (x untouched) when no trial lowers P
-    (``support_newton.support_newton_step`` for L1)."""
-    problem = active.problem
-    n, lam, code = problem.n_samples, problem.lam, problem.loss.code
-    intercept = problem.fit_intercept
-    block_indptr = active.block_indptr
-    pruned, saved, offset, cert = prune_for_step(active, cert, x, block_indptr)
-    entering = entering_groups(x, cert.correlation, n, lam, active.weights, block_indptr,
-                               HESSIAN_FREE_MAX_SUPPORT)
-    support, point, starts, groups = group_support_point(x, cert.intercept, intercept,
-                                                         block_indptr, entering)
-    k = support.shape[0]
-    index = -1
-    if k:
-        rho_sum = float(np.sum(cert.rho))
-        slope = shard_slope(cert.correlation[support], rho_sum, intercept)
-        rows = SupportRows(active, code, cert.z, support, intercept, slope, cache,
-                           n_threads)
-        weights = active.weights[groups]
-        if group_uses_hessian_free(k):
-            target, _ = hessian_free_group_move(
-                group_hessian_blocks(rows, starts), rows.hessian_times_from_rows, slope,
-                point, starts, lam * weights, n, intercept)
-        else:
-            target = group_move(rows.hessian_sums(), slope, point, starts, lam * weights,
-                                n, intercept)
-        if target is not None:
-            candidates = linear_candidates(point, target)
-            index, _ = best_candidate(rows.trial_sums(point, candidates), n, lam, weights,
-                                      point[:k], candidates[:, :k], offset, starts)
-    if index < 0:
-        x[pruned] = saved
-        return None
-    return take_candidate(x, cert.intercept, support, candidates[index], intercept), \
-        float(STEP_GRID[index])
