@@ -81,14 +81,17 @@ def mean_loss(code, z, y):
 
 
 @njit(cache=True)
-def derivative_sums(code, z, y):
-    """(sum_i f'(z_i), sum_i f''(z_i)): one shard's share of the intercept's Newton step."""
+def intercept_sums(code, z0, b, y):
+    """(sum_i f'(z0_i + b), sum_i f''(z0_i + b), sum_i f(z0_i + b)): these rows' share of
+    the intercept's Newton step (``problem.refit_intercept``)."""
     first = 0.0
     second = 0.0
-    for i in range(z.shape[0]):
-        first += loss_derivative(code, z[i], y[i])
-        second += loss_second_derivative(code, z[i], y[i])
-    return first, second
+    value = 0.0
+    for i in range(z0.shape[0]):
+        first += loss_derivative(code, z0[i] + b, y[i])
+        second += loss_second_derivative(code, z0[i] + b, y[i])
+        value += loss_value(code, z0[i] + b, y[i])
+    return np.array([first, second, value])
 
 
 @njit(cache=True)

@@ -61,8 +61,7 @@ def penalty_value(x, indptr, ids, weights):
 
     A plain loop, not np.dot: numba's np.dot calls OpenBLAS, whose threads then spin for a
     while after every call, taking a second core from the solver's own threads and from
-    the other processes (the serial solver used two cores, and two of them on half the rows
-    each ran no faster than one on all the rows)."""
+    the other processes. Measurements: benchmarks/notes/problem.md."""
     norms = block_norms(x, indptr, ids)
     total = 0.0
     for g in range(norms.shape[0]):
@@ -153,7 +152,8 @@ class BlockPenalty:
         return obj
 
     def active_features(self, blocks):
-        """original feature ids of the given blocks, in block order (matches ``restricted``)."""
+        """original feature ids of the given blocks, in block order (matches
+        ``restricted``)."""
         return self.ids[block_positions(self.indptr, blocks)]
 
     def svrg_kernel(self, tracked=False):
@@ -228,7 +228,7 @@ class L1(BlockPenalty):
 
     # blocks of one coordinate, in feature order (here and in every ``restricted``):
     # the block norms are |u_j|, with no block indirection (Dis-DDSS's server takes them
-    # over all 100,000 features of CTR every epoch)
+    # over every feature each epoch; measurements: benchmarks/notes/problem.md)
     def value(self, x):
         return weighted_l1_value(np.asarray(x, np.float64), self.weights)
 
@@ -236,9 +236,8 @@ class L1(BlockPenalty):
         return np.abs(np.asarray(u, np.float64))
 
     # block g is coordinate ids[g]: the blocks' positions are the blocks themselves
-    # (BlockPenalty's versions form them for blocks of any size: ~1 ms each at 100,000
-    # features warm, 2-3 ms with the first touches in a Dis-DDSS server's compaction,
-    # against 0.05 ms)
+    # (BlockPenalty's versions form them for blocks of any size, with a pass over the
+    # blocks; measurements: benchmarks/notes/problem.md)
     def restricted(self, blocks):
         blocks = np.asarray(blocks, dtype=np.int64)
         indptr = np.arange(blocks.shape[0] + 1)

@@ -25,45 +25,41 @@ from numba import njit
 from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_keep_columns,
                              csr_margins, csr_rmatvec, csr_row_sq_norms, csr_select,
                              csr_stored_counts)
-from .losses import (LOGISTIC, SQUARED, generalized_residual, get_loss, loss_derivative,
-                     loss_second_derivative, loss_value, mean_loss, mean_neg_conjugate)
+from .losses import (LOGISTIC, SQUARED, generalized_residual, get_loss, intercept_sums,
+                     loss_of_code, mean_loss, mean_neg_conjugate)
 from .penalties import L1, BlockPenalty, contiguous_block_norms
 from .runtime import IdlePageToucher
 
 
-@njit(cache=True)
-def intercept_optimum(code, z0, y, b):
-    """argmin_b (1/n) sum_i f(z0_i + b, y_i): closed form (squared) or Newton (logistic,
-    to |mean derivative| <= 1e-13 or 100 steps), starting from b. Newton steps are halved
-    while they increase the objective, except once the step is below rounding of the
-    objective (|step| <= 1e-6 (1 + |b|)), where the quadratic model is accurate."""
-    n = z0.shape[0]
-    if code == SQUARED:
-        return np.mean(y - z0)
+def refit_intercept(sums, b, n):
+    """argmin_b (1/n) sum_i f(z0_i + b, y_i) for a loss that is not quadratic, by Newton
+    steps from b to |mean f'| <= 1e-13 (or 100 steps); ``sums(b)`` gives (sum f', sum
+    f'', sum f) at the intercept b over all n rows: one process's rows
+    (``intercept_optimum``) or every shard's (Dis-DDSS's ``mpi.protocol.intercept_refit``,
+    each call one reduction). A Newton step is halved while it increases the objective,
+    except once it is below rounding of the objective (|step| <= 1e-6 (1 + |b|)), where
+    the quadratic model is accurate. The calls depend only on the sums, so ranks that
+    share them call ``sums`` alike."""
     for _ in range(100):
-        grad = 0.0
-        hess = 0.0
-        value = 0.0
-        for i in range(n):
-            grad += loss_derivative(code, z0[i] + b, y[i])
-            hess += loss_second_derivative(code, z0[i] + b, y[i])
-            value += loss_value(code, z0[i] + b, y[i])
+        grad, hess, value = sums(b)
         grad /= n
-        hess /= n
         if abs(grad) <= 1e-13:
             break
-        step = grad / max(hess, 1e-12)
+        step = grad / max(hess / n, 1e-12)
         for _ in range(60):
-            if abs(step) <= 1e-6 * (1.0 + abs(b)):
-                break
-            new_value = 0.0
-            for i in range(n):
-                new_value += loss_value(code, z0[i] + b - step, y[i])
-            if new_value <= value:
+            if abs(step) <= 1e-6 * (1.0 + abs(b)) or sums(b - step)[2] <= value:
                 break
             step *= 0.5
         b -= step
     return b
+
+
+def intercept_optimum(code, z0, y, b):
+    """argmin_b (1/n) sum_i f(z0_i + b, y_i) over these rows from b: the mean of
+    y - z0 for a quadratic loss, else ``refit_intercept``."""
+    if loss_of_code(code).quadratic:
+        return float(np.mean(y - z0))
+    return refit_intercept(lambda at: intercept_sums(code, z0, at, y), b, z0.shape[0])
 
 
 @njit(cache=True)
@@ -118,12 +114,11 @@ class RowsView:
     def of(cls, active, columns, buffers=None):
         """(the view of ``active`` on ``columns``, the buffers it lies in): ``buffers``,
         the (indptr, indices, data) of an earlier view, are written over when they have
-        room (a view in fresh arrays took 35-85 ms against 16 ms for CTR's 200,000 rows,
-        most of it the first touch of the pages), else new ones are made, with room for
-        any view ``without_frozen`` makes (UNFROZEN_SHARE of the stored entries): the next
-        epoch's view is often larger than the first (columns enter the moving set), and
-        new arrays for it took 95 ms of a 0.40 s solve where 8 ms is the rule (CTR at
-        mpirun -n 2); a page is touched only where a view writes."""
+        room (fresh arrays cost the first touch of their pages), else new ones are made,
+        with room for any view ``without_frozen`` makes (UNFROZEN_SHARE of the stored
+        entries), since the next epoch's view is often larger than the first (columns
+        enter the moving set); a page is touched only where a view writes. Measurements:
+        benchmarks/notes/problem.md."""
         count = int(active.stored_column_counts[columns].sum())
         if buffers is None or buffers[1].shape[0] < count + 1:
             buffers = cls.new_buffers(active, count)
@@ -248,24 +243,15 @@ class ActiveSet:
         """Make the epoch views' buffers (``RowsView.new_buffers``) and map their pages
         now, on a thread that runs only on a core nothing else wants (``IdlePageToucher``),
         so that the first view writes into mapped memory. A Dis-DDSS worker calls it as
-        its solve starts: on the 2-core VM a first touch costs ~2.5 us a 4 kB page, and
-        the first view of CTR's 200,000 rows (36 MB) took 32-38 ms of a 0.28 s solve at
-        mpirun -n 2 (14 ms with the pages touched meanwhile on the server's idle core;
-        8-15 ms for a view in reused buffers). CTR 200,000 x 100,000, -n 2, paired median
-        ratios: 1e-3 lam_max 1.06 (seeds 1-6, all faster), 1.02 (7-12), 1.02 (13-20, 6
-        of 8 faster); 1e-4 0.98 (1-5).
+        its solve starts.
 
         ``without_frozen`` waits for the thread at most TOUCH_WAIT seconds, then stops it
         and makes buffers of its own: a machine busy with other work may starve the thread
-        indefinitely. The thread usually finishes within the wait, on the core the wait
-        leaves idle: -n 2 0.998 against an unbounded wait, 0.93 with no wait at all, 0.97
-        and 0.98 at nice 19 instead of SCHED_IDLE (seeds 1-8). With the wait bounded it
-        also pays where the ranks outnumber the cores (the idle moments of -n 3 on 2
-        cores: 1.033 and 1.042, seeds 1-8 and 9-16; -n 9 1.013, seeds 1-8, against none
-        there); with an unbounded wait it had cost them (-n 3 0.97, -n 9 0.99).
+        indefinitely.
 
         Where the problem gave up X (``Problem`` overwrite_X) its arrays, already
-        mapped, are the buffers instead, and no thread starts."""
+        mapped, are the buffers instead, and no thread starts. Measurements:
+        benchmarks/notes/problem.md."""
         if not self._claim_spare_buffers():
             self._touching = IdlePageToucher(lambda: RowsView.new_buffers(self))
 
@@ -350,15 +336,14 @@ class ActiveSet:
         """A^T rho at x = 0 with intercept ``b`` from the one remembered at b' (by
         ``residual_correlation`` or ``residual_correlation_at``), with no pass over the
         rows, or None: for the squared loss at any b (rho = y - b: A^T rho = A^T rho' +
-        (b' - b) A^T 1), else at b' only. A solve's first certificate at x = 0 repeats
-        lam_max's pass otherwise (CTR's 200,000 rows: 8-10 ms of a 0.26 s Dis-DDSS solve
-        on 1 worker)."""
+        (b' - b) A^T 1), else at b' only. It spares a solve's first certificate at x = 0 a
+        repeat of lam_max's pass. Measurements: benchmarks/notes/problem.md."""
         if self._zero_correlation is None or self._zero_correlation[0] != code:
             return None
         _, known, correlation = self._zero_correlation
         if known == float(b):
             return correlation.copy()
-        if code != SQUARED:
+        if not loss_of_code(code).quadratic:
             return None
         return correlation + (known - float(b)) * self.column_sums
 
@@ -395,9 +380,7 @@ class ActiveSet:
         ``ddss.freeze_optimal_zeros``), or this set itself when those columns hold more
         than UNFROZEN_SHARE of the non-zeros. The epoch kernels skip a frozen block and
         its x is 0, so they take the same steps on either, bit for bit, and read only
-        the entries they use: CTR 200,000 x 100,000 at 1e-3 lam_max, 99% of the
-        features frozen in the fifth epoch and their columns holding 54% of the entries,
-        an epoch took 21 ms against 90 ms.
+        the entries they use. Measurements: benchmarks/notes/problem.md.
 
         The view (a RowsView, a pass over the rows to form) is kept and serves later
         epochs while its columns cover the unfrozen ones and hold at most VIEW_SLACK
@@ -490,14 +473,8 @@ class Problem:
     a file, rows copied out of a larger matrix): once the full active set is built (in
     shuffled copies of the rows), X's index and value arrays (if writeable, int32
     indices) become the buffers of its epoch views (``ActiveSet.without_frozen``) and X
-    is dropped. That memory is mapped already: a Dis-DDSS worker's first view of CTR
-    200,000 x 100,000 took 8.8 ms where new buffers took 21-28 ms (mpirun -n 2 on the
-    2-core VM, their pages mapped meanwhile on a thread,
-    ``ActiveSet.touch_view_buffers``), its page faults in the solve 3,600 against
-    16,500, and a worker holds its rows twice instead of 2.7 times (peak RSS at -n 2
-    402 -> 359 MB, at -n 3 310 -> 286 MB). Paired solves at 1e-3 lam_max, seeds 1-8 and
-    9-16: -n 2 median ratio 1.08 and 1.08 (16 of 16 faster), -n 3 1.07 and 1.06, -n 9
-    0.99 and 0.96 (0.87-1.16: noise, every rank of 9 on 2 cores).
+    is dropped: that memory is mapped already, and no separate view buffers are made
+    besides X and the shuffled rows. Measurements: benchmarks/notes/problem.md.
     """
 
     def __init__(self, X, y, loss="squared", penalty=None, lam=1.0, fit_intercept=True,

@@ -190,6 +190,33 @@ def test_the_intercepts_refit_folded_into_the_certificate_gives_the_refit_sums()
         np.testing.assert_allclose(got, sums(A, y, z + 0.3), rtol=1e-10, atol=1e-10)
 
 
+def test_the_shards_intercept_refit_is_the_one_process_refit():
+    """mpi.protocol.intercept_refit over one shard (a wire whose reductions return the
+    shard's own sums) is problem.intercept_optimum: the same b to rounding, at which
+    mean f' vanishes, and the margins shifted to it in place."""
+    import scipy.special
+    from asyncopt.losses import LOGISTIC
+    from asyncopt.problem import intercept_optimum
+    from asyncopt.solvers.mpi.protocol import intercept_refit
+
+    class Alone:
+        def allreduce(self, values):
+            return np.asarray(values, dtype=np.float64)
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n = int(rng.integers(5, 200))
+        z0 = rng.standard_normal(n) * 2
+        y = np.where(rng.random(n) < 0.3, 1.0, -1.0)
+        y[0], y[1] = 1.0, -1.0
+        start = float(rng.normal() * 2)
+        z = z0 + start
+        b = intercept_refit(Alone(), LOGISTIC, z, y, start, n)
+        assert b == pytest.approx(intercept_optimum(LOGISTIC, z0, y, start), abs=1e-12)
+        assert abs(np.mean(-y * scipy.special.expit(-y * (z0 + b)))) <= 1e-12
+        np.testing.assert_allclose(z, z0 + b, atol=1e-12)
+
+
 def test_default_batch_sends_fewer_messages_where_every_rank_has_a_core():
     """default_batch: n / (m l) steps a message, m = ceil(2.5 l) up to 4 workers either
     way; beyond, m = 25 on an oversubscribed node and m = 10 where the server answers at

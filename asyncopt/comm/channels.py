@@ -1,11 +1,11 @@
-"""The inner loop's transport between Dis-DDSS's server and its workers (solvers/mpi.py).
+"""The inner loop's transport between Dis-DDSS's server and its workers (solvers/mpi/).
 
 Both channels carry the same messages, numpy buffers and never pickles: a worker's delta
 (int32 indices or bitmap words, ``comm/messages.py``; float64 header + values) and the
-server's reply (the same), one of each in flight per worker. A worker writes its next delta only
-after it has read the reply to the previous one, and the server answers a delta only after
-it has read it, so each buffer below has one writer at a time and its reader is done before
-the next write.
+server's reply (the same), one of each in flight per worker. A worker writes its next
+delta only after it has read the reply to the previous one, and the server answers a delta
+only after it has read it, so each buffer below has one writer at a time and its reader is
+done before the next write.
 
 ``SharedMemoryChannel``, when every rank runs on one node: an MPI-3 shared-memory window
 (``MPI_Win_allocate_shared``) holds, in each worker's segment, a delta slot and a reply
@@ -13,17 +13,12 @@ slot sized for the whole active set, and in the server's segment one row of sequ
 numbers per worker (the worker's and the server's on separate cache lines). A side writes
 its message into the slot, ``MPI_Win_sync``, then raises its sequence number; the other
 polls that number, ``MPI_Win_sync``, then reads the slot in place. A message moves without
-either side calling into MPI. With MPI messages on one oversubscribed node (mpirun -n 9 on
-2 cores) a delta larger than one MPICH shared-memory cell moves only while both ranks are
-inside MPI: the server's receive of a worker's delta waited until that worker finished
-the numba batch it had started, and its reply until the worker polled again. CTR
-200,000 x 100,000 to gap 1e-6, 8 workers: the server spent 0.9 s of a 4.3 s solve in
-Recv; with the window, and workers that sleep instead of spinning while they wait for a
-reply (nothing needs them inside MPI any more), the solve took 2.3-3.2 s (2026-11-22).
-(Since then every wait spins for up to 1 ms first, yielding its core at each check:
-``wire.poll``.) On a crowded node (``Wire.crowded``) the window also holds a doorbell per
-rank (``wire.Doorbell``): a side that raises a sequence number rings the rank that waits
-for it, and that rank sleeps on its doorbell instead of checking every 50-200 us.
+either side calling into MPI: with MPI messages on an oversubscribed node a delta larger
+than one MPICH shared-memory cell moves only while both ranks are inside MPI, so the
+server waited for workers busy in a numba batch. On a crowded node (``Wire.crowded``) the
+window also holds a doorbell per rank (``wire.Doorbell``): a side that raises a sequence
+number rings the rank that waits for it, and that rank sleeps on its doorbell instead of
+checking every 50-200 us. Measurements: benchmarks/notes/comm.md.
 
 ``MessageChannel``, otherwise (ranks on several nodes; a window that would not fit in
 SHARED_BUDGET bytes or in half of the free space of /dev/shm; or
@@ -326,9 +321,7 @@ class SharedMemoryChannel:
     def wait_reply(self):
         row, posted = self.sequence[self.rank], self.posted
         # spins as the server does, yielding its core to any rank that computes on it
-        # (``poll``): at mpirun -n 3 on 2 cores (CTR 200,000 x 100,000), with the Wire's
-        # waits spinning the same way, the median solve took 0.274 s against 0.300 s
-        # when oversubscribed ranks slept from the start (12-14 runs each)
+        # (``poll``; measurements: benchmarks/notes/comm.md)
         poll(lambda: row[SEQ_REPLY] >= posted, self.wire.spin, self.bell)
         self.window.Sync()
         slot = self.slots[self.rank]
@@ -400,13 +393,9 @@ class SharedCollectives:
     root-centred reduction, bit for bit) and releases each slot once added.
 
     No side needs the other inside MPI: MPICH moves a message larger than an eager cell
-    only while both ranks call into it, so an 800 KB broadcast of the gradient waited
-    for workers that had gone on computing, and a worker's reduction for a server that
-    slept between checks. A broadcast, a reduction of 100,000 doubles and an allreduce
-    of one (``benchmarks/bench_wire.py``, 2 cores, best of 3 blocks): mpirun -n 3 0.35 ms
-    with MPI's messages against 0.18 ms here, -n 5 0.85 against 0.27, -n 9 4.1 against
-    0.96. Dis-DDSS on CTR 200,000 x 100,000 to 1e-6, -n 9: median 0.75 s before, 0.59 s
-    with these (6 runs each, interleaved); -n 2 to -n 5 the same within the noise."""
+    only while both ranks call into it, so a broadcast of the gradient as a message
+    waits for workers that have gone on computing, and a worker's reduction for a server
+    that sleeps between checks. Measurements: benchmarks/notes/comm.md."""
 
     def __init__(self, wire, n_workers, sequence, broadcast, summands, sync, bells=None):
         self.wire, self.rank, self.n_workers = wire, wire.rank, n_workers
@@ -441,21 +430,17 @@ class SharedCollectives:
         server's, in rank order, on the server (None on a worker), one piece of at most
         ``capacity`` numbers after another; ``root_blank``: the server's ``send`` is a
         blank buffer that receives the workers' combination alone, the first worker's
-        pieces copied in (``Wire.reduce``). A Newton step's Hessian shares (4.3 MB a
-        worker at |S| = 1,030) take several pieces: as MPI's messages on an
-        oversubscribed node, which move only while both ranks are inside MPI, the server
-        of mpirun -n 9 on 2 cores waited 162 ms for eight of them (their forming
-        included), workers up to 48 ms each for their send to leave."""
+        pieces copied in (``Wire.reduce``). A Newton step's Hessian shares take several
+        pieces. Measurements: benchmarks/notes/comm.md."""
         pieces = range(0, max(send.shape[0], 1), self.capacity)
         if self.rank != 0:
             for start in pieces:
                 self._post_piece(send[start:start + self.capacity])
             return None
         total = send if root_blank else send.copy()
-        # worker by worker, each one's pieces in turn (piece by piece over the workers
-        # before): the first to finish its vector is summed while the others still form
-        # theirs, and each element's sum runs in rank order either way. The Newton step
-        # at -n 3 on 2 cores (CTR, 8 paired): 60.9 -> 56.1 ms, median
+        # worker by worker, each one's pieces in turn: the first to finish its vector is
+        # summed while the others still form theirs, and each element's sum runs in rank
+        # order either way (measurements: benchmarks/notes/comm.md)
         for worker in range(1, self.n_workers + 1):
             merge = _copy_into if root_blank and worker == 1 else combine
             for start in pieces:

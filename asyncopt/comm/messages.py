@@ -1,16 +1,15 @@
-"""The parameter server's per-message vector work (solvers/mpi.py, DESIGN 4), one pass each.
+"""The parameter server's per-message vector work (solvers/mpi/, DESIGN 4), one pass each.
 
-A Dis-DDSS message touches a few thousand coordinates of an x that may have 100,000; done
-with numpy (``local - base``, ``flatnonzero``, fancy indexing) a worker spent ~1 ms per
-message on CTR 200,000 x 100,000 and the server ~0.2 ms, about half of the CPU of an
-oversubscribed -n 9 epoch. These loops do the same in one pass without temporaries.
+A Dis-DDSS message touches a few thousand coordinates of an x that may have 100,000. These
+loops do what numpy would (``local - base``, ``flatnonzero``, fancy indexing) in one pass
+without temporaries, whose cost per message adds up over an epoch's many messages.
+Measurements: benchmarks/notes/comm.md.
 
 The coordinates of a message travel as int32 indices (4 B each) or, once there are more
 of them than ``bitmap_words(n)``, as a bitmap over all n coordinates packed into int32
 words (n / 8 bytes; ``pack_bitmap`` / ``unpack_bitmap``); the receiver tells the two apart
-by length, since a bitmap is shorter than the values it indexes. Early in a run on CTR
-200,000 x 100,000 at 1e-4 lam_max, x has 50,000-75,000 non-zeros and so do the deltas:
-12 B per coordinate sparse, 8 B plus 12.5 kB as a bitmap.
+by length, since a bitmap is shorter than the values it indexes. A coordinate takes 12 B
+sparse (index and value), 8 B plus n / 8 bytes for the whole message as a bitmap.
 """
 import numpy as np
 from numba import njit
@@ -26,9 +25,8 @@ def take_delta(local, base, index, values, offset, movable=None):
     (``add_weighted_delta``). Returns k.
 
     ``movable``: the only coordinates that can differ (ascending; None: any), those of
-    the blocks the epoch did not freeze: the scan reads them alone. 100,000 coordinates
-    of which 2,500 move: ~50 us a message for the whole x, which at mpirun -n 9 (25
-    messages per worker per epoch) came to 10 ms of CPU an epoch on the 2 shared cores."""
+    the blocks the epoch did not freeze: the scan reads them alone, not the whole x.
+    Measurements: benchmarks/notes/comm.md."""
     k = 0
     count = local.shape[0] if movable is None else movable.shape[0]
     for t in range(count):
@@ -139,8 +137,8 @@ def changed_in_log(log, start, stop, changed_at, seen, worker, run_source, befor
     judged once (its bit in ``judged``) and the owed ones are set in ``owed`` (both
     uint32 bitmaps over x, all zero on entry and left so), whose words read in order give
     them ascending (int32) with no sort. Work in proportion to stop - start plus the
-    span of words touched, instead of the whole x: 8 deltas of 1,600 coordinates among
-    100,000, 17 us against 29 us with a stamp per coordinate (800 kB) and a sort."""
+    span of words touched, instead of the whole x. Measurements:
+    benchmarks/notes/comm.md."""
     count = 0
     first, last = judged.shape[0], -1
     for t in range(start, stop):
@@ -168,9 +166,8 @@ class ChangeLog:
     so that a reply lists what changed since the worker's previous one
     (``changed_in_log``) from the deltas added since, not by a scan of all p coordinates
     (``changed_since``), which it still uses when those deltas hold more than p entries.
-    CTR 200,000 x 100,000 at 1e-3 lam_max, mpirun -n 9: 1,600 replies scanned 100,000
-    coordinates each, 1.37 s of the server's 2.83 s solve, on the cores the 8 workers
-    share; the deltas between two replies of a worker hold a few thousand.
+    A reply from the log costs work in proportion to the deltas since the worker's
+    previous one, usually far fewer than p. Measurements: benchmarks/notes/comm.md.
 
     Entries older than every worker's previous reply are dropped when the log is full."""
 

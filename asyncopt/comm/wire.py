@@ -1,5 +1,5 @@
 """The MPI wire every distributed protocol of asyncopt runs on: Dis-DDSS's parameter
-server (``solvers/mpi.py``) and the torch bridge's federated rounds, Multi-LoRA server and
+server (``solvers/mpi/``) and the torch bridge's federated rounds, Multi-LoRA server and
 SGR pipeline (``asyncopt.deep``).
 
 Messages are numpy buffers (``Ibcast`` / ``Isend`` / ``Irecv``, never pickles), and no wait
@@ -58,7 +58,7 @@ class Doorbell:
     futex), which whoever posts something that rank waits for rings (``ring``) and on
     which that rank sleeps until it is rung (``wait``), instead of waking up every
     MAX_PAUSE to look (``poll``). Dis-DDSS's shared window has one per rank and uses
-    them on a crowded node (``Wire.crowded``; figures in ``solvers/mpi.py``).
+    them on a crowded node (``Wire.crowded``; measurements: benchmarks/notes/ddss.md).
 
     The protocol: the waiter reads the word (``value``), then checks its condition, then
     sleeps unless the word still holds what it read (the kernel compares, so a ring
@@ -96,13 +96,14 @@ def abort_all_ranks(comm, who, message=None):
     trouble such as a file the rank cannot write) and end every rank (``MPI_Abort``),
     since the others would wait for it forever. The one failure path of the MPI
     protocols (the command lines' and the estimators' Dis-DDSS, the torch bridge's).
+    Never returns.
 
-    The pause before ``MPI_Abort`` lets the process manager forward the message: Hydra
-    kills every rank on the abort request, and on a loaded machine that request could
-    overtake the rank's stderr, leaving the user no message at all (seen once in CI).
-    MPICH's ``MPI_Abort`` can return before the process manager's kill arrives (a busy
-    2-core VM: the failed rank then went on past its error); the rank then ends itself
-    (``os._exit``), never returning to its caller."""
+    The pause before ``MPI_Abort`` (ABORT_GRACE_SECONDS) lets the process manager forward
+    the message: Hydra kills every rank on the abort request, and on a loaded machine
+    that request could overtake the rank's stderr, leaving the user no message at all.
+    MPICH's ``MPI_Abort`` can return before the process manager's kill arrives; the rank
+    then ends itself (``os._exit``), never returning to its caller. Observations:
+    benchmarks/notes/comm.md."""
     where = f"rank {comm.Get_rank()} of {comm.Get_size()}"
     print(f"{who}: error: {message} ({where}; aborting all ranks)" if message is not None
           else f"{who}: {where} failed, aborting all ranks\n" + traceback.format_exc(),
@@ -134,19 +135,13 @@ def poll(ready, spin=SPIN_SECONDS, doorbell=None):
     away after every call (``sched_yield``: any rank that has work on this core runs
     first), then sleep between calls, 50 us doubling to MAX_PAUSE; or, given the waiting
     rank's ``doorbell`` (a ``Doorbell`` that whoever makes ``ready()`` true rings), sleep
-    on it until it is rung.
+    on it until it is rung. Returns once ``ready()`` has returned true.
 
     A rank that waits thus takes no time from ranks that compute on its core, and still
-    sees a message within microseconds when no one else wants the core. A product of the
-    support Newton step's CG (server -> 2 workers -> server, 8 KB each way, a 0.1 ms
-    product on each worker; benchmarks/README.md) took 0.15 ms a round trip at mpirun
-    -n 3 on 2 cores, against 0.63 ms with waits that sleep from the start (what an
-    oversubscribed node had before) and 1.45 ms with a spin that holds the core; at -n 9,
-    0.86 ms against 4.5 ms and 8.5 ms; at -n 2, 0.064 ms either way with a spin, 0.20 ms
-    asleep. MPICH moves a message over shared memory only when both ranks call into MPI,
-    so a sleeping rank delays its peer too: sleeps growing to 1 ms and a 0.2 ms spin cost
-    2-3 ms per round trip and 1 worker took 5.6 s where these take 0.3-0.6 s (CTR
-    20,000 x 10,000)."""
+    sees a message within microseconds when no one else wants the core. The sleeps stay
+    short (MAX_PAUSE) because MPICH moves a message over shared memory only when both
+    ranks call into MPI, so a sleeping rank delays its peer too. Measurements:
+    benchmarks/notes/comm.md."""
     deadline = time.perf_counter() + spin
     while time.perf_counter() < deadline:
         if ready():
@@ -264,30 +259,18 @@ class Wire:
     """The collectives and point-to-point calls of a protocol on ``comm``, rank 0 the
     root, counting bytes: ``sent`` / ``received`` are the payload bytes this rank put on /
     took off the wire (a broadcast counts once per receiving rank on the root, a
-    reduction once per contributing rank, an allreduce as both).
+    reduction once per contributing rank, an allreduce as both). Every rank of ``comm``
+    constructs it together (collective).
 
     On a node with more ranks than cores (``oversubscribed``: the launcher's count of
     ranks on the node above this process's cores on any rank of ``comm``, agreed in the
-    constructor, which every rank calls together; or pass it; where a launcher bound
-    ranks to fewer CPUs than the machine has, or gave no count of a node's ranks, what
-    each CPU of the node carries, ``node_load``: ``mpirun -bind-to core -n 2`` on 2
-    cores took the node for crowded, each rank seeing one core, and is now a core per
-    rank) the collectives are
-    root-centred point-to-point messages (Isend / Irecv, tags TAG_BCAST / TAG_REDUCE;
-    sums in rank order). MPI's tree collectives pass a message through intermediate
-    ranks, and each hop waits until that rank gets a time slice; ranks spinning in the
-    same collective take the slices the forwarding ranks need. A broadcast and a
-    reduction of 100,000 doubles and an allreduce of one, on 2 cores: mpirun -n 9, 40 ms
-    with MPI's collectives (1 ms spin that held the core), 25 ms root-centred with that
-    spin, 14 ms root-centred without; -n 3, 10.6 ms and 3.3 ms. Waits that yield the core
-    while they spin (``poll``, 2026-11-25, another day's machine): -n 9 6.9 ms against
-    9.4 ms without a spin, -n 5 2.2 against 4.3, -n 3 1.7 against 2.1, so every wait
-    spins that way. The inner loops' point-to-point waits spin too: with a 0.1 ms spin,
-    Dis-DDSS on CTR 200,000 x 100,000 with 8 workers took 48-73 epochs against 31-38,
-    and with a server that does not spin, 55-66 epochs and twice the time (2026-11-25,
-    with MPI's messages and 50 us of timer slack; since the shared-memory window and
-    ``fine_timer_slack`` the server of an oversubscribed node does not spin, which left
-    -n 9 unchanged and -n 3 no slower: ``solvers/mpi.py``).
+    constructor; or pass it; where a launcher bound ranks to fewer CPUs than the machine
+    has, or gave no count of a node's ranks, what each CPU of the node carries,
+    ``node_load``, so that ranks bound one to a core count as a core per rank) the
+    collectives are root-centred point-to-point messages (Isend / Irecv, tags TAG_BCAST /
+    TAG_REDUCE; sums in rank order): MPI's tree collectives pass a message through
+    intermediate ranks, and each hop waits until that rank gets a time slice, which ranks
+    spinning in the same collective take. Measurements: benchmarks/notes/comm.md.
 
     While shared collectives are attached (``attach``: Dis-DDSS's channel on one node),
     the collectives of float64 vectors that fit them go root-centred through shared
@@ -298,7 +281,7 @@ class Wire:
     Wire's own and those of the channels on it; SPIN_SECONDS unless a protocol sets it
     (Dis-DDSS's server on an oversubscribed node does not spin, nor does any of its ranks
     on a ``crowded`` node, CROWDED_RANKS_PER_CORE ranks per core or more, where they
-    sleep on doorbells instead: ``solvers/mpi.py``).
+    sleep on doorbells instead: ``solvers/mpi/``).
     Constructing a Wire also makes the process's sleeps fine (``runtime.fine_timer_slack``,
     unless the runtime tuning is off)."""
 
@@ -337,7 +320,7 @@ class Wire:
         self.oversubscribed = bool(oversubscribed)
         # whether some node holds CROWDED_RANKS_PER_CORE ranks per core or more (agreed
         # with ``oversubscribed``; as oversubscribed when that was passed): the shared
-        # channel's waits then sleep on doorbells and spin not at all (``solvers/mpi.py``)
+        # channel's waits then sleep on doorbells and spin not at all (``solvers/mpi/``)
         self.crowded = self.oversubscribed if crowded is None else bool(crowded)
         # whether every rank of ``comm`` runs on this node: the count of the job's ranks
         # here covers them (on COMM_WORLD the same answer on every rank, the nodes'
@@ -380,14 +363,13 @@ class Wire:
         alone): the server's ``send`` is a blank buffer (np.empty will do) whose contents
         are not summed; it receives the workers' sum, each page written first, never
         read first: the first worker's part is received or copied into it, the others
-        added. A fresh np.zeros summed into faults each 4 kB page twice (the zero page,
-        then its copy): 14-18 ms against 2.2 ms for a 5.9 MB Hessian share on the 2-core
-        VM. A vector that does not go root-centred takes ``reduce_route``
-        (ASYNCOPT_MPI_REDUCE): by default one worker's comes as a message, 5.9 MB
-        straight into a blank buffer in 0.5 ms at -n 2 against 2.8 ms for MPI's reduction
-        (3.6 ms in place), and more workers' go through MPI's reduction, whose tree sums
+        added (a fresh np.zeros summed into faults each page twice: the zero page, then
+        its copy). A vector that does not go root-centred takes ``reduce_route``
+        (ASYNCOPT_MPI_REDUCE): by default one worker's comes as a message straight into
+        the server's buffer, and more workers' go through MPI's reduction, whose tree sums
         on the workers' cores; "messages": the server receives every worker's and sums
-        them in rank order; "mpi": MPI's reduction for one worker too."""
+        them in rank order; "mpi": MPI's reduction for one worker too. Measurements:
+        benchmarks/notes/comm.md."""
         if self._root_centred(send):
             recv = self._gather_to_root(send, _mpi().SUM, root_blank)
         elif self.reduce_route == "messages" or (self.size == 2 and

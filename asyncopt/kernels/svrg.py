@@ -2,8 +2,8 @@
 
 For a sampled row i with active support S_i, snapshot margins z~ and snapshot gradient mu:
 
-    v_j = (f'(a_i^T x + b) - f'(z~_i)) a_ij + d_g mu_j      for j in the blocks g touching S_i
-    x_g <- prox_{eta lam d_g w_g ||.||}(x_g - eta v_g)      for those blocks only
+    v_j = (f'(a_i^T x + b) - f'(z~_i)) a_ij + d_g mu_j   for j in the blocks g touching S_i
+    x_g <- prox_{eta lam d_g w_g ||.||}(x_g - eta v_g)   for those blocks only
 
 with d_g = n / n_g (n_g: rows touching block g), so that E_i[v] = grad F(x) and
 E_i[sum_{g touching S_i} d_g w_g ||x_g||] = Omega(x).
@@ -145,10 +145,9 @@ def tick(clock, last, pending, staleness, track, force):
     staleness = [sum of tau, max]: each step's tau counts the other threads' steps that
     finished between its read of x and its write, and the steps of one window cover it
     back to back, so those steps are the window's sum of tau exactly (up to the other
-    threads' own windows) and an upper bound on any one tau in it. A clock written at
-    every step moved its cache line between the cores at every step: CTR 200,000 x
-    100,000, 2 threads, an epoch took 18.6 ms against 16.7 ms with private clocks.
-    Returns (last, pending)."""
+    threads' own windows) and an upper bound on any one tau in it. The window keeps the
+    clock's cache line from moving between the cores at every step (measurements:
+    benchmarks/notes/problem.md). Returns (last, pending)."""
     if track:
         pending += 1
         if pending == CLOCK_SYNC or force:
@@ -172,14 +171,14 @@ def _make_epoch_kernels(track_staleness):
     The tracked kernels are the ones threads run together, so they also share the
     intercept: each keeps a private b and every INTERCEPT_SYNC steps adds its accumulated
     delta to the shared ``intercept[0]`` and re-reads it. (A private b per thread for the
-    whole epoch lagged n/T steps behind the others and cost ~40% more epochs; a write to
-    the shared cell every step would bounce its cache line between cores.) A racing add
-    that loses an update only delays b: the outer loop refits it exactly.
+    whole epoch would lag n/T steps behind the others; a write to the shared cell every
+    step would bounce its cache line between cores.) A racing add that loses an update
+    only delays b: the outer loop refits it exactly.
 
     The kernels close over the flag alone: numba keys its on-disk cache of a closure by a
-    hash of the closed-over values, and closed-over dispatchers (the helpers above, when
-    they were closures too) hash differently in every process, so each process compiled
-    the kernels again (~1 s of CPU per rank, and a new cache file each time)."""
+    hash of the closed-over values, and closed-over dispatchers hash differently in every
+    process, so each process would compile the kernels again. Measurements:
+    benchmarks/notes/problem.md."""
 
     @njit(cache=True, nogil=True)
     def epoch_l1(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
@@ -246,13 +245,10 @@ thresholds[j] = eta lam d_j w_j, or +inf for a coordinate frozen at zero for the
 (see the tracked twin)."""
 svrg_epoch_group.__doc__ = """Sparse prox-SVRG steps for contiguous blocks (group penalty),
 thresholds[g] = eta lam d_g w_g, or +inf for a block frozen at zero for the epoch
-(``ddss.freeze_optimal_zeros``), which the steps skip: group Lasso on CTR 200,000 x
-100,000 (groups of 5, 1e-3 lam_max, serial), 5.1-6.4 s to 1e-6 against 7.9-10.4 s when
-each step formed the frozen blocks' prox (zero) as well, the same 17 epochs; the Lasso's
-single coordinates gain little (the frozen ones hold ~14-26% of its non-zeros). Each
-touched block's new value is formed in a private buffer from one read of x_g and only its
-delta is added to x (eq. 3-10), so threads sharing x never shrink a block another thread
-has half-updated."""
+(``ddss.freeze_optimal_zeros``), which the steps skip, forming no prox for them
+(measurements: benchmarks/notes/problem.md). Each touched block's new value is formed in a
+private buffer from one read of x_g and only its delta is added to x (eq. 3-10), so
+threads sharing x never shrink a block another thread has half-updated."""
 svrg_epoch_l1_tracked, svrg_epoch_group_tracked = _make_epoch_kernels(True)
 
 
@@ -327,7 +323,8 @@ def saga_epoch_group(indptr, indices, data, y, code, x, intercept, eta_intercept
     """Sparse proximal SAGA steps (ProxASAGA) for contiguous blocks (group penalty).
 
     As saga_epoch_l1, with the step taken per touched block g:
-        v_g = (f'(z) - memory[i]) a_i,g + d_g average_g,   x_g <- prox_{thresholds[g]}(x_g - eta v_g)
+        v_g = (f'(z) - memory[i]) a_i,g + d_g average_g,
+        x_g <- prox_{thresholds[g]}(x_g - eta v_g)
     formed from one read of x_g and added as a delta (eq. 3-10), like the SVRG group kernel.
     """
     n = memory.shape[0]

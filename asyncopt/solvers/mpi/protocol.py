@@ -16,7 +16,8 @@ import numpy as np
 
 from ...comm.messages import decode_index, index_length, write_index, bitmap_words
 from ...comm.wire import Wire, _mpi
-from ...losses import derivative_sums, loss_of_code, mean_loss
+from ...losses import intercept_sums, loss_of_code, mean_loss
+from ...problem import refit_intercept
 
 CERTIFICATE_SUMS = 4    # the scalars ahead of A^T rho in a certificate's reduction
 CONTROL = 5             # [status, blocks removed, the intercept's shift, eta, eta s^2]
@@ -150,19 +151,15 @@ def fold_intercept_shift(sums, shift, rows, y_sum, column_sums):
 
 
 def intercept_refit(wire, code, z, y, b, n):
-    """The exact intercept optimum over all shards, by Newton steps on the reduced sums of
-    f' and f''; z (margins with b) shifted in place. Not for the squared loss, whose
+    """The exact intercept optimum over all shards (``problem.refit_intercept`` on the
+    reduced sums; every rank calls it, the server with no rows); z (margins with b)
+    shifted in place to the new b, which is returned. Not for a quadratic loss, whose
     refit rides in the certificate's reduction (``fold_intercept_shift``)."""
-    for _ in range(100):
-        grad, hess = wire.allreduce(np.array(derivative_sums(code, z, y))) / n
-        if abs(grad) <= 1e-13:
-            break
-        step = float(np.clip(grad / max(hess, 1e-12), -5.0, 5.0))
-        z -= step
-        b -= step
-        if abs(step) <= 1e-15 * (1.0 + abs(b)):
-            break
-    return b
+    z0 = z - b
+    new_b = refit_intercept(lambda at: wire.allreduce(intercept_sums(code, z0, at, y)),
+                            b, n)
+    z += new_b - b
+    return new_b
 
 
 def close_channel(wire, channel):
