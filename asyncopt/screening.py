@@ -1,11 +1,13 @@
 """Screening tests that delete blocks which are zero at the optimum (DESIGN 1).
 
 Gap-safe sphere (dynamic, used by DDSS every outer iteration). D is 1/(n L_f)-strongly
-concave, so ||theta - theta*|| <= r = sqrt(2 n L_f G) and block g is zero at every optimum if
+concave, so ||theta - theta*|| <= r = sqrt(2 n L_f G) and block g is zero at every
+optimum if
 
     ||A_g^T theta|| + r ||A_g|| < n lam w_g.
 
-(Thesis eq. 3-3 prints the radius as sqrt(2 L G); under this scaling the factor n is needed.)
+(Thesis eq. 3-3 prints the radius as sqrt(2 L G); under this scaling the factor n is
+needed.)
 
 The sphere may be centred at any feasible theta with G = P(x) - D(theta): ``BestDual``
 keeps the feasible point with the largest D met so far in a run and tests around it too.
@@ -57,10 +59,9 @@ class BestDual:
     point stays valid after a compaction (``restrict``). The DDSS driver stops and
     screens on both, on every backend.
 
-    Why: x's own dual point moves first-order with x while P moves second-order. With 8
-    asynchronous workers on CTR 200,000 x 100,000 an epoch of stale steps dropped D by
-    4e-4 to 3e-3 P(0) at an unchanged P (relative change < 1e-5), and the run spent
-    epochs winning the gap back."""
+    Why: x's own dual point moves first-order with x while P moves second-order, so an
+    epoch of stale asynchronous steps can lower D at an all but unchanged P. Measurements:
+    benchmarks/notes/frontends.md."""
 
     def __init__(self):
         self.dual = -np.inf
@@ -68,8 +69,9 @@ class BestDual:
         self.dual_scale = 1.0
 
     def offer(self, dual, block_correlation=None, dual_scale=1.0):
-        """Keep (dual, block_correlation, dual_scale) if its D is the largest so far. Offered
-        without its correlation, a point certifies gaps but gives no sphere (``keep``)."""
+        """Keep (dual, block_correlation, dual_scale) if its D is the largest so far.
+        Offered without its correlation, a point certifies gaps but gives no sphere
+        (``keep``)."""
         if dual > self.dual:
             self.dual = float(dual)
             self.block_correlation = None if block_correlation is None else \
@@ -133,6 +135,7 @@ def static_safe_sphere_keep(problem, coef=None, intercept=0.0):
 
 
 def strong_rule_keep(block_correlation, n_samples, lam, lam_prev, weights):
-    """Blocks kept by the sequential strong rule: ||A_g^T rho|| / n >= w_g (2 lam - lam_prev),
-    with rho the residual at the solution for lam_prev (lam_prev = lam_max at x = 0)."""
+    """Blocks kept by the sequential strong rule:
+    ||A_g^T rho|| / n >= w_g (2 lam - lam_prev), with rho the residual at the solution for
+    lam_prev (lam_prev = lam_max at x = 0)."""
     return block_correlation / n_samples >= weights * (2.0 * lam - lam_prev)

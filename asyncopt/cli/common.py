@@ -204,9 +204,8 @@ def freeze_at_exit():
     """At exit, freeze the objects then alive (``gc.freeze``) before the interpreter's
     last collection, which otherwise walks all that numba built (its typing and target
     contexts, each kernel's types) to free memory the process returns to the system
-    anyway: 0.27 s a process on the 2-core VM, nine processes under ``mpirun -n 9``.
-    The whole command on CTR 200,000 x 100,000 there, paired: -n 9 5.9-6.1 -> 4.3-4.7 s
-    (4 pairs), -n 3 2.7-3.0 -> 2.2-2.4 s (5). Registered once however often called."""
+    anyway. Registered once however often called. Measurements:
+    benchmarks/notes/frontends.md."""
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
 
@@ -391,8 +390,8 @@ def fit_and_report(args, prog, loss, title):
     """Load the data, fit, write the outputs; print the summary to stdout. Without mpirun
     the process solves with ``solve_method`` (the estimators' solver) on the threads or
     serial backend; under mpirun the ranks run solve_mpi. Neither imports the estimators
-    nor scikit-learn: 0.6 s of start-up on an idle core (a quarter of asyncopt-lasso on
-    CTR 200,000 x 100,000), ~5 s per rank at -n 9 on 2 cores."""
+    nor scikit-learn, whose start-up every rank would pay. Measurements:
+    benchmarks/notes/frontends.md."""
     import numpy as np
 
     from asyncopt.penalties import L1
@@ -422,8 +421,7 @@ def fit_and_report(args, prog, loss, title):
         if not np.all(np.isfinite(y)):
             raise ValueError(f"{name}: targets contain NaN or infinity")
 
-    # X was read for this solve alone: its arrays serve as the first epoch view (CTR
-    # 200,000 x 100,000 on 2 threads, 10 alternating runs: median 0.44 -> 0.40 s)
+    # X was read for this solve alone: its arrays serve as the first epoch view
     problem = Problem(X, y, loss, L1(p), 1.0, fit_intercept, overwrite_X=True)
     lmax = float(problem.lam_max())
     alpha, ratio = alpha_from(args, lmax, name)

@@ -32,8 +32,9 @@ def agree(comm, fn):
 
 
 def load_shard(args, comm, server_meanwhile=None):
-    """(X_k, y_k, name, n, p, nnz): this worker's rows (None on rank 0) and the global sizes.
-    ``server_meanwhile``: what rank 0, which reads nothing, runs while the workers read."""
+    """(X_k, y_k, name, n, p, nnz): this worker's rows (None on rank 0) and the global
+    sizes. ``server_meanwhile``: what rank 0, which reads nothing, runs while the workers
+    read."""
     from asyncopt.runtime import available_cores, blas_threads_beside
     from asyncopt.data import load_libsvm, libsvm_byte_ranges
     from asyncopt.data.libsvm import _is_compressed

@@ -33,9 +33,9 @@ def a9a_arrays_from_text():
 
 @functools.lru_cache(maxsize=1)
 def _a9a_arrays():
-    """(X, y) of the embedded set, read-only, from ``a9a.npz`` (2 ms): the text's parse
-    took 0.14 s, and every worker of ``mpirun -n 9 asyncopt-lasso`` reads the whole set
-    (1.1 s of CPU over 8 workers on the 2 cores that also start them)."""
+    """(X, y) of the embedded set, read-only, from ``a9a.npz`` rather than by parsing the
+    text, since every worker under mpirun reads the whole set. Measurements:
+    benchmarks/notes/frontends.md."""
     with resources.files(__package__).joinpath(A9A_ARRAYS).open("rb") as f, \
             np.load(f) as arrays:
         row_lengths, columns = arrays["row_lengths"], arrays["columns"]

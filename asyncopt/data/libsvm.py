@@ -2,11 +2,11 @@
 
 Parsing is one numba pass over the bytes (``kernels.parse``, numbers converted exactly as
 Python's ``float`` does), scikit-learn's ``load_svmlight_file`` format: ``label [qid:Q]
-index:value ...`` with '#' comments. Importing scikit-learn cost each MPI worker 0.6 s of
-start-up, and its parser took 2.0 s for a 140 MB file. This module also rejects what that
-reader lets through (non-finite values, empty files), names the file and line of every
-malformed line in a one-line error, reads ``.xz`` files, and gives the MPI workers their
-byte ranges.
+index:value ...`` with '#' comments, without scikit-learn (whose import every MPI worker
+would pay, and whose parser is slower). Measurements: benchmarks/notes/frontends.md. This
+module also rejects what that reader lets through (non-finite values, empty files), names
+the file and line of every malformed line in a one-line error, reads ``.xz`` files, and
+gives the MPI workers their byte ranges.
 
 A byte range ``(offset, length)`` means the lines that start at a byte position in
 ``(offset, offset + length]`` (``[0, length]`` when ``offset`` is 0; ``length <= 0``: to the
@@ -73,7 +73,8 @@ def _show(token):
 
 
 def _line_problem(line, one_based):
-    """(problem, min_index, max_index) of one line; problem is None for a valid or blank line."""
+    """(problem, min_index, max_index) of one line; problem is None for a valid or blank
+    line."""
     hash_at = line.find(b"#")
     if hash_at >= 0:
         line = line[:hash_at]
@@ -363,8 +364,8 @@ def save_libsvm(path, X, y, zero_based=False, rows_per_write=100_000):
     one line ``label index:value ...`` per row, its stored entries in index order, every
     number as Python's ``repr`` (the shortest text that reads back to the same double, so
     ``load_libsvm`` returns X and y exactly). One-based indices unless ``zero_based``.
-    CTR 200,000 x 100,000 (6 million entries): 3.3-4.0 s. Written ``rows_per_write`` rows
-    at a time."""
+    Written ``rows_per_write`` rows at a time. Measurements:
+    benchmarks/notes/frontends.md."""
     X = sp.csr_matrix(X, dtype=np.float64)
     X.sort_indices()
     y = np.asarray(y, dtype=np.float64).ravel()

@@ -1,4 +1,5 @@
-"""Synthetic CTR-like data: one-hot rows over a power-law feature distribution (DESIGN 7)."""
+"""Synthetic CTR-like data: one-hot rows over a power-law feature distribution
+(DESIGN 7)."""
 import numpy as np
 import scipy.sparse as sp
 
@@ -43,7 +44,8 @@ def _fill_by_gumbel(rng, rows, dup, log_p):
 
 def zipf_rows(n_samples, n_features, nnz_per_row, exponent, rng):
     """(n_samples, nnz_per_row) sorted feature ids, distinct within each row, each row a
-    weighted sample without replacement from the Zipf distribution ``zipf_probabilities``."""
+    weighted sample without replacement from the Zipf distribution
+    ``zipf_probabilities``."""
     p = zipf_probabilities(n_features, exponent)
     cdf = np.cumsum(p)
     cdf /= cdf[-1]

@@ -11,10 +11,10 @@ epoch's rows are split as ``numpy.array_split(samples, n_threads)``, one slice p
 thread, all threads updating the shared x lock-free (atomic per coordinate). With one
 thread the results are bit-identical to the numba kernels. The intercept (length-1 array)
 is shared like in the tracked numba kernels: every thread steps a private copy and adds
-its delta to it (atomically) every INTERCEPT_SYNC steps and at the end. ``staleness`` is int64[2] = [sum tau, max tau] over all
-threads (added to the values it holds, as the tracked numba kernels do for one thread), and
-``clock`` (int64[1]) advances by ``len(samples)``. Both return the per-thread staleness
-array, shape (n_threads, 2).
+its delta to it (atomically) every INTERCEPT_SYNC steps and at the end. ``staleness`` is
+int64[2] = [sum tau, max tau] over all threads (added to the values it holds, as the
+tracked numba kernels do for one thread), and ``clock`` (int64[1]) advances by
+``len(samples)``. Both return the per-thread staleness array, shape (n_threads, 2).
 """
 import ctypes
 import importlib.machinery

@@ -1,8 +1,8 @@
 """The method names every front end accepts and the solver flags each one stands for.
 
 Kept apart from the estimators so that the MPI ranks of the command line tools and the
-benchmarks can map a method to solve_mpi's flags without importing scikit-learn (0.8 s of
-start-up per rank, nine times over on an oversubscribed ``mpirun -n 9``)."""
+benchmarks can map a method to solve_mpi's flags without importing scikit-learn, whose
+start-up every rank would pay. Measurements: benchmarks/notes/frontends.md."""
 
 METHODS = {
     "ddss": {"screening": True, "variance_reduced": True, "saga": False, "dense": False,

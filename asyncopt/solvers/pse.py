@@ -32,7 +32,8 @@ RULES = ("safe", "strong")
 
 
 def static_keep(rule, full, cert0):
-    """Blocks of the full problem kept by the static ``rule`` at the certificate of x = 0."""
+    """Blocks of the full problem kept by the static ``rule`` at the certificate of
+    x = 0."""
     if rule == "safe":
         return screen_active_set(full, cert0)
     prob = full.problem
@@ -43,7 +44,8 @@ def static_keep(rule, full, cert0):
 
 
 def kkt_violators(full, keep, rho, dual_scale, n_threads=1):
-    """Discarded blocks whose dual constraint ||A_g^T rho|| <= n lam w_g dual_scale fails."""
+    """Discarded blocks whose dual constraint ||A_g^T rho|| <= n lam w_g dual_scale
+    fails."""
     prob = full.problem
     correlation = csr_rmatvec(full.indptr, full.indices, full.data, rho, full.n_features,
                               n_threads)
@@ -65,7 +67,7 @@ def coordinate_steps(active, columns, centred_steps=True):
     centred_steps=False keeps the uncentred L_g (an upper bound) with the profiled
     intercept: threads racing on z and b see stale values, and the centred norm of a
     column present in almost every row is so small that 1/L_g amplifies those errors
-    until the iterates diverge (measured on CTR data at 2 threads).
+    until the iterates diverge. Measurements: benchmarks/notes/frontends.md.
     """
     prob = active.problem
     n = prob.n_samples

@@ -36,8 +36,8 @@ class ThreadsInnerLoop:
 
     kernel: "numba" (nogil numba kernels on Python threads: plain racing stores to x),
     "native" (native/svrg.c on OpenMP threads, every write of x a compare-and-swap) or
-    "auto" = "numba": measured 1.7-1.9x faster than native at 1 and 2 threads
-    (benchmarks/bench_runtime.py), the compare-and-swap being the difference.
+    "auto" = "numba": faster than the compare-and-swap native kernel. Measurements:
+    benchmarks/notes/frontends.md.
     """
 
     name = "threads"
