@@ -99,6 +99,7 @@ class BlockPenalty:
     is_l1 = False
     keeps_orthant = False     # see L1
     rows_are_column_counts = False
+    kernels = "group"         # the kernels' suffix in kernels/svrg.py and kernels/native.py
 
     def __init__(self, indptr, ids, weights):
         self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
@@ -160,17 +161,17 @@ class BlockPenalty:
         """The sparse prox-SVRG epoch of these blocks (``kernels.svrg``; ``tracked``: the
         threads' variant that counts staleness on a shared clock)."""
         from .kernels import svrg
-        return svrg.svrg_epoch_group_tracked if tracked else svrg.svrg_epoch_group
+        return getattr(svrg, f"svrg_epoch_{self.kernels}" + ("_tracked" if tracked else ""))
 
     def saga_kernel(self):
         """The sparse proximal SAGA epoch of these blocks (ProxASAGA)."""
         from .kernels import svrg
-        return svrg.saga_epoch_group
+        return getattr(svrg, f"saga_epoch_{self.kernels}")
 
     def native_kernel(self):
         """The C/OpenMP epoch of these blocks (``kernels.native``)."""
         from .kernels import native
-        return native.native_epoch_group
+        return getattr(native, f"native_epoch_{self.kernels}")
 
     def kernel_blocks(self, active):
         """The block arrays the kernels take after their common arguments, from an
@@ -218,6 +219,7 @@ class L1(BlockPenalty):
     is_l1 = True
     keeps_orthant = True
     rows_are_column_counts = True
+    kernels = "l1"
     newton_max_support = None      # StallWatch's default (newton.policy.MAX_SUPPORT)
 
     def __init__(self, n_features, weights=None):
@@ -250,18 +252,6 @@ class L1(BlockPenalty):
         out = np.empty(self.ids.shape[0], dtype=np.int64)
         out[self.ids] = np.arange(self.ids.shape[0])
         return out
-
-    def svrg_kernel(self, tracked=False):
-        from .kernels import svrg
-        return svrg.svrg_epoch_l1_tracked if tracked else svrg.svrg_epoch_l1
-
-    def saga_kernel(self):
-        from .kernels import svrg
-        return svrg.saga_epoch_l1
-
-    def native_kernel(self):
-        from .kernels import native
-        return native.native_epoch_l1
 
     def kernel_blocks(self, active):
         return ()

@@ -25,7 +25,7 @@ from numba import njit
 from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_keep_columns,
                              csr_margins, csr_rmatvec, csr_row_sq_norms, csr_select,
                              csr_stored_counts)
-from .losses import (LOGISTIC, SQUARED, generalized_residual, get_loss, intercept_sums,
+from .losses import (LOGISTIC, generalized_residual, get_loss, intercept_sums,
                      loss_of_code, mean_loss, mean_neg_conjugate)
 from .penalties import L1, BlockPenalty, contiguous_block_norms
 from .runtime import IdlePageToucher

@@ -6,7 +6,6 @@ the candidate of smallest exact P when it lowers P. Under MPI ``solvers.mpi`` pu
 same layers together over the shards."""
 import numpy as np
 
-from ..losses import loss_of_code
 from .group_model import group_move, group_support_point, hessian_free_group_move
 from .kernels import SupportRows, group_hessian_blocks, shard_slope
 from .model import (STEP_GRID, best_candidate, dense_move, linear_candidates,
@@ -45,16 +44,17 @@ def support_newton_step(active, cert, x, cache=None, n_threads=1):
     nonzeros = int(np.count_nonzero(x))
     entering = entering_coordinates(x, cert.correlation, n, lam, active.weights,
                                     entering_limit(nonzeros),
-                                    active.column_sq_norms if loss_of_code(code).quadratic else None)
+                                    active.column_sq_norms if problem.loss.quadratic
+                                    else None)
     support, point, signs = support_point(x, cert.intercept, intercept, entering)
     k = support.shape[0]
     weights = active.weights[support]
     rows = SupportRows(active, code, cert.z, support, intercept,
-                       shard_slope(cert.correlation[support], float(np.sum(cert.rho)),
-                                   intercept), cache, n_threads)
+                       shard_slope(cert.correlation[support], cert.rho_sum, intercept),
+                       cache, n_threads)
     kind, vector, _, signs = dense_move(rows.hessian_sums(), cert.correlation[support],
-                                        float(np.sum(cert.rho)), point, weights, lam, n,
-                                        intercept, signs)
+                                        cert.rho_sum, point, weights, lam, n, intercept,
+                                        signs)
     index = -1
     if kind is not None:
         candidates = move_candidates(kind, vector, point, k, signs)
@@ -85,7 +85,7 @@ def group_support_newton_step(active, cert, x, cache=None, n_threads=1):
     k = support.shape[0]
     index = -1
     if k:
-        rho_sum = float(np.sum(cert.rho))
+        rho_sum = cert.rho_sum
         slope = shard_slope(cert.correlation[support], rho_sum, intercept)
         rows = SupportRows(active, code, cert.z, support, intercept, slope, cache,
                            n_threads)

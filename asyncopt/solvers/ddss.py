@@ -25,6 +25,7 @@ workers of ``mpi.worker`` hold the row shards and execute). Outer iteration s:
 Every certificate is computed at whatever x the steps leave, so the steps change how fast
 DDSS converges, never what it certifies.
 """
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -43,9 +44,10 @@ COMPACT_FEATURE_SHARE = 0.5
 STOP, EPOCH, RECERTIFY, REJECT, NEWTON = 0, 1, 2, 3, 4
 # where a run starts: x = 0, coef_init, a checkpoint, or nowhere (it could not be read)
 START_FRESH, START_WARM, START_RESUME, START_ERROR = 0, 1, 2, 3
-# the record's keys every backend fills (0 or None where a backend has no such thing)
-BACKEND_RECORD_KEYS = ("active_nnz", "bytes_sent", "bytes_recv", "messages",
-                       "message_bytes", "transport", "batch", "move_cap", "damping_power")
+# the record's keys beyond ``history_record``'s that a backend may fill (``record()``),
+# with their values where it has no such thing
+BACKEND_RECORD_DEFAULTS = {"messages": 0, "message_bytes": 0, "transport": None,
+                           "batch": None, "move_cap": None, "damping_power": None}
 
 
 def worth_compacting(nnz_share, feature_share):
@@ -210,7 +212,6 @@ def starting_point(checkpoint, coef_init, intercept_init, n_features, lam):
     """Where a run starts: (START_*, coef or None, intercept, history). A warm start
     (``coef_init``) takes precedence over the checkpoint; a checkpoint with records
     resumes its run (ValueError where it is not a checkpoint of this problem and lam)."""
-    import os
     if coef_init is not None:
         return START_WARM, np.asarray(coef_init, dtype=np.float64), float(intercept_init), []
     if checkpoint is not None and os.path.exists(checkpoint):
@@ -276,7 +277,8 @@ class Driver:
         (x, b, t, products) or None (no trial lowered P; x as it was);
       - ``reject()``: after a rejected epoch, whether the backend cut its own move (else
         the driver halves the step);
-      - ``record()``: its values of BACKEND_RECORD_KEYS;
+      - ``record()``: its values of ``history_record``'s bytes and of
+        BACKEND_RECORD_DEFAULTS' keys (the others keep their defaults);
       - ``expand(x)``, ``features()``: x over all features, the active ones' ids.
     """
 
@@ -443,7 +445,8 @@ class Driver:
         record = history_record(self.first_epoch + self.epochs,
                                 self.time_offset + self.now, cert, self.reference,
                                 self.backend, x, self.steps, *self.staleness, self.best)
-        record.update(self.backend.record(), intercept=cert.intercept,
+        record.update(BACKEND_RECORD_DEFAULTS, **self.backend.record(),
+                      intercept=cert.intercept,
                       step_factor=self.step_factor, support_changes=churn,
                       **self.phases)
         self.phases = dict.fromkeys(self.phases, 0.0)

@@ -20,8 +20,6 @@ class LocalBackend:
     rows (``ddss.epoch_rows``); n_steps: steps per epoch (None: n, one pass); saga /
     dense: the baselines' epochs (ProxASAGA keeps each row's gradient memory here)."""
 
-    transport, batch = None, None
-
     def __init__(self, problem, inner_loop, rng, sampling, n_steps=None, saga=False,
                  dense=False):
         self.problem = problem
@@ -116,9 +114,8 @@ class LocalBackend:
             plan.eta, samples)
 
     def record(self):
-        return {"active_nnz": self.active.nnz, "bytes_sent": 0, "bytes_recv": 0,
-                "messages": 0, "message_bytes": 0, "transport": None, "batch": None,
-                "move_cap": None, "damping_power": None}
+        """Nothing beyond the driver's record: no bytes, no messages."""
+        return {}
 
     def expand(self, x):
         return self.active.expand(x)

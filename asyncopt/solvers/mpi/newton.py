@@ -13,7 +13,7 @@ from ...kernels.linalg import csr_rmatvec
 from ...losses import generalized_residual, loss_of_code, mean_loss
 from ...newton.group_model import (group_move, group_support_point,
                                    hessian_free_group_move)
-from ...newton.kernels import (ReducedHessian, SupportRows, from_upper_triangle,
+from ...newton.kernels import (SupportRows, from_upper_triangle,
                                group_blocks_length, group_hessian_blocks,
                                lower_from_upper_triangle, quadratic_trial_sums,
                                shard_slope, trial_moves)

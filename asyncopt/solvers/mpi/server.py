@@ -195,7 +195,7 @@ class ServerBackend:
         return x, b, steps, staleness
 
     def record(self):
-        return {"active_nnz": None, "bytes_sent": self.wire.sent,
+        return {"bytes_sent": self.wire.sent,
                 "bytes_recv": self.wire.received, "messages": self.messages,
                 "message_bytes": self.message_bytes, "transport": self.channel.name,
                 "batch": self.batch, "move_cap": self.move_cap,
