@@ -90,8 +90,8 @@ class BlockPenalty:
     """Omega(x) = sum_g w_g ||x_g||_2 over blocks that partition the features.
 
     The penalty is the solvers' unit of dispatch: it names its own inner-loop kernels
-    (``svrg_kernel``, ``saga_kernel``, ``native_kernel``, the block arrays they take
-    from ``kernel_blocks``), its second-order step (``newton_step``, at most
+    (``svrg_kernel``, ``saga_kernel``, ``native_kernel``, each taking the arguments of
+    ``kernels.workspace``), its second-order step (``newton_step``, at most
     ``newton_max_support`` coordinates) and two facts of its blocks
     (``keeps_orthant``, ``rows_are_column_counts``), so that a new penalty is one class
     here and its kernels."""
@@ -173,11 +173,6 @@ class BlockPenalty:
         from .kernels import native
         return getattr(native, f"native_epoch_{self.kernels}")
 
-    def kernel_blocks(self, active):
-        """The block arrays the kernels take after their common arguments, from an
-        ActiveSet (``active.block_indptr``, ``active.feature_block``)."""
-        return active.block_indptr, active.feature_block
-
     def newton_step(self):
         """The single-process second-order step on the support (``newton.step``)."""
         from .newton.step import group_support_newton_step
@@ -252,9 +247,6 @@ class L1(BlockPenalty):
         out = np.empty(self.ids.shape[0], dtype=np.int64)
         out[self.ids] = np.arange(self.ids.shape[0])
         return out
-
-    def kernel_blocks(self, active):
-        return ()
 
     def newton_step(self):
         from .newton.step import support_newton_step

@@ -25,6 +25,7 @@ from numba import njit
 from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_keep_columns,
                              csr_margins, csr_rmatvec, csr_row_sq_norms, csr_select,
                              csr_stored_counts)
+from .kernels.workspace import Blocks, Rows
 from .losses import (LOGISTIC, generalized_residual, get_loss, intercept_sums,
                      loss_of_code, mean_loss, mean_neg_conjugate)
 from .penalties import L1, BlockPenalty, contiguous_block_norms
@@ -238,6 +239,14 @@ class ActiveSet:
         self._view_buffers = None  # the arrays it lies in (RowsView.of)
         self._touching = None      # touch_view_buffers' IdlePageToucher
         self._zero_correlation = None   # (loss code, b, A^T rho at x = 0 and b)
+
+    def kernel_rows(self):
+        """The rows as the epoch kernels take them (``workspace.Rows``)."""
+        return Rows(self.indptr, self.indices, self.data, self.y, self.problem.loss.code)
+
+    def kernel_blocks(self):
+        """The blocks as the epoch kernels take them (``workspace.Blocks``)."""
+        return Blocks(self.block_indptr, self.feature_block)
 
     def touch_view_buffers(self):
         """Make the epoch views' buffers (``RowsView.new_buffers``) and map their pages

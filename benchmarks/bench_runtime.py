@@ -89,6 +89,7 @@ from benchmarks.common import RESULTS_DIR, format_table, machine_info, write_jso
 from asyncopt.data import make_ctr  # noqa: E402
 from asyncopt.kernels import native  # noqa: E402
 from asyncopt.kernels.svrg import svrg_epoch_l1_tracked  # noqa: E402
+from asyncopt.kernels.workspace import Clock, SvrgStep  # noqa: E402
 from asyncopt.problem import Problem  # noqa: E402
 from asyncopt.screening import screen_active_set  # noqa: E402
 from asyncopt.solvers import solve_ddss  # noqa: E402
@@ -101,22 +102,18 @@ DRIVERS = ("python_threads", "numba_parallel", "native")
 # --------------------------------------------------------------------------- numba driver
 
 @njit(parallel=True, nogil=True)
-def numba_parallel_epoch(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
-                         weighted_mu, mu_intercept, thresholds, eta, samples, bounds,
-                         variance_reduced, clock, staleness):
+def numba_parallel_epoch(rows, blocks, step, x, intercept, samples, bounds, steps, staleness):
     """One Hogwild epoch on numba's thread pool: iteration t of ``prange(T)`` runs the
     tracked kernel on samples[bounds[t]:bounds[t+1]] with its own intercept copy
-    (staleness[t] its counters, ``clock`` shared); the intercept deltas are summed at the
-    end, as ThreadsInnerLoop does."""
+    (staleness[t] its counters, ``steps`` the shared clock); the intercept deltas are
+    summed at the end, as ThreadsInnerLoop does."""
     n_parts = bounds.shape[0] - 1
     own = np.empty((n_parts, 1))
     for t in range(n_parts):
         own[t, 0] = intercept[0]
     for t in prange(n_parts):
-        svrg_epoch_l1_tracked(indptr, indices, data, y, code, x, own[t], eta_intercept,
-                              z_snap, weighted_mu, mu_intercept, thresholds, eta,
-                              samples[bounds[t]:bounds[t + 1]], variance_reduced, clock,
-                              staleness[t])
+        svrg_epoch_l1_tracked(rows, blocks, step, x, own[t],
+                              samples[bounds[t]:bounds[t + 1]], Clock(steps, staleness[t]))
     b0 = intercept[0]
     for t in range(n_parts):
         intercept[0] += own[t, 0] - b0
@@ -168,14 +165,11 @@ class NumbaParallelLoop:
     def __init__(self, n_jobs):
         self.n_jobs = n_jobs
 
-    def run(self, active, x, intercept, eta_intercept, z_snap, weighted_mu, mu_intercept,
-            thresholds, eta, samples, variance_reduced):
+    def run(self, active, x, intercept, step, samples):
         numba.set_num_threads(self.n_jobs)
         staleness = np.zeros((self.n_jobs, 2), dtype=np.int64)
-        numba_parallel_epoch(active.indptr, active.indices, active.data, active.y,
-                             active.problem.loss.code, x, intercept, eta_intercept, z_snap,
-                             weighted_mu, mu_intercept, thresholds, eta, samples,
-                             split_bounds(len(samples), self.n_jobs), variance_reduced,
+        numba_parallel_epoch(active.kernel_rows(), active.kernel_blocks(), step, x,
+                             intercept, samples, split_bounds(len(samples), self.n_jobs),
                              np.zeros(1, dtype=np.int64), staleness)
         return float(staleness[:, 0].sum()) / max(len(samples), 1), int(staleness[:, 1].max())
 
@@ -207,12 +201,11 @@ def realistic_epoch(problem, tol=1e-3, random_state=0):
     eta = 1.0 / (3.0 * problem.loss.lipschitz * max(active.max_row_sq_norm, 1e-300))
     block_reweight = active.reweighting()
     reweight = np.repeat(block_reweight, np.diff(active.block_indptr))
-    kwargs = dict(eta_intercept=eta * active.intercept_scale_sq, z_snap=cert.z,
-                  weighted_mu=-reweight * cert.correlation / n,
-                  mu_intercept=-float(np.sum(cert.rho)) / n,
-                  thresholds=eta * problem.lam * block_reweight * active.weights, eta=eta,
-                  samples=epoch_rows(np.random.default_rng(random_state), n, n),
-                  variance_reduced=True)
+    kwargs = dict(step=SvrgStep(cert.z, -reweight * cert.correlation / n,
+                                -float(np.sum(cert.rho)) / n,
+                                eta * problem.lam * block_reweight * active.weights, eta,
+                                eta * active.intercept_scale_sq),
+                  samples=epoch_rows(np.random.default_rng(random_state), n, n))
     info = {"solve_seconds": solve_seconds, "solve_epochs": result.n_iter,
             "solve_rel_gap": result.gap / problem.null_objective(),
             "active_features": active.n_features, "active_nnz": active.nnz,

@@ -20,6 +20,7 @@ from hypothesis.extra.numpy import arrays
 
 from asyncopt import GroupLasso, Lasso, Problem, SparseLogisticRegression, lam_max
 from asyncopt.kernels.svrg import svrg_direction, svrg_epoch_group, svrg_epoch_l1
+from asyncopt.kernels.workspace import Blocks, Clock, Rows, SvrgStep
 from asyncopt.losses import (LOGISTIC, SQUARED, loss_conjugate, loss_derivative,
                              loss_value)
 from asyncopt.penalties import L1, BlockPenalty, GroupL1
@@ -75,8 +76,8 @@ def test_epoch_on_the_unfrozen_rows_is_the_same_epoch(penalty_of):
     ends = []
     for on in (active, rows):
         w, b = x.copy(), np.array([cert.intercept])
-        SerialInnerLoop().run(on, w, b, 0.1 * eta, cert.z, weighted_mu, 0.0, thresholds,
-                              eta, samples, True)
+        SerialInnerLoop().run(on, w, b, SvrgStep(cert.z, weighted_mu, 0.0, thresholds, eta,
+                                                 0.1 * eta), samples)
         ends.append((w, b[0]))
     assert np.count_nonzero(ends[0][0] != x) > 0
     np.testing.assert_array_equal(ends[0][0], ends[1][0])
@@ -757,15 +758,12 @@ def test_svrg_step_is_prox_of_direction_on_touched_blocks(loss, kind, ref, make_
         x = x0.copy()
         b = np.array([b0])
         samples = np.array([i])
-        args = (active.indptr, active.indices, active.data, active.y, problem.loss.code,
-                x, b, 0.5 * eta, z_snap, weighted_mu, mu_b)
-        clock, staleness = np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64)
-        if kind == "l1":
-            svrg_epoch_l1(*args, np.repeat(thresholds_block, 1), eta, samples, True,
-                          clock, staleness)
-        else:
-            svrg_epoch_group(*args, thresholds_block, eta, samples, True, clock, staleness,
-                             active.block_indptr, active.feature_block)
+        step = SvrgStep(z_snap, weighted_mu, mu_b, thresholds_block, eta, 0.5 * eta)
+        kernel = svrg_epoch_l1 if kind == "l1" else svrg_epoch_group
+        kernel(Rows(active.indptr, active.indices, active.data, active.y,
+                    problem.loss.code),
+               Blocks(active.block_indptr, active.feature_block), step, x, b, samples,
+               Clock.fresh())
         np.testing.assert_allclose(x, expect, rtol=1e-13, atol=1e-15)
         assert b[0] == pytest.approx(b0 - 0.5 * eta * (diff + mu_b), rel=1e-14)
 
@@ -1023,14 +1021,14 @@ def test_optimal_zero_blocks_are_frozen_for_the_epoch():
     X = sp.csr_matrix(np.array([[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
                                 [2.0, 0.0, 3.0, 1.0, 1.0, 0.0, 2.0, 1.0]]))
     y = np.array([5.0, -4.0])
-    feature_block = np.repeat(np.arange(4), np.diff(block_indptr))
+    rows = Rows(X.indptr.astype(np.int64), X.indices, X.data, y, 0)
+    blocks = Blocks(block_indptr, np.repeat(np.arange(4), np.diff(block_indptr)))
+    samples = np.array([0, 1, 0, 1])
     runs = {}
     for limits, moved in ((thresholds, True), (frozen, False)):
         w, b = x.copy(), np.zeros(1)
-        svrg_epoch_group(X.indptr, X.indices, X.data, y, 0, w, b, 0.0, np.zeros(2),
-                         np.zeros(8), 0.0, limits * 1e-3, 0.1, np.array([0, 1, 0, 1]), True,
-                         np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64),
-                         block_indptr, feature_block)
+        svrg_epoch_group(rows, blocks, SvrgStep(np.zeros(2), np.zeros(8), 0.0, limits * 1e-3,
+                                                0.1, 0.0), w, b, samples, Clock.fresh())
         assert bool(np.any(w[:3] != 0.0)) == moved
         runs[moved] = w
     # the steps skip a frozen block; the others move as with a finite threshold there
@@ -1038,10 +1036,8 @@ def test_optimal_zero_blocks_are_frozen_for_the_epoch():
     keeping = thresholds * 1e-3
     keeping[:2] = 1e6
     w, b = x.copy(), np.zeros(1)
-    svrg_epoch_group(X.indptr, X.indices, X.data, y, 0, w, b, 0.0, np.zeros(2),
-                     np.zeros(8), 0.0, keeping, 0.1, np.array([0, 1, 0, 1]), True,
-                     np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64),
-                     block_indptr, feature_block)
+    svrg_epoch_group(rows, blocks, SvrgStep(np.zeros(2), np.zeros(8), 0.0, keeping, 0.1, 0.0),
+                     w, b, samples, Clock.fresh())
     np.testing.assert_array_equal(runs[False], w)
 
 
@@ -1063,7 +1059,8 @@ def test_optimal_zeros_are_frozen_for_the_epoch():
     z_snap = np.zeros(2)                  # an anchor far from x: large gradient noise
     for limits, moved in ((thresholds, True), (frozen, False)):
         w, b = x.copy(), np.zeros(1)
-        svrg_epoch_l1(X.indptr, X.indices, X.data, y, 0, w, b, 0.0, z_snap,
-                      np.zeros(4), 0.0, limits * 1e-3, 0.1, np.array([0, 1, 0, 1]), True,
-                      np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64))
+        svrg_epoch_l1(Rows(X.indptr.astype(np.int64), X.indices, X.data, y, 0),
+                      Blocks(np.arange(5), np.arange(4)),
+                      SvrgStep(z_snap, np.zeros(4), 0.0, limits * 1e-3, 0.1, 0.0), w, b,
+                      np.array([0, 1, 0, 1]), Clock.fresh())
         assert (w[0] != 0.0 or w[3] != 0.0) == moved

@@ -11,6 +11,7 @@ import scipy.sparse as sp
 
 from asyncopt.kernels import native
 from asyncopt.kernels.svrg import svrg_epoch_group_tracked, svrg_epoch_l1_tracked
+from asyncopt.kernels.workspace import Blocks, Clock, Rows, SvrgStep
 
 pytestmark = pytest.mark.skipif(
     not native.available(),
@@ -86,20 +87,17 @@ def _objective(pb, x, b):
     return float(np.mean(_loss_value(pb["code"], z, pb["y"])) + pb["lam"] * norms @ pb["weights"])
 
 
-def _args(pb, x, intercept, samples, vr, clock, staleness):
-    return (pb["indptr"], pb["indices"], pb["data"], pb["y"], pb["code"], x, intercept,
-            pb["eta_intercept"], pb["z_snap"], pb["weighted_mu"], pb["mu_intercept"],
-            pb["thresholds"], pb["eta"], samples, vr, clock, staleness)
-
-
 def _run(kind, pb, x, intercept, samples, vr, clock, staleness, n_threads=None):
-    args = _args(pb, x, intercept, samples, vr, clock, staleness)
-    extra = (pb["block_indptr"], pb["feature_block"]) if kind == "group" else ()
+    rows = Rows(pb["indptr"], pb["indices"], pb["data"], pb["y"], pb["code"])
+    blocks = Blocks(pb["block_indptr"], pb["feature_block"])
+    step = SvrgStep(pb["z_snap"], pb["weighted_mu"], pb["mu_intercept"], pb["thresholds"],
+                    pb["eta"], pb["eta_intercept"], vr)
+    args = (rows, blocks, step, x, intercept, samples, Clock(clock, staleness))
     if n_threads is None:  # numba
         fn = svrg_epoch_l1_tracked if kind == "l1" else svrg_epoch_group_tracked
-        return fn(*args, *extra)
+        return fn(*args)
     fn = native.native_epoch_l1 if kind == "l1" else native.native_epoch_group
-    return fn(*args, *extra, n_threads=n_threads)
+    return fn(*args, n_threads=n_threads)
 
 
 CASES = [("l1", SQUARED), ("l1", LOGISTIC), ("group", SQUARED), ("group", LOGISTIC)]

@@ -113,6 +113,7 @@ def test_shards_for_another_worker_count_are_refused(tmp_path):
 EPOCH_KERNELS_FROM_CACHE = """
 import numpy as np
 from asyncopt.kernels import svrg
+from asyncopt.kernels.workspace import Clock, SvrgStep
 from asyncopt.data import make_ctr
 from asyncopt.penalties import GroupL1, L1
 from asyncopt.problem import Problem
@@ -121,12 +122,12 @@ counts = []
 for penalty, names in ((L1(12), ("svrg_epoch_l1", "svrg_epoch_l1_tracked")),
                        (GroupL1(12, 4), ("svrg_epoch_group", "svrg_epoch_group_tracked"))):
     a = Problem(X, y, "squared", penalty, 0.1, True).full_active_set()
-    extra = () if penalty.is_l1 else (a.block_indptr, a.feature_block)
+    step = SvrgStep(np.zeros(50), np.zeros(12), 0.0, np.full(a.penalty.n_blocks, 0.01), 0.1,
+                    0.1)
     for name in names:
         kernel = getattr(svrg, name)
-        kernel(a.indptr, a.indices, a.data, a.y, 0, np.zeros(12), np.zeros(1), 0.1,
-               np.zeros(50), np.zeros(12), 0.0, np.full(a.penalty.n_blocks, 0.01), 0.1,
-               np.arange(50), True, np.zeros(1, np.int64), np.zeros(2, np.int64), *extra)
+        kernel(a.kernel_rows(), a.kernel_blocks(), step, np.zeros(12), np.zeros(1),
+               np.arange(50), Clock.fresh())
         counts.append((sum(kernel.stats.cache_hits.values()),
                        sum(kernel.stats.cache_misses.values())))
 print(counts)

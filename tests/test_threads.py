@@ -53,6 +53,7 @@ def test_threads_reach_the_serial_objective(model, fmt, kernel):
 
 def test_tracked_kernels_count_steps_and_iterate_like_the_serial_ones():
     from asyncopt.kernels.svrg import svrg_epoch_l1, svrg_epoch_l1_tracked
+    from asyncopt.kernels.workspace import Blocks, Clock, Rows, SvrgStep
     X = sp.random(200, 50, density=0.1, random_state=0, format="csr")
     rng = np.random.default_rng(0)
     y = rng.standard_normal(200)
@@ -61,10 +62,11 @@ def test_tracked_kernels_count_steps_and_iterate_like_the_serial_ones():
     outs = []
     for kernel, start in [(svrg_epoch_l1, 0), (svrg_epoch_l1_tracked, 7)]:
         x, b = np.zeros(50), np.array([0.1])
-        clock, staleness = np.array([start], dtype=np.int64), np.zeros(2, dtype=np.int64)
-        kernel(indptr, X.indices, X.data, y, 0, x, b, 0.05, np.zeros(200), np.full(50, 0.01),
-               0.0, np.full(50, 1e-3), 0.1, rows, True, clock, staleness)
-        outs.append((x, b[0], clock[0], staleness.tolist()))
+        clock = Clock.fresh(start)
+        kernel(Rows(indptr, X.indices, X.data, y, 0), Blocks(np.arange(51), np.arange(50)),
+               SvrgStep(np.zeros(200), np.full(50, 0.01), 0.0, np.full(50, 1e-3), 0.1, 0.05),
+               x, b, rows, clock)
+        outs.append((x, b[0], clock.steps[0], clock.staleness.tolist()))
     (x0, b0, c0, s0), (x1, b1, c1, s1) = outs
     # the tracked kernel re-reads the shared intercept every INTERCEPT_SYNC steps, which
     # sums the same steps in another order: equal up to rounding

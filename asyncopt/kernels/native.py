@@ -6,15 +6,17 @@ this module never raises: ``available()`` says whether the library loaded and
 ``LOAD_ERROR`` keeps the reason when it did not.
 
 ``native_epoch_l1`` / ``native_epoch_group`` take the arguments of the tracked numba
-kernels (``svrg_epoch_l1_tracked`` / ``svrg_epoch_group_tracked``) plus ``n_threads``: the
-epoch's rows are split as ``numpy.array_split(samples, n_threads)``, one slice per OpenMP
-thread, all threads updating the shared x lock-free (atomic per coordinate). With one
-thread the results are bit-identical to the numba kernels. The intercept (length-1 array)
-is shared like in the tracked numba kernels: every thread steps a private copy and adds
-its delta to it (atomically) every INTERCEPT_SYNC steps and at the end. ``staleness`` is
-int64[2] = [sum tau, max tau] over all threads (added to the values it holds, as the
-tracked numba kernels do for one thread), and ``clock`` (int64[1]) advances by
-``len(samples)``. Both return the per-thread staleness array, shape (n_threads, 2).
+kernels (``svrg_epoch_l1_tracked`` / ``svrg_epoch_group_tracked``: ``rows, blocks, step,
+x, intercept, samples, clock``, ``kernels.workspace``) plus ``n_threads``: the
+epoch's rows are split as ``numpy.array_split(samples, n_threads)``, one slice per
+OpenMP thread, all threads updating the shared x lock-free (atomic per coordinate). With
+one thread the results are bit-identical to the numba kernels. The intercept (length-1
+array) is shared like in the tracked numba kernels: every thread steps a private copy
+and adds its delta to it (atomically) every INTERCEPT_SYNC steps and at the end. The
+clock's ``staleness`` is int64[2] = [sum tau, max tau] over all threads (added to the
+values it holds, as the tracked numba kernels do for one thread), and the ``clock``'s
+steps advance by ``len(samples)``. Both return the per-thread staleness array, shape
+(n_threads, 2).
 """
 import ctypes
 import importlib.machinery
@@ -104,9 +106,10 @@ def _ptr(a, ptype):
     return a.ctypes.data_as(ptype)
 
 
-def _common_args(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
-                 weighted_mu, mu_intercept, thresholds, eta, samples, variance_reduced,
-                 clock, staleness, n_threads, n_thresholds):
+def _common_args(rows, step, x, intercept, samples, clock, n_threads, n_thresholds):
+    indptr, indices, data, y, code = rows
+    z_snap, weighted_mu, mu_intercept, thresholds, eta, eta_intercept, \
+        variance_reduced = step
     n_threads = int(n_threads)
     if n_threads < 1:
         raise ValueError(f"n_threads must be >= 1, got {n_threads}")
@@ -121,15 +124,15 @@ def _common_args(indptr, indices, data, y, code, x, intercept, eta_intercept, z_
     _check("weighted_mu", weighted_mu, np.float64, length=x.shape[0])
     _check("thresholds", thresholds, np.float64, length=n_thresholds)
     _check("samples", samples, np.int64)
-    _check("clock", clock, np.int64, writable=True, length=1)
-    _check("staleness", staleness, np.int64, writable=True, length=2)
+    _check("clock", clock.steps, np.int64, writable=True, length=1)
+    _check("staleness", clock.staleness, np.int64, writable=True, length=2)
     per_thread = np.zeros((n_threads, 2), dtype=np.int64)
     args = [_ptr(indptr, _p_i64), _ptr(indices, _p_i32), _ptr(data, _p_f64),
             _ptr(y, _p_f64), int(code), _ptr(x, _p_f64), _ptr(intercept, _p_f64),
             float(eta_intercept), _ptr(z_snap, _p_f64), _ptr(weighted_mu, _p_f64),
             float(mu_intercept), _ptr(thresholds, _p_f64), float(eta),
             _ptr(samples, _p_i64), int(samples.shape[0]), int(bool(variance_reduced)),
-            n_threads, _ptr(clock, _p_i64), _ptr(per_thread, _p_i64)]
+            n_threads, _ptr(clock.steps, _p_i64), _ptr(per_thread, _p_i64)]
     return args, per_thread
 
 
@@ -143,33 +146,26 @@ def _finish(rc, per_thread, staleness):
     return per_thread
 
 
-def native_epoch_l1(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
-                    weighted_mu, mu_intercept, thresholds, eta, samples, variance_reduced,
-                    clock, staleness, n_threads=1):
+def native_epoch_l1(rows, blocks, step, x, intercept, samples, clock, n_threads=1):
     """Native twin of ``svrg_epoch_l1_tracked`` on ``n_threads`` OpenMP threads."""
     _require()
-    args, per_thread = _common_args(
-        indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap, weighted_mu,
-        mu_intercept, thresholds, eta, samples, variance_reduced, clock, staleness,
-        n_threads, x.shape[0] if isinstance(x, np.ndarray) else 0)
+    args, per_thread = _common_args(rows, step, x, intercept, samples, clock, n_threads,
+                                    x.shape[0] if isinstance(x, np.ndarray) else 0)
     rc = _lib.asyncopt_svrg_epoch_l1(*args)
-    return _finish(rc, per_thread, staleness)
+    return _finish(rc, per_thread, clock.staleness)
 
 
-def native_epoch_group(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
-                       weighted_mu, mu_intercept, thresholds, eta, samples, variance_reduced,
-                       clock, staleness, block_indptr, feature_block, n_threads=1):
+def native_epoch_group(rows, blocks, step, x, intercept, samples, clock, n_threads=1):
     """Native twin of ``svrg_epoch_group_tracked`` on ``n_threads`` OpenMP threads."""
     _require()
+    block_indptr, feature_block = blocks
     _check("block_indptr", block_indptr, np.int64, length=1)
     n_blocks = block_indptr.shape[0] - 1
-    args, per_thread = _common_args(
-        indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap, weighted_mu,
-        mu_intercept, thresholds, eta, samples, variance_reduced, clock, staleness,
-        n_threads, n_blocks)
+    args, per_thread = _common_args(rows, step, x, intercept, samples, clock, n_threads,
+                                    n_blocks)
     _check("feature_block", feature_block, np.int64, length=x.shape[0])
     if int(block_indptr[-1]) > x.shape[0]:
         raise ValueError("block_indptr[-1] exceeds the number of features")
     args += [_ptr(block_indptr, _p_i64), _ptr(feature_block, _p_i64), n_blocks, x.shape[0]]
     rc = _lib.asyncopt_svrg_epoch_group(*args)
-    return _finish(rc, per_thread, staleness)
+    return _finish(rc, per_thread, clock.staleness)

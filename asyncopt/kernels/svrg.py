@@ -19,6 +19,9 @@ sparse prox (the caller passes a decaying step through the thresholds and eta).
 
 The blocks of the compacted active problem are contiguous: block g holds features
 block_indptr[g] .. block_indptr[g+1]-1 and feature_block[j] is the block of feature j.
+
+Every epoch kernel takes ``(rows, blocks, step, x, intercept, samples)`` (the SVRG ones a
+``clock`` after them), the groups of ``kernels.workspace``.
 """
 import numpy as np
 from numba import njit
@@ -181,11 +184,13 @@ def _make_epoch_kernels(track_staleness):
     benchmarks/notes/problem.md."""
 
     @njit(cache=True, nogil=True)
-    def epoch_l1(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
-                 weighted_mu, mu_intercept, thresholds, eta, samples, variance_reduced,
-                 clock, staleness):
+    def epoch_l1(rows, blocks, step, x, intercept, samples, clock):
+        indptr, indices, data, y, code = rows
+        z_snap, weighted_mu, mu_intercept, thresholds, eta, eta_intercept, \
+            variance_reduced = step
+        steps, staleness = clock
         b, delta = intercept[0], 0.0
-        last, pending = (clock[0] if track_staleness else 0), 0
+        last, pending = (steps[0] if track_staleness else 0), 0
         n_steps = samples.shape[0]
         for t in range(n_steps):
             i = samples[t]
@@ -199,18 +204,21 @@ def _make_epoch_kernels(track_staleness):
             b, delta = step_intercept(intercept, b, delta,
                                       eta_intercept * (diff + mu_intercept), t,
                                       track_staleness)
-            last, pending = tick(clock, last, pending, staleness, track_staleness,
+            last, pending = tick(steps, last, pending, staleness, track_staleness,
                                  t == n_steps - 1)
         finish_intercept(intercept, b, delta, track_staleness)
 
     @njit(cache=True, nogil=True)
-    def epoch_group(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
-                    weighted_mu, mu_intercept, thresholds, eta, samples, variance_reduced,
-                    clock, staleness, block_indptr, feature_block):
+    def epoch_group(rows, blocks, step, x, intercept, samples, clock):
+        indptr, indices, data, y, code = rows
+        block_indptr, feature_block = blocks
+        z_snap, weighted_mu, mu_intercept, thresholds, eta, eta_intercept, \
+            variance_reduced = step
+        steps, staleness = clock
         scratch, stamp, touched = scatter_buffers(x.shape[0], block_indptr)
         old, new, local_ids = block_buffers(block_indptr)
         b, delta = intercept[0], 0.0
-        last, pending = (clock[0] if track_staleness else 0), 0
+        last, pending = (steps[0] if track_staleness else 0), 0
         n_steps = samples.shape[0]
         for t in range(n_steps):
             i = samples[t]
@@ -230,7 +238,7 @@ def _make_epoch_kernels(track_staleness):
             b, delta = step_intercept(intercept, b, delta,
                                       eta_intercept * (diff + mu_intercept), t,
                                       track_staleness)
-            last, pending = tick(clock, last, pending, staleness, track_staleness,
+            last, pending = tick(steps, last, pending, staleness, track_staleness,
                                  t == n_steps - 1)
         finish_intercept(intercept, b, delta, track_staleness)
 
@@ -238,23 +246,24 @@ def _make_epoch_kernels(track_staleness):
 
 
 svrg_epoch_l1, svrg_epoch_group = _make_epoch_kernels(False)
-svrg_epoch_l1.__doc__ = """Sparse prox-SVRG steps for the rows in ``samples`` (L1: blocks of
-size 1), x and intercept (length-1 array, step eta_intercept) updated in place;
-thresholds[j] = eta lam d_j w_j, or +inf for a coordinate frozen at zero for the epoch
-(``ddss.freeze_optimal_zeros``), which the steps skip. clock and staleness are ignored
-(see the tracked twin)."""
-svrg_epoch_group.__doc__ = """Sparse prox-SVRG steps for contiguous blocks (group penalty),
-thresholds[g] = eta lam d_g w_g, or +inf for a block frozen at zero for the epoch
-(``ddss.freeze_optimal_zeros``), which the steps skip, forming no prox for them
-(measurements: benchmarks/notes/problem.md). Each touched block's new value is formed in a
-private buffer from one read of x_g and only its delta is added to x (eq. 3-10), so
-threads sharing x never shrink a block another thread has half-updated."""
+svrg_epoch_l1.__doc__ = """Sparse prox-SVRG steps (``workspace.SvrgStep`` ``step``) for the
+rows (``workspace.Rows``) in ``samples``, L1: blocks of size 1 (``blocks`` unread); x and
+intercept (length-1 array, step eta_intercept) updated in place; thresholds[j] =
+eta lam d_j w_j, or +inf for a coordinate frozen at zero for the epoch
+(``ddss.freeze_optimal_zeros``), which the steps skip. ``clock`` (``workspace.Clock``) is
+ignored (see the tracked twin)."""
+svrg_epoch_group.__doc__ = """Sparse prox-SVRG steps for contiguous blocks
+(``workspace.Blocks``, group penalty), thresholds[g] = eta lam d_g w_g, or +inf for a
+block frozen at zero for the epoch (``ddss.freeze_optimal_zeros``), which the steps
+skip, forming no prox for them (measurements: benchmarks/notes/problem.md). Each touched
+block's new value is formed in a private buffer from one read of x_g and only its delta
+is added to x (eq. 3-10), so threads sharing x never shrink a block another thread has
+half-updated."""
 svrg_epoch_l1_tracked, svrg_epoch_group_tracked = _make_epoch_kernels(True)
 
 
 @njit(cache=True, nogil=True)
-def saga_epoch_l1(indptr, indices, data, y, code, x, intercept, eta_intercept, memory,
-                  average, average_intercept, reweight, thresholds, eta, samples):
+def saga_epoch_l1(rows, blocks, step, x, intercept, samples):
     """Sparse proximal SAGA steps (ProxASAGA, Pedregosa et al. 2017) for L1 blocks.
 
     memory[i] holds the last f'(z_i) computed for row i and ``average`` = (1/n) A^T memory
@@ -262,7 +271,10 @@ def saga_epoch_l1(indptr, indices, data, y, code, x, intercept, eta_intercept, m
         v_j = (f'(z) - memory[i]) a_ij + d_j average_j,   x_j <- prox(x_j - eta v_j)
     then average += (f'(z) - memory[i]) a_i / n and memory[i] = f'(z); the intercept moves
     with eta_intercept (private per call; the caller sums the deltas of parallel calls).
+    ``step`` is a ``workspace.SagaStep``.
     """
+    indptr, indices, data, y, code = rows
+    memory, average, average_intercept, reweight, thresholds, eta, eta_intercept = step
     n = memory.shape[0]
     b = intercept[0]
     for t in range(samples.shape[0]):
@@ -282,13 +294,15 @@ def saga_epoch_l1(indptr, indices, data, y, code, x, intercept, eta_intercept, m
 
 
 @njit(cache=True, nogil=True)
-def dense_svrg_epoch(indptr, indices, data, y, code, x, intercept, eta_intercept, z_snap,
-                     mu, mu_intercept, thresholds, eta, samples, block_indptr):
+def dense_svrg_epoch(rows, blocks, step, x, intercept, samples):
     """Proximal SVRG with dense steps (the ProxASVRG baseline: no sparse prox, no
     reweighting): for row i, v = (f'(z) - f'(z~_i)) a_i + mu over every coordinate and
     x <- prox_{eta lam Omega}(x - eta v) over every block (thresholds[g] = eta lam w_g),
     added as deltas so threads may share x. O(p) per step: the cost DDSS's sparse step
-    removes."""
+    removes. ``step`` is a ``workspace.SvrgStep`` whose weighted_mu is mu."""
+    indptr, indices, data, y, code = rows
+    block_indptr = blocks.indptr
+    z_snap, mu, mu_intercept, thresholds, eta, eta_intercept, _ = step
     n_blocks = block_indptr.shape[0] - 1
     scratch = np.zeros(x.shape[0])
     old, new, local_ids = block_buffers(block_indptr)
@@ -317,9 +331,7 @@ def dense_svrg_epoch(indptr, indices, data, y, code, x, intercept, eta_intercept
 
 
 @njit(cache=True, nogil=True)
-def saga_epoch_group(indptr, indices, data, y, code, x, intercept, eta_intercept, memory,
-                     average, average_intercept, reweight, thresholds, eta, samples,
-                     block_indptr, feature_block):
+def saga_epoch_group(rows, blocks, step, x, intercept, samples):
     """Sparse proximal SAGA steps (ProxASAGA) for contiguous blocks (group penalty).
 
     As saga_epoch_l1, with the step taken per touched block g:
@@ -327,6 +339,9 @@ def saga_epoch_group(indptr, indices, data, y, code, x, intercept, eta_intercept
         x_g <- prox_{thresholds[g]}(x_g - eta v_g)
     formed from one read of x_g and added as a delta (eq. 3-10), like the SVRG group kernel.
     """
+    indptr, indices, data, y, code = rows
+    block_indptr, feature_block = blocks
+    memory, average, average_intercept, reweight, thresholds, eta, eta_intercept = step
     n = memory.shape[0]
     scratch, stamp, touched = scatter_buffers(x.shape[0], block_indptr)
     no_shift = np.zeros(x.shape[0])

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..kernels.workspace import SvrgStep
 from ..penalties import contiguous_block_norms
 from ..screening import BestDual, screen_blocks
 from ..newton.policy import StallWatch, firm_support, prunes_for_step, violating_zeros
@@ -148,6 +149,12 @@ class EpochPlan:
     frozen: np.ndarray
     reweighting: np.ndarray
     variance_reduced: bool = True
+
+    def svrg_step(self, z_snap):
+        """The prox-SVRG kernels' step (``workspace.SvrgStep``) from the anchor's margins
+        ``z_snap``."""
+        return SvrgStep(z_snap, self.weighted_mu, self.mu_intercept, self.thresholds,
+                        self.eta, self.eta_intercept, self.variance_reduced)
 
 
 def epoch_plan(cert, x, eta, eta_intercept, lam, n, reweighting, weights, block_indptr,

@@ -7,6 +7,7 @@ second-order step run here, the inner epoch on the inner loop's thread or thread
 import numpy as np
 
 from ..kernels.linalg import csr_rmatvec
+from ..kernels.workspace import SagaStep
 from ..newton.kernels import HessianCache
 from ..runtime import blas_threads_beside
 from .ddss import epoch_rows
@@ -86,16 +87,13 @@ class LocalBackend:
         intercept = np.array([b])
         samples = epoch_rows(self.rng, self.n_samples, self.n_steps, self.sampling)
         if self.dense:
-            staleness = loop.run_dense(active, x, intercept, plan.eta_intercept, cert.z,
-                                       plan.weighted_mu, plan.mu_intercept,
-                                       plan.thresholds, plan.eta, samples)
+            staleness = loop.run_dense(active, x, intercept, plan.svrg_step(cert.z),
+                                       samples)
         elif self.saga:
             staleness = self._saga_epoch(x, intercept, cert, plan, samples)
         else:
             staleness = loop.run(active.without_frozen(plan.thresholds), x, intercept,
-                                 plan.eta_intercept, cert.z, plan.weighted_mu,
-                                 plan.mu_intercept, plan.thresholds, plan.eta, samples,
-                                 plan.variance_reduced)
+                                 plan.svrg_step(cert.z), samples)
         return x, float(intercept[0]), self.n_steps, staleness
 
     def _saga_epoch(self, x, intercept, cert, plan, samples):
@@ -107,11 +105,10 @@ class LocalBackend:
             self.memory = -cert.rho
         average = csr_rmatvec(active.indptr, active.indices, active.data, self.memory,
                               active.n_features, self.n_threads) / self.n_samples
-        return self.inner_loop.run_saga(
-            active, x, intercept, plan.eta_intercept, self.memory, average,
-            np.array([float(np.mean(self.memory))]),
-            np.repeat(plan.reweighting, np.diff(active.block_indptr)), plan.thresholds,
-            plan.eta, samples)
+        step = SagaStep(self.memory, average, np.array([float(np.mean(self.memory))]),
+                        np.repeat(plan.reweighting, np.diff(active.block_indptr)),
+                        plan.thresholds, plan.eta, plan.eta_intercept)
+        return self.inner_loop.run_saga(active, x, intercept, step, samples)
 
     def record(self):
         """Nothing beyond the driver's record: no bytes, no messages."""

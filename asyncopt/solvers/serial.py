@@ -1,45 +1,40 @@
 """The serial backend: one thread runs the inner loop kernels in order."""
-import numpy as np
-
 from ..kernels.cd import cd_epoch
 from ..kernels.svrg import dense_svrg_epoch
+from ..kernels.workspace import Clock
 
 
 class SerialInnerLoop:
-    """Runs one inner epoch of sparse prox-SVRG (or its naive variant) on one thread."""
+    """Runs one inner epoch of sparse prox-SVRG (or its naive variant) on one thread.
+
+    Every method updates x and intercept (length-1 array) in place for the rows in
+    ``samples`` of the ActiveSet ``active`` and returns the staleness (mean, max) of tau.
+    """
 
     name = "serial"
 
-    def run(self, active, x, intercept, eta_intercept, z_snap, weighted_mu, mu_intercept,
-            thresholds, eta, samples, variance_reduced, clock=None, staleness=None):
-        """Update x and intercept (length-1 array) in place; returns the staleness
-        (mean, max) of tau. Threads that run epochs together pass a shared ``clock``
-        (int64[1]) and their own ``staleness`` (int64[2]) and get the tracked kernels."""
+    def run(self, active, x, intercept, step, samples, clock=None):
+        """One epoch of sparse prox-SVRG at the ``workspace.SvrgStep`` ``step``. Threads
+        that run epochs together pass a ``workspace.Clock`` (shared steps, their own
+        staleness) and get the tracked kernels."""
         tracked = clock is not None
-        clock = np.zeros(1, dtype=np.int64) if clock is None else clock
-        staleness = np.zeros(2, dtype=np.int64) if staleness is None else staleness
-        args = (active.indptr, active.indices, active.data, active.y,
-                active.problem.loss.code, x, intercept, eta_intercept, z_snap, weighted_mu,
-                mu_intercept, thresholds, eta, samples, variance_reduced, clock, staleness)
-        penalty = active.penalty
-        penalty.svrg_kernel(tracked)(*args, *penalty.kernel_blocks(active))
-        return float(staleness[0]) / max(len(samples), 1), int(staleness[1])
+        clock = Clock.fresh() if clock is None else clock
+        active.penalty.svrg_kernel(tracked)(active.kernel_rows(), active.kernel_blocks(),
+                                            step, x, intercept, samples, clock)
+        return float(clock.staleness[0]) / max(len(samples), 1), int(clock.staleness[1])
 
-    def run_saga(self, active, x, intercept, eta_intercept, memory, average,
-                 average_intercept, reweight, thresholds, eta, samples):
-        """One epoch of sparse proximal SAGA (ProxASAGA baseline)."""
-        args = (active.indptr, active.indices, active.data, active.y,
-                active.problem.loss.code, x, intercept, eta_intercept, memory, average,
-                average_intercept, reweight, thresholds, eta, samples)
-        active.penalty.saga_kernel()(*args, *active.penalty.kernel_blocks(active))
+    def run_saga(self, active, x, intercept, step, samples):
+        """One epoch of sparse proximal SAGA (ProxASAGA baseline) at the
+        ``workspace.SagaStep`` ``step``."""
+        active.penalty.saga_kernel()(active.kernel_rows(), active.kernel_blocks(), step, x,
+                                     intercept, samples)
         return 0.0, 0
 
-    def run_dense(self, active, x, intercept, eta_intercept, z_snap, mu, mu_intercept,
-                  thresholds, eta, samples):
-        """One epoch of proximal SVRG with dense steps (ProxASVRG baseline)."""
-        dense_svrg_epoch(active.indptr, active.indices, active.data, active.y,
-                         active.problem.loss.code, x, intercept, eta_intercept, z_snap, mu,
-                         mu_intercept, thresholds, eta, samples, active.block_indptr)
+    def run_dense(self, active, x, intercept, step, samples):
+        """One epoch of proximal SVRG with dense steps (ProxASVRG baseline) at the
+        ``workspace.SvrgStep`` ``step`` (its weighted_mu: mu, unweighted)."""
+        dense_svrg_epoch(active.kernel_rows(), active.kernel_blocks(), step, x, intercept,
+                         samples)
         return 0.0, 0
 
     def run_cd(self, columns, active, x, z, intercept, column_means, order, block_lipschitz,

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..kernels import native
 from ..kernels.linalg import run_in_parallel
+from ..kernels.workspace import Clock
 from .serial import SerialInnerLoop
 
 KERNELS = ("auto", "native", "numba")
@@ -51,52 +52,42 @@ class ThreadsInnerLoop:
         self.kernel = "numba" if kernel == "auto" else kernel
         self._serial = SerialInnerLoop()
 
-    def run(self, active, x, intercept, eta_intercept, z_snap, weighted_mu, mu_intercept,
-            thresholds, eta, samples, variance_reduced):
-        """Update x and intercept in place; returns the staleness (mean, max) over all
-        steps: tau = steps other threads finished between a step's read of x and its write,
-        counted on a shared step clock a window of CLOCK_SYNC steps at a time
-        (``kernels.svrg.tick``: the mean as it is, the max an upper bound; a racy counter,
-        so a count lost to a race only makes tau look smaller)."""
+    def run(self, active, x, intercept, step, samples):
+        """One prox-SVRG epoch at the ``workspace.SvrgStep`` ``step``; returns the
+        staleness (mean, max) over all steps: tau = steps other threads finished between
+        a step's read of x and its write, counted on a shared step clock a window of
+        CLOCK_SYNC steps at a time (``kernels.svrg.tick``: the mean as it is, the max an
+        upper bound; a racy counter, so a count lost to a race only makes tau look
+        smaller)."""
         if self.kernel == "native":
-            return self._run_native(active, x, intercept, eta_intercept, z_snap, weighted_mu,
-                                    mu_intercept, thresholds, eta, samples,
-                                    variance_reduced)
+            return self._run_native(active, x, intercept, step, samples)
         if self.n_jobs == 1:
-            return self._serial.run(active, x, intercept, eta_intercept, z_snap, weighted_mu,
-                                    mu_intercept, thresholds, eta, samples,
-                                    variance_reduced)
-        clock = np.zeros(1, dtype=np.int64)
+            return self._serial.run(active, x, intercept, step, samples)
+        steps = np.zeros(1, dtype=np.int64)
         # a 64-byte row per thread: counters of two threads on one cache line would move
         # it between their cores at every window
         staleness = np.zeros((self.n_jobs, 8), dtype=np.int64)
         self._on_threads(
-            lambda t, rows, own: self._serial.run(
-                active, x, intercept, eta_intercept, z_snap, weighted_mu, mu_intercept,
-                thresholds, eta, rows, variance_reduced, clock, staleness[t, :2]),
+            lambda t, rows, own: self._serial.run(active, x, intercept, step, rows,
+                                                  Clock(steps, staleness[t, :2])),
             samples, [])
         mean = float(staleness[:, 0].sum()) / max(len(samples), 1)
         return mean, int(staleness[:, 1].max())
 
-    def run_dense(self, active, x, intercept, eta_intercept, z_snap, mu, mu_intercept,
-                  thresholds, eta, samples):
+    def run_dense(self, active, x, intercept, step, samples):
         """One ProxASVRG epoch (dense steps) on n_jobs numba threads sharing x."""
         self._on_threads(
-            lambda t, rows, own: self._serial.run_dense(
-                active, x, own[0], eta_intercept, z_snap, mu, mu_intercept, thresholds,
-                eta, rows),
+            lambda t, rows, own: self._serial.run_dense(active, x, own[0], step, rows),
             samples, [intercept])
         return 0.0, 0
 
-    def run_saga(self, active, x, intercept, eta_intercept, memory, average,
-                 average_intercept, reweight, thresholds, eta, samples):
+    def run_saga(self, active, x, intercept, step, samples):
         """One ProxASAGA epoch on n_jobs numba threads sharing x, the gradient memory (rows
         are disjoint between threads) and its average; intercepts private, deltas summed."""
         self._on_threads(
             lambda t, rows, own: self._serial.run_saga(
-                active, x, own[0], eta_intercept, memory, average, own[1], reweight,
-                thresholds, eta, rows),
-            samples, [intercept, average_intercept])
+                active, x, own[0], step._replace(average_intercept=own[1]), rows),
+            samples, [intercept, step.average_intercept])
         return 0.0, 0
 
     def run_cd(self, columns, active, x, z, intercept, column_means, order, block_lipschitz,
@@ -124,13 +115,8 @@ class ThreadsInnerLoop:
         for k, scalar in enumerate(scalars):
             scalar[0] += sum(mine[k][0] - scalar[0] for mine in own)
 
-    def _run_native(self, active, x, intercept, eta_intercept, z_snap, weighted_mu,
-                    mu_intercept, thresholds, eta, samples, variance_reduced):
-        staleness = np.zeros(2, dtype=np.int64)
-        args = (active.indptr, active.indices, active.data, active.y,
-                active.problem.loss.code, x, intercept, eta_intercept, z_snap, weighted_mu,
-                mu_intercept, thresholds, eta, samples, variance_reduced,
-                np.zeros(1, dtype=np.int64), staleness)
-        active.penalty.native_kernel()(*args, *active.penalty.kernel_blocks(active),
-                                       n_threads=self.n_jobs)
-        return float(staleness[0]) / max(len(samples), 1), int(staleness[1])
+    def _run_native(self, active, x, intercept, step, samples):
+        clock = Clock.fresh()
+        active.penalty.native_kernel()(active.kernel_rows(), active.kernel_blocks(), step,
+                                       x, intercept, samples, clock, n_threads=self.n_jobs)
+        return float(clock.staleness[0]) / max(len(samples), 1), int(clock.staleness[1])

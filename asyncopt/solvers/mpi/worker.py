@@ -7,6 +7,7 @@ import numpy as np
 
 from ...kernels.linalg import csr_rmatvec
 from ...kernels.svrg import dense_svrg_epoch
+from ...kernels.workspace import Clock, SagaStep, SvrgStep
 from ...losses import generalized_residual, loss_of_code, mean_neg_conjugate
 from ...newton.kernels import ReducedHessian
 from ..ddss import (EPOCH, NEWTON, RECERTIFY, REJECT, START_ERROR, START_FRESH, STOP,
@@ -57,7 +58,7 @@ def run_worker(wire, channel, shard, stats, loss_code, lam, fit_intercept, flags
     in_sync = kind == START_FRESH
     if prox_svrg_epochs(*flags):
         shard.active.touch_view_buffers()     # on whatever core idles before the view
-    epochs = EpochRunner(shard, stats, code, lam, flags, rng, batch)
+    epochs = EpochRunner(shard, stats, lam, flags, rng, batch)
     reduced = ReducedHessian() if quadratic else None
     y_sum = float(np.sum(y))          # compactions keep the rows
     while True:
@@ -108,14 +109,14 @@ class EpochRunner:
     """A worker's inner epochs: the kernel of the method over its shard's rows, in
     batches exchanged with the server (``inner.work_epoch``)."""
 
-    def __init__(self, shard, stats, code, lam, flags, rng, batch):
-        self.shard, self.stats, self.code, self.lam = shard, stats, code, lam
+    def __init__(self, shard, stats, lam, flags, rng, batch):
+        self.shard, self.stats, self.lam = shard, stats, lam
         self.variance_reduced, self.saga, self.dense = flags
         self.freezing = prox_svrg_epochs(*flags)
         self.rng, self.batch = rng, batch
         self.memory = None             # SAGA's gradient memory, one value per own row
         self.reweighting = None        # d per active block
-        self.clock, self.stale = np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64)
+        self.clock = Clock.fresh()
 
     def run(self, wire, channel, eta, eta_intercept, z_anchor, rho):
         """One epoch at the steps of the server's control word from the anchor's
@@ -131,36 +132,33 @@ class EpochRunner:
             mu_intercept, weighted_mu, frozen = receive_anchor(wire, p, pen.group_indptr)
             thresholds = np.where(frozen, np.inf, thresholds)
         else:
-            step = wire.bcast(np.empty(1 + p))
-            mu_intercept, weighted_mu = float(step[0]), step[1:]
-        block_args = active.penalty.kernel_blocks(active)
-        args = (active.indptr, active.indices, active.data, active.y, self.code)
+            anchor = wire.bcast(np.empty(1 + p))
+            mu_intercept, weighted_mu = float(anchor[0]), anchor[1:]
+        blocks = active.kernel_blocks()
         movable = None      # the coordinates the epoch can move (None: all)
         if self.saga:
-            run_batch = self._saga_batch(wire, args, eta_intercept, thresholds, eta, rho,
-                                         block_args)
-        elif self.dense:
-            def run_batch(local, intercept, samples):
-                dense_svrg_epoch(*args, local, intercept, eta_intercept, z_anchor,
-                                 weighted_mu, mu_intercept, thresholds, eta, samples,
-                                 active.block_indptr)
+            run_batch = self._saga_batch(wire, eta_intercept, thresholds, eta, rho)
         else:
-            kernel = active.penalty.svrg_kernel()
-            moving = active.unfrozen_features(thresholds)
-            rows = active.without_frozen(thresholds, moving)
-            args = (rows.indptr, rows.indices, rows.data, active.y, self.code)
-            if not moving.all():      # x stays put elsewhere on every rank
-                movable = np.flatnonzero(moving)
-            variance_reduced, clock, stale = self.variance_reduced, self.clock, self.stale
+            step = SvrgStep(z_anchor, weighted_mu, mu_intercept, thresholds, eta,
+                            eta_intercept, self.variance_reduced)
+            if self.dense:
+                rows = active.kernel_rows()
 
-            def run_batch(local, intercept, samples):
-                kernel(*args, local, intercept, eta_intercept, z_anchor, weighted_mu,
-                       mu_intercept, thresholds, eta, samples, variance_reduced, clock,
-                       stale, *block_args)
+                def run_batch(local, intercept, samples):
+                    dense_svrg_epoch(rows, blocks, step, local, intercept, samples)
+            else:
+                kernel, clock = active.penalty.svrg_kernel(), self.clock
+                moving = active.unfrozen_features(thresholds)
+                rows = active.without_frozen(thresholds, moving).kernel_rows()
+                if not moving.all():      # x stays put elsewhere on every rank
+                    movable = np.flatnonzero(moving)
+
+                def run_batch(local, intercept, samples):
+                    kernel(rows, blocks, step, local, intercept, samples, clock)
         shard.x, shard.b = work_epoch(channel, active.y.shape[0], shard.x, shard.b,
                                       run_batch, self.rng, self.batch, movable)
 
-    def _saga_batch(self, wire, args, eta_intercept, thresholds, eta, rho, block_args):
+    def _saga_batch(self, wire, eta_intercept, thresholds, eta, rho):
         """ProxASAGA's batch: the average (1/n) A^T memory summed exactly over the
         shards each epoch, the memory staying on its worker."""
         active = self.shard.active
@@ -173,10 +171,12 @@ class EpochRunner:
                                     active.n_features)
         average_all = wire.allreduce(local_sum) / self.stats.n
         average, average_b = average_all[1:].copy(), average_all[:1].copy()
-        reweight = np.repeat(self.reweighting, np.diff(active.block_indptr))
-        kernel = active.penalty.saga_kernel()
+        step = SagaStep(memory, average, average_b,
+                        np.repeat(self.reweighting, np.diff(active.block_indptr)),
+                        thresholds, eta, eta_intercept)
+        kernel, rows, blocks = (active.penalty.saga_kernel(), active.kernel_rows(),
+                                active.kernel_blocks())
 
         def run_batch(local, intercept, samples):
-            kernel(*args, local, intercept, eta_intercept, memory, average, average_b,
-                   reweight, thresholds, eta, samples, *block_args)
+            kernel(rows, blocks, step, local, intercept, samples)
         return run_batch
