@@ -8,11 +8,12 @@ The switch
 ----------
 ``ASYNCOPT_RUNTIME_TUNING`` in the environment, read once when this module is first
 imported: unset, empty, ``1`` (or ``true``, ``yes``, ``on``) keeps the tuning on, the
-default; ``0`` (or ``false``, ``no``, ``off``) turns all of it off; any other value is
-a ValueError. :func:`tuning_enabled` tells which. Off, every piece below keeps its
-signature, and its callers their results, but makes no request of the OS: no BLAS cap,
-no huge-page switch, no page touched, no idle thread, no timer slack. Under MPI set it in
-every rank's environment (``mpirun -genv ASYNCOPT_RUNTIME_TUNING 0``).
+default; ``0`` (or ``false``, ``no``, ``off``) turns all of it off; any other value is a
+ValueError when a solve starts (:func:`check_switch`). :func:`tuning_enabled` tells
+which. Off, every piece below keeps its signature, and its callers their results, but
+makes no request of the OS: no BLAS cap, no huge-page switch, no page touched, no idle
+thread, no timer slack. Under MPI set it in every rank's environment (``mpirun -genv
+ASYNCOPT_RUNTIME_TUNING 0``).
 
 The pieces
 ----------
@@ -61,12 +62,23 @@ def tuning_from_env(environ=None):
     return value in _ON
 
 
-_TUNING = tuning_from_env()
+try:
+    _TUNING, _SWITCH_ERROR = tuning_from_env(), None
+except ValueError as _exc:     # raised where a solve starts (check_switch), not at import
+    _TUNING, _SWITCH_ERROR = True, str(_exc)
 
 
 def tuning_enabled():
     """Whether the runtime tuning is on: ASYNCOPT_RUNTIME_TUNING as read at import."""
     return _TUNING
+
+
+def check_switch():
+    """Raise the ValueError of an ASYNCOPT_RUNTIME_TUNING value ``tuning_from_env``
+    refused at import; every solve calls it as it starts, so that importing asyncopt
+    never fails and the command line reports the value in one line."""
+    if _SWITCH_ERROR is not None:
+        raise ValueError(_SWITCH_ERROR)
 
 
 def available_cores():

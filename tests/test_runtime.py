@@ -278,3 +278,19 @@ def test_fine_timer_slack_sets_1us_on_and_leaves_the_slack_off(monkeypatch):
         assert prctl(30, 0, 0, 0, 0) == runtime.TIMER_SLACK_NS
     finally:
         prctl(runtime.PR_SET_TIMERSLACK, saved, 0, 0, 0)
+
+
+def test_a_bad_switch_value_fails_the_solve_in_one_line_not_the_import():
+    """ASYNCOPT_RUNTIME_TUNING=2: ``import asyncopt`` still works, and the command line's
+    solve stops with one line naming the variable and a non-zero status."""
+    env = dict(os.environ, **{runtime.TUNING_ENV: "2"}, PYTHONPATH=ROOT)
+    imported = subprocess.run([sys.executable, "-c", "import asyncopt.estimators"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert imported.returncode == 0, imported.stderr
+    run = subprocess.run([sys.executable, "-m", "asyncopt.cli.lasso", "--backend", "serial",
+                          "--max-epochs", "2"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+    assert lines[0].startswith("asyncopt-lasso: error: ") and runtime.TUNING_ENV in lines[0]

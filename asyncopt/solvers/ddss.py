@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kernels.workspace import SvrgStep
+from ..runtime import check_switch
 from ..penalties import contiguous_block_norms
 from ..screening import BestDual, screen_blocks
 from ..newton.policy import StallWatch, firm_support, prunes_for_step, violating_zeros
@@ -574,6 +575,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     """
     from .local import LocalBackend
 
+    check_switch()
     if saga and screening:
         raise ValueError("the SAGA baseline runs without screening (screening=False)")
     if sampling not in SAMPLINGS:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ...comm.channels import open_channel
 from ...comm.wire import Wire
-from ...runtime import blas_threads, blas_threads_beside, in_small_pages
+from ...runtime import blas_threads, blas_threads_beside, check_switch, in_small_pages
 from ...losses import loss_of_code
 from ..ddss import Driver, Settings, SolverResult
 from .inner import HEADER, REPLY_HEADER, default_batch
@@ -56,6 +56,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     otherwise), "shared" or "messages"; None reads ASYNCOPT_MPI_TRANSPORT (default auto).
     support_newton: the second-order step on the support (``newton``; L1 and group
     penalties; the baselines run without it)."""
+    check_switch()
     wire = Wire(comm)
     rank, size = wire.rank, comm.Get_size()
     if size < 2:
