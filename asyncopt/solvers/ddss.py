@@ -40,6 +40,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 
 
 SAMPLINGS = ("chunked", "uniform")
+INNER_STEPS = ("svrg", "working_set")
 COMPACT_NNZ_SHARE = 0.05
 COMPACT_FEATURE_SHARE = 0.5
 # what the driver tells a backend to do next (``Backend.command``)
@@ -251,6 +252,7 @@ class Settings:
     reject_worse_epochs: bool = False
     verbose: int = 0
     label: str = "ddss"
+    inner: str = "svrg"
 
 
 @dataclass
@@ -281,6 +283,8 @@ class Driver:
       - ``epoch(x, b, cert, plan, dispatched)``: one inner epoch from (x, b) ->
         (x, b, steps, (mean tau, max tau)); ``dispatched()`` is called once the epoch's
         work is handed out (the checkpoint is written meanwhile);
+      - ``working_set_step(x, cert, gap)``: the working-set step (``inner=
+        "working_set"``, local backends only) -> (x, b, inner epochs, its size);
       - ``newton_step(x, b, cert, firm)``: the second-order step on the support ->
         (x, b, t, products) or None (no trial lowered P; x as it was);
       - ``reject()``: after a rejected epoch, whether the backend cut its own move (else
@@ -300,6 +304,7 @@ class Driver:
         self.history, self.epochs, self.first_epoch, self.steps = [], 0, 0, 0
         self.staleness, self.step_factor, self.snapshot = (0.0, 0), 1.0, None
         self.firm_before, self.firm_at = None, (None, None)
+        self.working_set_size = None      # features of the last working-set step
         self.phases = {"certificate_s": 0.0, "inner_s": 0.0, "newton_s": 0.0,
                        "newton_step": 0.0, "newton_products": 0}
 
@@ -456,7 +461,7 @@ class Driver:
         record.update(BACKEND_RECORD_DEFAULTS, **self.backend.record(),
                       intercept=cert.intercept,
                       step_factor=self.step_factor, support_changes=churn,
-                      **self.phases)
+                      working_set=self.working_set_size, **self.phases)
         self.phases = dict.fromkeys(self.phases, 0.0)
         self.phases["newton_products"] = 0
         self.history.append(record)
@@ -503,8 +508,11 @@ class Driver:
         return x, cert
 
     def _epoch(self, x, cert):
-        """One inner epoch from the certificate's anchor; returns (x, b)."""
+        """One inner epoch from the certificate's anchor, or the working-set step
+        (``inner="working_set"``); returns (x, b)."""
         s, backend = self.settings, self.backend
+        if s.inner == "working_set":
+            return self._working_set_step(x, cert)
         eta = step_size(s.step_scale * self.step_factor, backend.lipschitz,
                         backend.max_row_sq_norm)
         if not s.variance_reduced:
@@ -532,6 +540,18 @@ class Driver:
                 "the iterates diverged (non-finite coefficients); try a smaller step_scale")
         return x, b
 
+    def _working_set_step(self, x, cert):
+        """The working-set subproblem solved to a fraction of the outer gap
+        (``working_set``); returns (x, b)."""
+        self.live = (x, cert.intercept)
+        began = time.perf_counter()
+        x, b, epochs, self.working_set_size = self.backend.working_set_step(
+            x, cert, self.best.gap(cert.primal))
+        self.phases["inner_s"] += time.perf_counter() - began
+        self.steps += epochs * self.working_set_size
+        self.epochs += 1
+        return x, b
+
     def _save_if_due(self, x, b, after_decision=False):
         """Write the checkpoint once checkpoint_interval seconds have passed since the
         last; a checkpoint written every iteration (interval 0) waits for the epoch's
@@ -553,7 +573,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                coef_init=None, intercept_init=0.0, step_scale=1.0, inner_steps=None,
                sampling="chunked", random_state=None, verbose=0, inner_loop=None,
                label="ddss", callback=None, max_time=None, checkpoint=None,
-               checkpoint_interval=60.0, saga=False, dense=False, support_newton=True):
+               checkpoint_interval=60.0, saga=False, dense=False, support_newton=True,
+               inner="svrg"):
     """Solve ``problem`` (a Problem) with DDSS in this process (serial, or threads with a
     ``ThreadsInnerLoop``); returns a SolverResult.
 
@@ -572,14 +593,22 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     support_newton: take the second-order step on the support (``newton.step``,
     for group penalties its group step) when the watch sees a stall (the baselines
     run without it).
+    inner: what runs between two certificates: "svrg" (the prox-SVRG epoch, or the
+    baselines') or "working_set" (``working_set``: coordinate descent with Anderson
+    extrapolation on a working set, the Lasso).
     """
     from .local import LocalBackend
+    from .working_set import supports
 
     check_switch()
     if saga and screening:
         raise ValueError("the SAGA baseline runs without screening (screening=False)")
     if sampling not in SAMPLINGS:
         raise ValueError(f"unknown sampling {sampling!r}: expected one of {SAMPLINGS}")
+    if inner not in INNER_STEPS:
+        raise ValueError(f"unknown inner step {inner!r}: expected one of {INNER_STEPS}")
+    if inner == "working_set" and supports(problem) is not None:
+        raise ValueError(supports(problem))
     backend = LocalBackend(problem, inner_loop, np.random.default_rng(random_state),
                            sampling, inner_steps, saga=saga, dense=dense)
     settings = Settings(tol=tol, max_epochs=max_epochs, screening=screening,
@@ -587,5 +616,5 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                         support_newton=support_newton, step_scale=step_scale,
                         callback=callback, max_time=max_time, checkpoint=checkpoint,
                         checkpoint_interval=checkpoint_interval, verbose=verbose,
-                        label=label)
+                        label=label, inner=inner)
     return Driver(backend, settings, coef_init, intercept_init).run()

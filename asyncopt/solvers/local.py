@@ -12,6 +12,7 @@ from ..newton.kernels import HessianCache
 from ..runtime import blas_threads_beside
 from .ddss import epoch_rows
 from .serial import SerialInnerLoop
+from .working_set import ColumnStore, lasso_step
 
 
 class LocalBackend:
@@ -38,6 +39,7 @@ class LocalBackend:
         self.newton_max_support = problem.penalty.newton_max_support
         self._newton = problem.penalty.newton_step()
         self.hessian_cache = HessianCache()
+        self.columns = None        # the working-set step's ColumnStore
 
     # the active set's facts the driver reads
     n_features = property(lambda self: self.active.n_features)
@@ -109,6 +111,13 @@ class LocalBackend:
                         np.repeat(plan.reweighting, np.diff(active.block_indptr)),
                         plan.thresholds, plan.eta, plan.eta_intercept)
         return self.inner_loop.run_saga(active, x, intercept, step, samples)
+
+    def working_set_step(self, x, cert, gap):
+        """The working-set step (``working_set.lasso_step``) to a fraction of ``gap``;
+        the data by column is made at the first call."""
+        if self.columns is None:
+            self.columns = ColumnStore(self.active, self.n_original)
+        return lasso_step(self.columns, self.active, x, cert, gap)
 
     def record(self):
         """Nothing beyond the driver's record: no bytes, no messages."""

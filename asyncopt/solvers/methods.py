@@ -13,6 +13,8 @@ METHODS = {
                    "dense": False, "support_newton": False},
     "prox_asvrg": {"screening": False, "variance_reduced": True, "saga": False,
                    "dense": True, "support_newton": False},
+    "working_set": {"screening": True, "variance_reduced": True, "saga": False,
+                    "dense": False, "support_newton": False, "inner": "working_set"},
     "pse_safe": {"pse": "safe"},
     "pse_strong": {"pse": "strong"}}
 BACKENDS = ("serial", "threads", "mpi")
@@ -41,4 +43,5 @@ def solve_method(problem, method, *, screening=True, checkpoint=None, step_scale
             raise ValueError(f"method {method!r} does not write checkpoints")
         return solve_pse(problem, spec["pse"], label=method, **common)
     return solve_ddss(problem, **solver_flags(method, screening), checkpoint=checkpoint,
-                      step_scale=step_scale, label=method, **common)
+                      step_scale=step_scale, label=method,
+                      inner=spec.get("inner", "svrg"), **common)

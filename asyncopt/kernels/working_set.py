@@ -1,0 +1,161 @@
+"""Coordinate descent on a working set of columns: the inner solver of the working-set
+method (``solvers.working_set``).
+
+The subproblem is the Lasso restricted to the columns ``cols`` of a CSC matrix (rows in
+the ActiveSet's order), in the scaling of DESIGN 1 multiplied by n:
+
+    F(w, b) = 1/2 ||r||^2 + n lam sum_q v_q |w_q|,     r = y - A_ws w - b,
+
+whose Fenchel dual, with u = r scaled into the constraints |A_q^T u| <= n lam v_q (and
+1^T u = 0 with an intercept, which a centred r satisfies), is
+D(u) = 1/2 ||y||^2 - 1/2 ||y - u||^2.
+
+One epoch updates every column once in order (exact minimisation along the coordinate,
+w_q <- ST(w_q + A_q^T r / ||A_q||^2, n lam v_q / ||A_q||^2)) and then the intercept
+(b <- b + mean(r)). Every ``anderson`` epochs the last iterates are extrapolated
+(Anderson acceleration, as skglm's ``AndersonCD``; Bertrand and Massias, AISTATS 2021)
+and the extrapolated point is kept only where it lowers F, so that no epoch and no
+extrapolation raises the objective.
+"""
+import numpy as np
+from numba import njit
+
+from ..penalties import soft_threshold
+
+
+@njit(cache=True, inline="always")
+def _column_dot(indptr, rows, data, c, r):
+    acc = 0.0
+    for k in range(indptr[c], indptr[c + 1]):
+        acc += data[k] * r[rows[k]]
+    return acc
+
+
+@njit(cache=True)
+def lasso_objective(w, r, n_lam, weights):
+    """F(w, b) = 1/2 ||r||^2 + n lam sum_q v_q |w_q| at the residual r of (w, b)."""
+    penalty = 0.0
+    for q in range(w.shape[0]):
+        penalty += weights[q] * abs(w[q])
+    return 0.5 * np.dot(r, r) + n_lam * penalty
+
+
+@njit(cache=True)
+def lasso_dual_gap(indptr, rows, data, cols, w, r, y, n_lam, weights):
+    """F(w, b) - D(u) with u = r min(1, n lam / max_q |A_q^T r| / v_q): a certificate of
+    the working-set subproblem (its dual point is feasible there)."""
+    dual_norm = 0.0
+    for q in range(cols.shape[0]):
+        if weights[q] > 0.0:
+            dual_norm = max(dual_norm,
+                            abs(_column_dot(indptr, rows, data, cols[q], r)) / weights[q])
+    scale = 1.0 if dual_norm <= n_lam else n_lam / dual_norm
+    dual = 0.0
+    for i in range(r.shape[0]):
+        d = y[i] - scale * r[i]
+        dual += y[i] * y[i] - d * d
+    return lasso_objective(w, r, n_lam, weights) - 0.5 * dual
+
+
+@njit(cache=True)
+def _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, sq_norms, fit_intercept):
+    """One pass of exact coordinate minimisation over the columns, then the intercept;
+    returns the intercept's move."""
+    for q in range(cols.shape[0]):
+        c = cols[q]
+        if sq_norms[q] <= 0.0:
+            continue
+        old = w[q]
+        new = soft_threshold(old + _column_dot(indptr, rows, data, c, r) / sq_norms[q],
+                             n_lam * weights[q] / sq_norms[q])
+        if new != old:
+            delta = new - old
+            w[q] = new
+            for k in range(indptr[c], indptr[c + 1]):
+                r[rows[k]] -= delta * data[k]
+    shift = 0.0
+    if fit_intercept:
+        shift = np.sum(r) / r.shape[0]
+        r -= shift
+    return shift
+
+
+@njit(cache=True)
+def _extrapolate(past_w, past_r, past_b, out_w, out_r):
+    """Anderson's combination c (sum 1) of the K + 1 stored iterates minimising the norm
+    of the combined successive differences; writes it to out_w, out_r and returns its
+    intercept, or NaN where the differences' Gram matrix is singular."""
+    k_plus = past_w.shape[0]
+    k = k_plus - 1
+    m = past_w.shape[1]
+    diffs = np.empty((k, m + 1))
+    for t in range(k):
+        for q in range(m):
+            diffs[t, q] = past_w[t + 1, q] - past_w[t, q]
+        diffs[t, m] = past_b[t + 1] - past_b[t]
+    gram = diffs @ diffs.T
+    ridge = 1e-10 * max(np.trace(gram), 1e-300)
+    for t in range(k):
+        gram[t, t] += ridge
+    try:
+        c = np.linalg.solve(gram, np.ones(k))
+    except Exception:       # noqa: BLE001 - numba raises a plain LinAlgError
+        return np.nan
+    total = np.sum(c)
+    if not np.isfinite(total) or total == 0.0:
+        return np.nan
+    c /= total
+    out_w[:] = 0.0
+    out_r[:] = 0.0
+    b = 0.0
+    for t in range(k):
+        out_w += c[t] * past_w[t + 1]
+        out_r += c[t] * past_r[t + 1]
+        b += c[t] * past_b[t + 1]
+    return b
+
+
+@njit(cache=True, nogil=True)
+def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, n_lam, weights, sq_norms,
+                         fit_intercept, tol, max_epochs, anderson, check_every):
+    """Epochs of coordinate descent on the working set ``cols`` from (w, b) with residual
+    r = y - A_ws w - b (the working set holds every non-zero), w and r updated in place,
+    until the subproblem's gap (``lasso_dual_gap``) is at most ``tol`` (checked every
+    ``check_every`` epochs) or ``max_epochs`` passed. ``anderson``: iterates per
+    extrapolation (0: none); sq_norms[q] = ||A_q||^2, weights[q] = v_q. Returns (b,
+    epochs, gap, extrapolations kept)."""
+    m = cols.shape[0]
+    n = r.shape[0]
+    keep = anderson + 1 if anderson > 0 else 1
+    past_w = np.empty((keep, m))
+    past_r = np.empty((keep, n))
+    past_b = np.empty(keep)
+    try_w = np.empty(m)
+    try_r = np.empty(n)
+    stored = 0
+    accepted = 0
+    gap = np.inf
+    epoch = 0
+    while epoch < max_epochs:
+        b += _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, sq_norms,
+                          fit_intercept)
+        epoch += 1
+        if anderson > 0:
+            past_w[stored] = w
+            past_r[stored] = r
+            past_b[stored] = b
+            stored += 1
+            if stored == keep:
+                stored = 0
+                try_b = _extrapolate(past_w, past_r, past_b, try_w, try_r)
+                if np.isfinite(try_b) and lasso_objective(try_w, try_r, n_lam, weights) < \
+                        lasso_objective(w, r, n_lam, weights):
+                    w[:] = try_w
+                    r[:] = try_r
+                    b = try_b
+                    accepted += 1
+        if epoch % check_every == 0 or epoch == max_epochs:
+            gap = lasso_dual_gap(indptr, rows, data, cols, w, r, y, n_lam, weights)
+            if gap <= tol:
+                break
+    return b, epoch, gap, accepted

@@ -1,0 +1,142 @@
+"""The working-set method (``method="working_set"``): coordinate descent with Anderson
+extrapolation on a working set inside the certified DDSS loop, against scikit-learn."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.linear_model import Lasso as SkLasso
+
+import asyncopt
+from asyncopt.data import load_libsvm
+from asyncopt.kernels.working_set import lasso_objective, lasso_working_set_cd
+from asyncopt.penalties import L1
+from asyncopt.problem import Problem
+from asyncopt.solvers.ddss import solve_ddss
+from asyncopt.solvers.pse import column_major
+from asyncopt.solvers.working_set import violation_scores, working_set
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
+
+
+def correlated_data(n=60, p=150, seed=0, density=0.3):
+    """n << p, columns correlated through shared factors: the regime of text data."""
+    rng = np.random.default_rng(seed)
+    factors = rng.standard_normal((n, 8))
+    X = factors @ rng.standard_normal((8, p)) + 0.5 * rng.standard_normal((n, p))
+    X *= rng.random((n, p)) < density
+    coef = np.zeros(p)
+    coef[rng.choice(p, 6, replace=False)] = rng.standard_normal(6) * 3
+    y = X @ coef + 0.1 * rng.standard_normal(n) + 1.5
+    return X, y
+
+
+def objective(X, y, coef, b, alpha):
+    r = y - X @ coef - b
+    return 0.5 * np.mean(r ** 2) + alpha * np.abs(coef).sum()
+
+
+def sklearn_solution(X, y, alpha, fit_intercept):
+    sk = SkLasso(alpha=alpha, fit_intercept=fit_intercept, tol=1e-14,
+                 max_iter=1_000_000).fit(X, y)
+    return sk.coef_, float(sk.intercept_)
+
+
+@pytest.mark.parametrize("layout", ["dense", "csr", "csc"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("ratio", [0.1, 0.01])
+def test_reaches_sklearns_objective_and_its_gap_is_a_certificate(layout, fit_intercept,
+                                                                  ratio):
+    X, y = correlated_data(seed=int(ratio * 100) + fit_intercept)
+    data = {"dense": X, "csr": sp.csr_matrix(X), "csc": sp.csc_matrix(X)}[layout]
+    alpha = ratio * Problem(X, y, "squared", L1(X.shape[1]), 1.0,
+                            fit_intercept).lam_max()
+    est = asyncopt.Lasso(alpha=alpha, fit_intercept=fit_intercept, tol=1e-10,
+                         method="working_set", max_epochs=1000).fit(data, y)
+    coef, b = sklearn_solution(X, y, alpha, fit_intercept)
+    ours = objective(X, y, est.coef_, est.intercept_, alpha)
+    theirs = objective(X, y, coef, b, alpha)
+    assert abs(ours - theirs) <= 1e-6 * theirs
+    # the reported gap bounds the distance to the optimum (sklearn's within 1e-14)
+    assert ours - theirs <= est.dual_gap_ + 1e-12 * theirs
+    assert est.dual_gap_ <= 1e-10 * est.history_[0]["primal"]
+    assert np.count_nonzero(est.coef_) > 0
+
+
+def test_screening_keeps_every_feature_of_the_solution():
+    """What the outer loop's gap-safe screening removed is zero in sklearn's solution
+    to 1e-14, and the records' P never rises: the working-set step only lowers F."""
+    X, y = correlated_data(n=80, p=400, seed=3)
+    problem = Problem(sp.csr_matrix(X), y, "squared", L1(400), 1.0, True)
+    problem = problem.with_lam(0.02 * problem.lam_max())
+    result = solve_ddss(problem, tol=1e-10, inner="working_set", support_newton=False,
+                        max_epochs=1000)
+    assert result.converged
+    assert result.active_features.shape[0] < 400        # screening removed some
+    coef, _ = sklearn_solution(X, y, problem.lam, True)
+    removed = np.setdiff1d(np.arange(400), result.active_features)
+    np.testing.assert_array_equal(coef[removed], 0.0)
+    primal = [record["primal"] for record in result.history]
+    assert all(later <= earlier * (1 + 1e-12) for earlier, later in
+               zip(primal, primal[1:]))
+    assert max(r["working_set"] or 0 for r in result.history) < 400
+
+
+def test_epochs_and_extrapolations_never_raise_the_subproblems_objective():
+    """lasso_working_set_cd run for 1, 2, ..., 40 epochs from one start (deterministic):
+    F falls with every epoch count, extrapolations are kept, and the residual it keeps
+    is y - A w - b exactly."""
+    X, y = correlated_data(n=50, p=120, seed=5, density=0.6)
+    indptr, rows, data = column_major(Problem(sp.csr_matrix(X), y, "squared", L1(120),
+                                              1.0, True).full_active_set())
+    # the problem's rows are shuffled: rebuild y and X in its order from the CSC
+    csc = sp.csc_matrix((data, rows, indptr), shape=X.shape)
+    order_y = Problem(sp.csr_matrix(X), y, "squared", L1(120), 1.0, True) \
+        .full_active_set().y
+    cols = np.arange(0, 120, 2, dtype=np.int64)
+    sq = np.asarray(csc.multiply(csc).sum(axis=0)).ravel()[cols]
+    n_lam = 0.05 * np.max(np.abs(csc.T @ (order_y - order_y.mean())))
+    weights = np.ones(cols.shape[0])
+    values, kept = [], 0
+    for epochs in range(1, 41):
+        w, r = np.zeros(cols.shape[0]), order_y - order_y.mean()
+        b, done, _, kept = lasso_working_set_cd(indptr, rows, data, cols, w, r,
+                                                float(order_y.mean()), order_y, n_lam,
+                                                weights, sq, True, 0.0, epochs, 5, 10)
+        assert done == epochs
+        np.testing.assert_allclose(r, order_y - csc[:, cols] @ w - b, atol=1e-10)
+        values.append(lasso_objective(w, r, n_lam, weights))
+    assert all(later <= earlier + 1e-12 for earlier, later in zip(values, values[1:]))
+    assert kept > 0
+
+
+def test_the_working_set_holds_the_support_then_the_worst_violators():
+    x = np.array([0.0, 1.0, 0.0, 0.0, -2.0, 0.0] + [0.0] * 14)
+    correlation = np.zeros(20)
+    correlation[[0, 2, 3, 7]] = [5.0, 9.0, 1.5, 30.0]   # -grad * n
+    scores = violation_scores(x, correlation, 1.0, 1.0, np.ones(20))
+    assert scores[7] == 29.0 and scores[3] == 0.5 and scores[5] == 0.0
+    assert scores[1] == 1.0 and scores[4] == 1.0     # |grad + lam sign(x)| at x != 0
+    ws = working_set(x, scores)                      # max(10, 2 nnz) = 10 at most
+    np.testing.assert_array_equal(ws, [0, 1, 2, 3, 4, 7])
+    scores[10:] = 0.1
+    assert working_set(x, scores).shape[0] == 10
+
+
+def test_other_problems_are_refused_in_one_line():
+    X, y = correlated_data()
+    with pytest.raises(ValueError, match="working_set"):
+        asyncopt.SparseLogisticRegression(alpha=0.01, method="working_set").fit(
+            X, np.sign(y - np.median(y)))
+
+
+@pytest.mark.skipif(not (REAL / "dexter.svm.xz").exists(), reason="no shared real data")
+def test_dexter_matches_sklearn():
+    """Real text data, n << p (300 x 7,751), at 0.01 lam_max."""
+    X, y = load_libsvm(str(REAL / "dexter.svm.xz"))
+    alpha = 0.01 * Problem(X, y, "squared", L1(X.shape[1]), 1.0, True).lam_max()
+    est = asyncopt.Lasso(alpha=alpha, tol=1e-9, method="working_set").fit(X, y)
+    coef, b = sklearn_solution(X, y, alpha, True)
+    Xd = X.toarray()
+    theirs = objective(Xd, y, coef, b, alpha)
+    assert abs(objective(Xd, y, est.coef_, est.intercept_, alpha) - theirs) <= 1e-6 * theirs
