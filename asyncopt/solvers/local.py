@@ -12,7 +12,7 @@ from ..newton.kernels import HessianCache
 from ..runtime import blas_threads_beside
 from .ddss import epoch_rows
 from .serial import SerialInnerLoop
-from .working_set import ColumnStore, lasso_step
+from .working_set import ColumnStore, step
 
 
 class LocalBackend:
@@ -113,11 +113,11 @@ class LocalBackend:
         return self.inner_loop.run_saga(active, x, intercept, step, samples)
 
     def working_set_step(self, x, cert, gap):
-        """The working-set step (``working_set.lasso_step``) to a fraction of ``gap``;
+        """The working-set step (``working_set.step``) to a fraction of ``gap``;
         the data by column is made at the first call."""
         if self.columns is None:
             self.columns = ColumnStore(self.active, self.n_original)
-        return lasso_step(self.columns, self.active, x, cert, gap)
+        return step(self.columns, self.active, x, cert, gap)
 
     def record(self):
         """Nothing beyond the driver's record: no bytes, no messages."""

@@ -1,4 +1,4 @@
-"""The working-set inner step of DDSS (``method="working_set"``).
+"""The working-set inner step of DDSS (``method="working_set"``, L1 penalties).
 
 Between two certificates of the outer loop (duality gap and gap-safe screening on every
 active feature, ``ddss.Driver``), this step solves the problem restricted to a working
@@ -10,31 +10,35 @@ set W of features, to a fraction of the outer gap:
 - W: every non-zero of x, then the zeros of largest positive score, up to
   max(FIRST_SIZE, 2 nnz(x)) features (skglm's rule: the set grows geometrically while
   the support does);
-- the subproblem on W: cyclic coordinate descent with Anderson extrapolation
-  (``kernels.working_set``) until its own duality gap is at most INNER_FRACTION times
-  the outer gap (celer's inner tolerance, Massias et al., ICML 2018).
+- the subproblem on W, until its own duality gap is at most INNER_FRACTION times the
+  outer gap (celer's inner tolerance, Massias et al., ICML 2018): for the squared loss
+  cyclic coordinate descent with Anderson extrapolation, for the others proximal Newton
+  steps (coordinate descent on the second-order model, then a line search), both in
+  ``kernels.working_set``.
 
 The features outside W stay at zero, so the outer certificate that follows is the full
 problem's: nothing this step does changes what DDSS certifies.
 """
 import numpy as np
 
-from ..kernels.working_set import lasso_working_set_cd
+from ..kernels.working_set import lasso_working_set_cd, prox_newton_working_set
 
 FIRST_SIZE = 10          # skglm's p0
 INNER_FRACTION = 0.3     # celer's and skglm's tol_in / gap
 ANDERSON = 5             # iterates per extrapolation (skglm's K)
 CHECK_EVERY = 10         # epochs between two gaps of the subproblem
 MAX_INNER_EPOCHS = 10_000
+MAX_NEWTON_STEPS = 50
+MAX_CD_PASSES = 20       # skglm's max_cd_iter: passes of the Newton direction's CD
 
 
 def supports(problem):
-    """Whether the working-set step solves ``problem`` (the squared loss with the L1
-    penalty); None if so, else the reason, one line."""
-    if problem.loss.quadratic and problem.penalty.kernels == "l1":
+    """Whether the working-set step solves ``problem`` (the L1 penalty, any loss); None
+    if so, else the reason, one line."""
+    if problem.penalty.kernels == "l1":
         return None
-    return ("method 'working_set' solves the Lasso (squared loss, L1 penalty); use "
-            "method='ddss' for this problem")
+    return ("method 'working_set' solves L1-penalized problems; use method='ddss' for "
+            "the group penalty")
 
 
 def violation_scores(x, correlation, n, lam, weights):
@@ -73,19 +77,28 @@ class ColumnStore:
         return self.column_of[features]
 
 
-def lasso_step(store, active, x, cert, outer_gap):
+def step(store, active, x, cert, outer_gap):
     """The working-set step from x at its certificate ``cert`` (on ``active``) ->
-    (x, b, epochs, working-set size); x is updated in place."""
+    (x, b, inner epochs or Newton steps, working-set size); x is updated in place.
+    Squared loss: coordinate descent with Anderson extrapolation; other losses:
+    proximal Newton steps."""
     prob = active.problem
     n = prob.n_samples
     scores = violation_scores(x, cert.correlation, n, prob.lam, active.weights)
     ws = working_set(x, scores)
     w = x[ws].copy()
-    r = cert.rho.copy()                      # y - A x - b for the squared loss
-    b, epochs, _, _ = lasso_working_set_cd(
-        store.indptr, store.rows, store.data, store.columns(active.features[ws]), w, r,
-        float(cert.intercept), active.y, n * prob.lam, active.weights[ws],
-        active.column_sq_norms[ws], prob.fit_intercept, INNER_FRACTION * n * outer_gap,
-        MAX_INNER_EPOCHS, ANDERSON, CHECK_EVERY)
+    cols = store.columns(active.features[ws])
+    tol = INNER_FRACTION * n * outer_gap
+    if prob.loss.quadratic:
+        r = cert.rho.copy()                      # y - A x - b for the squared loss
+        b, epochs, _, _ = lasso_working_set_cd(
+            store.indptr, store.rows, store.data, cols, w, r, float(cert.intercept),
+            active.y, n * prob.lam, active.weights[ws], active.column_sq_norms[ws],
+            prob.fit_intercept, tol, MAX_INNER_EPOCHS, ANDERSON, CHECK_EVERY)
+    else:
+        b, epochs, _ = prox_newton_working_set(
+            store.indptr, store.rows, store.data, cols, w, cert.z.copy(),
+            float(cert.intercept), active.y, prob.loss.code, n * prob.lam,
+            active.weights[ws], prob.fit_intercept, tol, MAX_NEWTON_STEPS, MAX_CD_PASSES)
     x[ws] = w
     return x, float(b), int(epochs), int(ws.shape[0])
