@@ -167,13 +167,15 @@ def test_prox_newton_steps_never_raise_the_subproblems_objective():
     indptr, rows, data = column_major(active)
     csc = sp.csc_matrix((data, rows, indptr), shape=X.shape)
     cols = np.arange(0, 80, 2, dtype=np.int64)
+    sq = np.asarray(csc.multiply(csc).sum(axis=0)).ravel()[cols]
     n_lam = 0.02 * np.max(np.abs(csc.T @ active.y)) / 2
     weights = np.ones(cols.shape[0])
     values = []
     for steps in range(1, 13):
         w, z = np.zeros(cols.shape[0]), np.zeros(60)
         b, done, _ = prox_newton_working_set(indptr, rows, data, cols, w, z, 0.0, active.y,
-                                             1, n_lam, weights, True, 0.0, steps, 20)
+                                             1, n_lam, weights, sq, 0.25, True, 0.0,
+                                             steps, 20)
         np.testing.assert_allclose(z, csc[:, cols] @ w + b, atol=1e-10)
         values.append(np.sum(np.logaddexp(0.0, -active.y * z)) + n_lam * np.abs(w).sum())
     assert all(later <= earlier + 1e-12 for earlier, later in zip(values, values[1:]))

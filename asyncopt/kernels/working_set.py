@@ -256,16 +256,55 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
     return db
 
 
+@njit(cache=True)
+def _majorized_pass(indptr, rows, data, cols, w, z, b, y, code, n_lam, weights, sq_norms,
+                    curvature, fit_intercept):
+    """One pass of coordinate descent on the majorizer f'' <= ``curvature`` (the loss's
+    Lipschitz constant): w_q <- ST(w_q - A_q^T f'(z) / L_q, n lam v_q / L_q) with
+    L_q = curvature ||A_q||^2, then the intercept; each update minimises an upper bound
+    of n P that is tight at the current point, so none raises n P. Returns (b, whether
+    anything moved)."""
+    moved = False
+    for q in range(cols.shape[0]):
+        lipschitz = curvature * sq_norms[q]
+        if lipschitz <= 0.0:
+            continue
+        c = cols[q]
+        g = 0.0
+        for k in range(indptr[c], indptr[c + 1]):
+            g += data[k] * loss_derivative(code, z[rows[k]], y[rows[k]])
+        new = soft_threshold(w[q] - g / lipschitz, n_lam * weights[q] / lipschitz)
+        if new != w[q]:
+            step = new - w[q]
+            w[q] = new
+            moved = True
+            for k in range(indptr[c], indptr[c + 1]):
+                z[rows[k]] += step * data[k]
+    if fit_intercept:
+        g = 0.0
+        for i in range(z.shape[0]):
+            g += loss_derivative(code, z[i], y[i])
+        step = -g / (curvature * z.shape[0])
+        if step != 0.0:
+            b += step
+            z += step
+            moved = True
+    return b, moved
+
+
 @njit(cache=True, nogil=True)
 def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, code, n_lam, weights,
-                            fit_intercept, tol, max_steps, max_passes):
+                            sq_norms, curvature, fit_intercept, tol, max_steps,
+                            max_passes):
     """Proximal Newton steps on the working set ``cols`` from (w, b) at margins
     z = A_ws w + b (the working set holds every non-zero), w and z updated in place:
     the direction minimises the loss's second-order model plus the penalty by
     coordinate descent (``_newton_direction``), then a backtracking line search halves
-    the step until n P falls (so no step raises it); until the subproblem's gap
-    (``working_set_gap``) is at most ``tol`` or ``max_steps`` steps. skglm's
-    ``ProxNewton`` and liblinear's newGLMNET are this method. Returns (b, steps, gap)."""
+    the step until n P falls (so no step raises it), and where no step does, one pass
+    of ``_majorized_pass`` (sq_norms[q] = ||A_q||^2, ``curvature`` >= f''); until the
+    subproblem's gap (``working_set_gap``) is at most ``tol`` or ``max_steps`` steps.
+    skglm's ``ProxNewton`` and liblinear's newGLMNET are this method. Returns (b,
+    steps, gap)."""
     n = z.shape[0]
     m = cols.shape[0]
     grad, hess = np.empty(n), np.empty(n)
@@ -290,8 +329,12 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, code, n_lam, w
                 break
             t *= 0.5
         steps += 1
-        if not moved:
-            break
+        if not moved:       # the model misleads (f'' ~ 0 on separated rows): majorize
+            b, moved = _majorized_pass(indptr, rows, data, cols, w, z, b, y, code, n_lam,
+                                       weights, sq_norms, curvature, fit_intercept)
+            if not moved:
+                break
+            continue
         for q in range(m):
             w[q] += t * delta[q]
         for i in range(n):

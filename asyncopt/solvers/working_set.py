@@ -99,6 +99,7 @@ def step(store, active, x, cert, outer_gap):
         b, epochs, _ = prox_newton_working_set(
             store.indptr, store.rows, store.data, cols, w, cert.z.copy(),
             float(cert.intercept), active.y, prob.loss.code, n * prob.lam,
-            active.weights[ws], prob.fit_intercept, tol, MAX_NEWTON_STEPS, MAX_CD_PASSES)
+            active.weights[ws], active.column_sq_norms[ws], prob.loss.lipschitz,
+            prob.fit_intercept, tol, MAX_NEWTON_STEPS, MAX_CD_PASSES)
     x[ws] = w
     return x, float(b), int(epochs), int(ws.shape[0])
