@@ -1,0 +1,251 @@
+"""asyncopt against the solvers people use, on real data: time until P - P* <= 1e-6 P(0).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_real.py                 # ~10 minutes
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_real.py --data dexter --loss squared
+
+Rows: the data sets of ``../shared/data/real`` (dexter, leukemia, rcv1s, reuters; with
+``--more``, CTR 200,000 x 100,000 and a9a degree 2 and 3), the Lasso and L1 logistic
+regression, both with an intercept, at 0.1, 0.01 and 0.001 lam_max. Labels in {-1, +1}
+are the Lasso's response as they are.
+
+Solvers, each a fit from scratch on a ladder of its own tolerances, loosest first; its
+time is that of the first fit that reaches the target (``common.tolerance_sequence``),
+after one untimed warm-up fit (numba compilation, imports):
+  - asyncopt: the ``asyncopt.Lasso`` / ``SparseLogisticRegression`` estimators, serial,
+    with ``--method`` (default "working_set");
+  - skglm (``Lasso``, ``SparseLogisticRegression``), celer (``Lasso``; its logistic
+    model fits no intercept, so no row), scikit-learn (``Lasso``, coordinate descent;
+    ``LogisticRegression(penalty="l1", solver="liblinear")``, whose intercept is
+    penalised, intercept_scaling 100 making that negligible);
+  - glmnet: the ``glmnet`` package (python-glmnet) where it imports; its sdist needs a
+    Fortran compiler, so it is reported as missing elsewhere.
+Every solver is judged by one objective, P(w, b) = (1/n) sum f(y_i, a_i^T w + b) +
+lam ||w||_1 (f squared / 2 or logistic), with b refitted exactly (asyncopt's certificate),
+so no solver loses by its intercept. P* is the least P any run reached, asyncopt's run at
+a certified relative gap of 1e-10 (so within 1e-10 P(0) of the optimum) among them.
+
+Output: a table (seconds per solver, the fastest peer, asyncopt / fastest peer),
+``results/bench_real.json`` (the machine, every fit of every ladder) and
+``results/bench_real.png`` (seconds per row, log scale, one bar per solver).
+"""
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks.common import (RESULTS_DIR, format_table, machine_info,  # noqa: E402
+                               quiet_warnings, tolerance_sequence, write_json)
+
+REAL = os.path.join(os.path.dirname(ROOT), "shared", "data", "real")
+DATA = ("dexter", "leukemia", "rcv1s", "reuters")
+MORE = ("ctr", "a9a_d2", "a9a_d3")
+RATIOS = (0.1, 0.01, 0.001)
+TARGET = 1e-6
+LADDER = tuple(10.0 ** -k for k in range(2, 13))
+PEERS = ("skglm", "celer", "sklearn", "glmnet")
+
+
+def load(name):
+    """(X CSR or dense, y in {-1, +1}) of one data set."""
+    from asyncopt.data import load_a9a, load_libsvm, make_ctr
+    if name == "ctr":
+        X, y, _ = make_ctr(200_000, 100_000, nnz_per_row=30, random_state=0)
+        return X, np.where(y > 0, 1.0, -1.0)
+    if name.startswith("a9a_d"):
+        return load_a9a(degree=int(name[-1]))
+    return load_libsvm(os.path.join(REAL, f"{name}.svm.xz"))
+
+
+class Row:
+    """One problem: data, loss, lam; ``suboptimality(coef, b)`` = (P - P*) / P(0) once
+    ``best`` (P*) is known."""
+
+    def __init__(self, X, y, loss, ratio):
+        from asyncopt.penalties import L1
+        from asyncopt.problem import Problem
+        self.X, self.y, self.loss, self.ratio = X, y, loss, ratio
+        full = Problem(X, y, loss, L1(X.shape[1]), 1.0, True)
+        self.lam = ratio * full.lam_max()
+        self.problem = full.with_lam(self.lam)
+        self.p0 = self.problem.null_objective()
+        self.best = math.inf
+
+    def primal(self, coef, b):
+        coef = np.ascontiguousarray(np.ravel(coef), dtype=np.float64)
+        return self.problem.certificate(coef, float(b)).primal
+
+    def offer(self, coef, b):
+        value = self.primal(coef, b)
+        self.best = min(self.best, value)
+        return value
+
+
+def asyncopt_fit(row, method):
+    from asyncopt import Lasso, SparseLogisticRegression
+    model = Lasso if row.loss == "squared" else SparseLogisticRegression
+
+    def fit(tol):
+        est = model(alpha=row.lam, tol=tol, method=method, max_epochs=100_000).fit(
+            row.X, row.y)
+        return est.coef_.ravel(), float(np.ravel(est.intercept_)[0]), {}
+    return fit
+
+
+def peer_fit(row, peer):
+    """fit(tol) -> (coef, intercept, {}) of one peer, or None where it has no model."""
+    n = row.X.shape[0]
+    if peer == "skglm":
+        import skglm
+        if row.loss == "squared":
+            return lambda tol: _sk(skglm.Lasso(alpha=row.lam, tol=tol, max_iter=1000,
+                                               fit_intercept=True), row)
+        return lambda tol: _sk(skglm.SparseLogisticRegression(
+            alpha=row.lam, tol=tol, max_iter=1000, fit_intercept=True), row)
+    if peer == "celer":
+        if row.loss != "squared":
+            return None
+        import celer
+        return lambda tol: _sk(celer.Lasso(alpha=row.lam, tol=tol, max_iter=1000,
+                                           fit_intercept=True), row)
+    if peer == "sklearn":
+        from sklearn.linear_model import Lasso, LogisticRegression
+        if row.loss == "squared":
+            return lambda tol: _sk(Lasso(alpha=row.lam, tol=tol, max_iter=1_000_000), row)
+        return lambda tol: _sk(LogisticRegression(
+            penalty="l1", solver="liblinear", C=1.0 / (n * row.lam), tol=tol,
+            intercept_scaling=100.0, max_iter=1_000_000), row)
+    if peer == "glmnet":
+        try:
+            import glmnet
+        except ImportError:
+            return None
+        if row.loss == "squared":
+            return lambda tol: _glmnet(glmnet.ElasticNet(alpha=1.0, lambda_path=[row.lam],
+                                                         tol=tol, standardize=False,
+                                                         n_splits=0), row)
+        return lambda tol: _glmnet(glmnet.LogitNet(alpha=1.0, lambda_path=[row.lam],
+                                                   tol=tol, standardize=False,
+                                                   n_splits=0), row)
+    raise ValueError(peer)
+
+
+def _sk(est, row):
+    with quiet_warnings():
+        est.fit(row.X, row.y)
+    return np.ravel(est.coef_), float(np.ravel(est.intercept_)[0]) \
+        if np.size(est.intercept_) else 0.0, {}
+
+
+def _glmnet(est, row):
+    est.fit(row.X, row.y)
+    return np.ravel(est.coef_), float(np.ravel(est.intercept_)[0]), {}
+
+
+def measure(row, name, fit, cap):
+    """The ladder of one solver after a warm-up fit, stopped at the first fit within
+    TARGET of P* (``row.best``, already within 1e-10 P(0) of the optimum: asyncopt's
+    certified reference)."""
+    fit(LADDER[0])
+    return tolerance_sequence(
+        name, fit, lambda coef, b: (row.offer(coef, b) - row.best) / row.p0, TARGET,
+        LADDER, cap=cap)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", nargs="+", default=list(DATA))
+    ap.add_argument("--more", action="store_true", help="add " + ", ".join(MORE))
+    ap.add_argument("--loss", nargs="+", default=["squared", "logistic"])
+    ap.add_argument("--ratios", nargs="+", type=float, default=list(RATIOS))
+    ap.add_argument("--method", default=None, help="asyncopt's method (default: above)")
+    ap.add_argument("--peers", nargs="+", default=list(PEERS))
+    ap.add_argument("--cap", type=float, default=60.0, help="seconds per fit at most")
+    ap.add_argument("--output", default=os.path.join(RESULTS_DIR, "bench_real.json"))
+    args = ap.parse_args(argv)
+    names = list(args.data) + (list(MORE) if args.more else [])
+    rows, table = [], []
+    for name in names:
+        X, y = load(name)
+        for loss in args.loss:
+            for ratio in args.ratios:
+                row = Row(X, y, loss, ratio)
+                method = args.method or "working_set"
+                reference = asyncopt_fit(row, method)(1e-10)
+                row.offer(*reference[:2])
+                results, times = {}, {}
+                for solver in ("asyncopt",) + tuple(args.peers):
+                    fit = asyncopt_fit(row, method) if solver == "asyncopt" else \
+                        peer_fit(row, solver)
+                    if fit is None:
+                        results[solver] = {"available": False, "seconds": None}
+                        continue
+                    run = measure(row, solver, fit, args.cap)
+                    times[solver] = run.time if run.reached else None
+                    results[solver] = {"seconds": times[solver], "runs": run.runs,
+                                       "error": run.error}
+                peer_times = [t for s, t in times.items() if s != "asyncopt" and t]
+                fastest = min(peer_times) if peer_times else None
+                ours = times.get("asyncopt")
+                rows.append({"data": name, "loss": loss, "ratio": ratio, "lam": row.lam,
+                             "n": X.shape[0], "p": X.shape[1], "P_star": row.best,
+                             "P0": row.p0, "method": method, "solvers": results,
+                             "fastest_peer_s": fastest,
+                             "asyncopt_over_fastest": ours / fastest
+                             if ours and fastest else None})
+                table.append([name, "Lasso" if loss == "squared" else "L1 logistic",
+                              f"{ratio:g}"] +
+                             [_cell(results[s]) for s in ("asyncopt",) + tuple(args.peers)] +
+                             [f"{ours / fastest:.2f}" if ours and fastest else "-"])
+                print(format_table(["data", "model", "lam/lam_max", "asyncopt",
+                                    *args.peers, "ours/best"], table[-1:]), flush=True)
+    print()
+    print(format_table(["data", "model", "lam/lam_max", "asyncopt", *args.peers,
+                        "ours/best"], table))
+    payload = {"benchmark": "bench_real", "machine": machine_info(("skglm", "celer",
+                                                                    "sklearn")),
+               "target": TARGET, "ladder": LADDER, "rows": rows}
+    write_json(args.output, payload)
+    plot(rows, ("asyncopt",) + tuple(args.peers), args.output.replace(".json", ".png"))
+    print(f"wrote {args.output}")
+
+
+def _cell(res):
+    if not res.get("available", True):
+        return "n/a"
+    return "-" if res["seconds"] is None else f"{res['seconds']:.3f}"
+
+
+def plot(rows, solvers, path):
+    """Seconds per row (log scale), one bar per solver; a missing bar: not reached."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(rows)), 4.5))
+    width = 0.8 / len(solvers)
+    for k, solver in enumerate(solvers):
+        values = [r["solvers"].get(solver, {}).get("seconds") or np.nan for r in rows]
+        ax.bar(np.arange(len(rows)) + k * width, values, width, label=solver)
+    ax.set_xticks(np.arange(len(rows)) + 0.4 - width / 2)
+    ax.set_xticklabels([f"{r['data']}\n{'Lasso' if r['loss'] == 'squared' else 'logit'}"
+                        f" {r['ratio']:g}" for r in rows], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel(f"seconds to P - P* <= {TARGET:g} P(0)")
+    ax.legend(fontsize=8)
+    ax.set_title(f"bench_real, {time.strftime('%Y-%m-%d')}, {os.uname().nodename}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
