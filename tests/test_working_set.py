@@ -128,6 +128,7 @@ def logistic_objective(X, y, coef, b, alpha):
     return np.mean(np.logaddexp(0.0, -y * (X @ coef + b))) + alpha * np.abs(coef).sum()
 
 
+@pytest.mark.filterwarnings("ignore:'@' is faster")      # inside skglm's solver
 @pytest.mark.parametrize("layout", ["dense", "csr", "csc"])
 @pytest.mark.parametrize("fit_intercept", [True, False])
 def test_l1_logistic_reaches_the_peers_objective(layout, fit_intercept):
