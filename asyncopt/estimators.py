@@ -165,11 +165,11 @@ _COMMON_DOC = """
     fit_intercept : fit an unpenalized intercept b.
     tol : relative duality gap target: stop when G <= tol * P(0).
     max_epochs : maximum number of outer iterations (each about one pass over the rows).
-    method : "ddss" (sparse prox-SVRG), "working_set" (L1 penalties: between two
-        certificates, the problem on a working set of the support and the worst
-        violators, by coordinate descent with Anderson extrapolation for the squared
-        loss, by proximal Newton steps for the logistic loss; serial and threads
-        backends),
+    method : "ddss" (sparse prox-SVRG), "working_set" (between two certificates, the
+        problem on a working set of the support and the worst violators, by (block)
+        coordinate descent with Anderson extrapolation for the squared loss, by
+        proximal Newton steps for the L1 logistic loss; not the group logistic model;
+        serial and threads backends),
         "ddss_naive" (plain stochastic prox steps) or the baselines "prox_asaga" (sparse proximal SAGA, no screening),
         "prox_asvrg" (proximal SVRG with dense steps, no screening), "pse_safe" and
         "pse_strong" (one static screening pass, safe sphere or strong rule + KKT check,

@@ -98,15 +98,17 @@ def test_epochs_and_extrapolations_never_raise_the_subproblems_objective():
     sq = np.asarray(csc.multiply(csc).sum(axis=0)).ravel()[cols]
     n_lam = 0.05 * np.max(np.abs(csc.T @ (order_y - order_y.mean())))
     weights = np.ones(cols.shape[0])
+    blocks = np.arange(cols.shape[0] + 1, dtype=np.int64)
     values, kept = [], 0
     for epochs in range(1, 41):
         w, r = np.zeros(cols.shape[0]), order_y - order_y.mean()
         b, done, _, kept = lasso_working_set_cd(indptr, rows, data, cols, w, r,
                                                 float(order_y.mean()), order_y, n_lam,
-                                                weights, sq, True, 0.0, epochs, 5, 10)
+                                                weights, sq, blocks, True, 0.0, epochs,
+                                                5, 10)
         assert done == epochs
         np.testing.assert_allclose(r, order_y - csc[:, cols] @ w - b, atol=1e-10)
-        values.append(lasso_objective(w, r, n_lam, weights))
+        values.append(lasso_objective(w, r, n_lam, weights, blocks))
     assert all(later <= earlier + 1e-12 for earlier, later in zip(values, values[1:]))
     assert kept > 0
 
@@ -115,13 +117,13 @@ def test_the_working_set_holds_the_support_then_the_worst_violators():
     x = np.array([0.0, 1.0, 0.0, 0.0, -2.0, 0.0] + [0.0] * 14)
     correlation = np.zeros(20)
     correlation[[0, 2, 3, 7]] = [5.0, 9.0, 1.5, 30.0]   # -grad * n
-    scores = violation_scores(x, correlation, 1.0, 1.0, np.ones(20))
+    scores = violation_scores(x, correlation, 1.0, 1.0, np.ones(20), np.arange(21))
     assert scores[7] == 29.0 and scores[3] == 0.5 and scores[5] == 0.0
     assert scores[1] == 1.0 and scores[4] == 1.0     # |grad + lam sign(x)| at x != 0
-    ws = working_set(x, scores)                      # max(10, 2 nnz) = 10 at most
+    ws = working_set(np.abs(x), scores)              # max(10, 2 nnz) = 10 at most
     np.testing.assert_array_equal(ws, [0, 1, 2, 3, 4, 7])
     scores[10:] = 0.1
-    assert working_set(x, scores).shape[0] == 10
+    assert working_set(np.abs(x), scores).shape[0] == 10
 
 
 def logistic_objective(X, y, coef, b, alpha):
@@ -186,7 +188,39 @@ def test_prox_newton_steps_never_raise_the_subproblems_objective():
 def test_other_problems_are_refused_in_one_line():
     X, y = correlated_data()
     with pytest.raises(ValueError, match="working_set"):
-        asyncopt.GroupLasso(alpha=0.01, groups=5, method="working_set").fit(X, y)
+        asyncopt.SparseLogisticRegression(alpha=0.01, groups=5, method="working_set").fit(
+            X, np.sign(y - np.median(y)))
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("layout", ["dense", "csr"])
+def test_group_lasso_reaches_celers_objective(fit_intercept, layout):
+    """Block coordinate descent on a working set of groups: celer's GroupLasso objective
+    (tol 1e-12) to 1e-6 relative, groups of 5; the reported gap bounds the distance."""
+    import celer
+    X, y = correlated_data(n=70, p=150, seed=13)
+    if not fit_intercept:
+        y = y - y.mean()
+    data = sp.csr_matrix(X) if layout == "csr" else X
+    groups = 5
+    from asyncopt.penalties import GroupL1
+    alpha = 0.1 * Problem(X, y, "squared", GroupL1(150, groups), 1.0,
+                          fit_intercept).lam_max()
+    est = asyncopt.GroupLasso(alpha=alpha, groups=groups, fit_intercept=fit_intercept,
+                              tol=1e-10, method="working_set", max_epochs=2000).fit(data, y)
+    peer = celer.GroupLasso(groups=groups, alpha=alpha, tol=1e-12, max_iter=1000,
+                            fit_intercept=fit_intercept, weights=np.sqrt(np.full(30, 5.0)))
+    peer.fit(X, y)
+
+    def objective(coef, b):
+        r = y - X @ coef - b
+        norms = np.linalg.norm(coef.reshape(30, 5), axis=1)
+        return 0.5 * np.mean(r ** 2) + alpha * np.sqrt(5.0) * norms.sum()
+    theirs = objective(peer.coef_, float(peer.intercept_))
+    ours = objective(est.coef_, est.intercept_)
+    assert abs(ours - theirs) <= 1e-6 * theirs
+    assert ours - theirs <= est.dual_gap_ + 1e-9 * theirs
+    assert np.count_nonzero(est.coef_) > 0
 
 
 @pytest.mark.skipif(not (REAL / "dexter.svm.xz").exists(), reason="no shared real data")

@@ -3,17 +3,17 @@ method (``solvers.working_set``): for the squared loss, exact coordinate descent
 Anderson extrapolation (below); for other losses, proximal Newton steps
 (``prox_newton_working_set``).
 
-The subproblem is the Lasso restricted to the columns ``cols`` of a CSC matrix (rows in
-the ActiveSet's order), in the scaling of DESIGN 1 multiplied by n:
+The subproblem is the Lasso (or group Lasso) restricted to the columns ``cols`` of a
+CSC matrix (rows in the ActiveSet's order), in the scaling of DESIGN 1 multiplied by n:
 
-    F(w, b) = 1/2 ||r||^2 + n lam sum_q v_q |w_q|,     r = y - A_ws w - b,
+    F(w, b) = 1/2 ||r||^2 + n lam sum_g v_g ||w_g||_2,     r = y - A_ws w - b,
 
-whose Fenchel dual, with u = r scaled into the constraints |A_q^T u| <= n lam v_q (and
+whose Fenchel dual, with u = r scaled into the constraints ||A_g^T u|| <= n lam v_g (and
 1^T u = 0 with an intercept, which a centred r satisfies), is
 D(u) = 1/2 ||y||^2 - 1/2 ||y - u||^2.
 
-One epoch updates every column once in order (exact minimisation along the coordinate,
-w_q <- ST(w_q + A_q^T r / ||A_q||^2, n lam v_q / ||A_q||^2)) and then the intercept
+One epoch updates every block once in order (for one column, exact minimisation along
+it, w_q <- ST(w_q + A_q^T r / ||A_q||^2, n lam v_q / ||A_q||^2)) and then the intercept
 (b <- b + mean(r)). Every ``anderson`` epochs the last iterates are extrapolated
 (Anderson acceleration, as skglm's ``AndersonCD``; Bertrand and Massias, AISTATS 2021)
 and the extrapolated point is kept only where it lowers F, so that no epoch and no
@@ -35,47 +35,85 @@ def _column_dot(indptr, rows, data, c, r):
 
 
 @njit(cache=True)
-def lasso_objective(w, r, n_lam, weights):
-    """F(w, b) = 1/2 ||r||^2 + n lam sum_q v_q |w_q| at the residual r of (w, b)."""
+def lasso_objective(w, r, n_lam, weights, blocks):
+    """F(w, b) = 1/2 ||r||^2 + n lam sum_g v_g ||w_g||_2 at the residual r of (w, b);
+    block g holds w[blocks[g]:blocks[g+1]] (singletons: the L1 norm)."""
     penalty = 0.0
-    for q in range(w.shape[0]):
-        penalty += weights[q] * abs(w[q])
+    if blocks.shape[0] - 1 == w.shape[0]:        # singletons
+        for q in range(w.shape[0]):
+            penalty += weights[q] * abs(w[q])
+    else:
+        for g in range(blocks.shape[0] - 1):
+            sq = 0.0
+            for q in range(blocks[g], blocks[g + 1]):
+                sq += w[q] * w[q]
+            penalty += weights[g] * np.sqrt(sq)
     return 0.5 * np.dot(r, r) + n_lam * penalty
 
 
 @njit(cache=True)
-def lasso_dual_gap(indptr, rows, data, cols, w, r, y, n_lam, weights):
-    """F(w, b) - D(u) with u = r min(1, n lam / max_q |A_q^T r| / v_q): a certificate of
-    the working-set subproblem (its dual point is feasible there)."""
+def lasso_dual_gap(indptr, rows, data, cols, w, r, y, n_lam, weights, blocks):
+    """F(w, b) - D(u) with u = r min(1, n lam / max_g ||A_g^T r||_2 / v_g): a
+    certificate of the working-set subproblem (its dual point is feasible there)."""
     dual_norm = 0.0
-    for q in range(cols.shape[0]):
-        if weights[q] > 0.0:
-            dual_norm = max(dual_norm,
-                            abs(_column_dot(indptr, rows, data, cols[q], r)) / weights[q])
+    for g in range(blocks.shape[0] - 1):
+        if weights[g] > 0.0:
+            start, stop = blocks[g], blocks[g + 1]
+            if stop - start == 1:
+                norm = abs(_column_dot(indptr, rows, data, cols[start], r))
+            else:
+                sq = 0.0
+                for q in range(start, stop):
+                    dot = _column_dot(indptr, rows, data, cols[q], r)
+                    sq += dot * dot
+                norm = np.sqrt(sq)
+            dual_norm = max(dual_norm, norm / weights[g])
     scale = 1.0 if dual_norm <= n_lam else n_lam / dual_norm
     dual = 0.0
     for i in range(r.shape[0]):
         d = y[i] - scale * r[i]
         dual += y[i] * y[i] - d * d
-    return lasso_objective(w, r, n_lam, weights) - 0.5 * dual
+    return lasso_objective(w, r, n_lam, weights, blocks) - 0.5 * dual
 
 
 @njit(cache=True)
-def _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, sq_norms, fit_intercept):
-    """One pass of exact coordinate minimisation over the columns, then the intercept;
-    returns the intercept's move."""
-    for q in range(cols.shape[0]):
-        c = cols[q]
-        if sq_norms[q] <= 0.0:
+def _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, lipschitz, blocks,
+                 fit_intercept, scratch):
+    """One pass over the blocks, then the intercept; returns the intercept's move. A
+    block of one column is minimised exactly along it (lipschitz = ||A_q||^2); a larger
+    block takes the block prox-gradient step w_g <- BST(w_g + A_g^T r / L_g,
+    n lam v_g / L_g) with L_g = ||A_g||_F^2 >= ||A_g||_2^2, which minimises a majorizer
+    of F tight at w, so no update raises F."""
+    for g in range(blocks.shape[0] - 1):
+        start, stop = blocks[g], blocks[g + 1]
+        if lipschitz[g] <= 0.0:
             continue
-        old = w[q]
-        new = soft_threshold(old + _column_dot(indptr, rows, data, c, r) / sq_norms[q],
-                             n_lam * weights[q] / sq_norms[q])
-        if new != old:
-            delta = new - old
-            w[q] = new
-            for k in range(indptr[c], indptr[c + 1]):
-                r[rows[k]] -= delta * data[k]
+        threshold = n_lam * weights[g] / lipschitz[g]
+        if stop - start == 1:
+            c = cols[start]
+            old = w[start]
+            new = soft_threshold(old + _column_dot(indptr, rows, data, c, r) / lipschitz[g],
+                                 threshold)
+            if new != old:
+                delta = new - old
+                w[start] = new
+                for k in range(indptr[c], indptr[c + 1]):
+                    r[rows[k]] -= delta * data[k]
+            continue
+        sq = 0.0
+        for q in range(start, stop):
+            scratch[q - start] = w[q] + \
+                _column_dot(indptr, rows, data, cols[q], r) / lipschitz[g]
+            sq += scratch[q - start] * scratch[q - start]
+        norm = np.sqrt(sq)
+        scale = 0.0 if norm <= threshold else 1.0 - threshold / norm
+        for q in range(start, stop):
+            delta = scale * scratch[q - start] - w[q]
+            if delta != 0.0:
+                w[q] += delta
+                c = cols[q]
+                for k in range(indptr[c], indptr[c + 1]):
+                    r[rows[k]] -= delta * data[k]
     shift = 0.0
     if fit_intercept:
         shift = np.sum(r) / r.shape[0]
@@ -119,16 +157,21 @@ def _extrapolate(past_w, past_r, past_b, out_w, out_r):
 
 
 @njit(cache=True, nogil=True)
-def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, n_lam, weights, sq_norms,
-                         fit_intercept, tol, max_epochs, anderson, check_every):
+def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, n_lam, weights, lipschitz,
+                         blocks, fit_intercept, tol, max_epochs, anderson, check_every):
     """Epochs of coordinate descent on the working set ``cols`` from (w, b) with residual
     r = y - A_ws w - b (the working set holds every non-zero), w and r updated in place,
     until the subproblem's gap (``lasso_dual_gap``) is at most ``tol`` (checked every
     ``check_every`` epochs) or ``max_epochs`` passed. ``anderson``: iterates per
-    extrapolation (0: none); sq_norms[q] = ||A_q||^2, weights[q] = v_q. Returns (b,
-    epochs, gap, extrapolations kept)."""
+    extrapolation (0: none); ``blocks``: block g holds positions blocks[g]:blocks[g+1]
+    of cols and w (singletons for L1), weights[g] = v_g, lipschitz[g] = ||A_g||_F^2
+    (``_lasso_epoch``). Returns (b, epochs, gap, extrapolations kept)."""
     m = cols.shape[0]
     n = r.shape[0]
+    largest = 1
+    for g in range(blocks.shape[0] - 1):
+        largest = max(largest, blocks[g + 1] - blocks[g])
+    scratch = np.empty(largest)
     keep = anderson + 1 if anderson > 0 else 1
     past_w = np.empty((keep, m))
     past_r = np.empty((keep, n))
@@ -140,8 +183,8 @@ def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, n_lam, weights, s
     gap = np.inf
     epoch = 0
     while epoch < max_epochs:
-        b += _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, sq_norms,
-                          fit_intercept)
+        b += _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, lipschitz,
+                          blocks, fit_intercept, scratch)
         epoch += 1
         if anderson > 0:
             past_w[stored] = w
@@ -151,14 +194,16 @@ def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, n_lam, weights, s
             if stored == keep:
                 stored = 0
                 try_b = _extrapolate(past_w, past_r, past_b, try_w, try_r)
-                if np.isfinite(try_b) and lasso_objective(try_w, try_r, n_lam, weights) < \
-                        lasso_objective(w, r, n_lam, weights):
+                if np.isfinite(try_b) and \
+                        lasso_objective(try_w, try_r, n_lam, weights, blocks) < \
+                        lasso_objective(w, r, n_lam, weights, blocks):
                     w[:] = try_w
                     r[:] = try_r
                     b = try_b
                     accepted += 1
         if epoch % check_every == 0 or epoch == max_epochs:
-            gap = lasso_dual_gap(indptr, rows, data, cols, w, r, y, n_lam, weights)
+            gap = lasso_dual_gap(indptr, rows, data, cols, w, r, y, n_lam, weights,
+                                 blocks)
             if gap <= tol:
                 break
     return b, epoch, gap, accepted

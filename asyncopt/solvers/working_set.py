@@ -1,20 +1,21 @@
-"""The working-set inner step of DDSS (``method="working_set"``, L1 penalties).
+"""The working-set inner step of DDSS (``method="working_set"``).
 
 Between two certificates of the outer loop (duality gap and gap-safe screening on every
 active feature, ``ddss.Driver``), this step solves the problem restricted to a working
-set W of features, to a fraction of the outer gap:
+set W of blocks (features, for L1), to a fraction of the outer gap:
 
-- scores: how far each feature is from its optimality condition at the certificate,
-  the distance of -grad_j = A_j^T rho / n to lam v_j d|x_j| (skglm's ``dist_fix_point``
-  scores): max(|grad_j| - lam v_j, 0) at x_j = 0, |grad_j + lam v_j sign(x_j)| else;
-- W: every non-zero of x, then the zeros of largest positive score, up to
-  max(FIRST_SIZE, 2 nnz(x)) features (skglm's rule: the set grows geometrically while
-  the support does);
+- scores: how far each block is from its optimality condition at the certificate, the
+  distance of -grad_g = A_g^T rho / n to lam v_g d||x_g|| (skglm's ``dist_fix_point``
+  scores): max(||grad_g|| - lam v_g, 0) at x_g = 0, ||grad_g + lam v_g x_g / ||x_g|| ||
+  else;
+- W: every non-zero block, then the zero blocks of largest positive score, up to
+  max(FIRST_SIZE, 2 nnz) blocks (skglm's rule: the set grows geometrically while the
+  support does);
 - the subproblem on W, until its own duality gap is at most INNER_FRACTION times the
   outer gap (celer's inner tolerance, Massias et al., ICML 2018): for the squared loss
-  cyclic coordinate descent with Anderson extrapolation, for the others proximal Newton
-  steps (coordinate descent on the second-order model, then a line search), both in
-  ``kernels.working_set``.
+  cyclic (block) coordinate descent with Anderson extrapolation, for the logistic loss
+  (L1) proximal Newton steps (coordinate descent on the second-order model, then a line
+  search), both in ``kernels.working_set``.
 
 The features outside W stay at zero, so the outer certificate that follows is the full
 problem's: nothing this step does changes what DDSS certifies.
@@ -22,6 +23,7 @@ problem's: nothing this step does changes what DDSS certifies.
 import numpy as np
 
 from ..kernels.working_set import lasso_working_set_cd, prox_newton_working_set
+from ..penalties import contiguous_block_norms
 
 FIRST_SIZE = 10          # skglm's p0
 INNER_FRACTION = 0.3     # celer's and skglm's tol_in / gap
@@ -33,33 +35,52 @@ MAX_CD_PASSES = 20       # skglm's max_cd_iter: passes of the Newton direction's
 
 
 def supports(problem):
-    """Whether the working-set step solves ``problem`` (the L1 penalty, any loss); None
-    if so, else the reason, one line."""
-    if problem.penalty.kernels == "l1":
+    """Whether the working-set step solves ``problem`` (the L1 penalty with any loss,
+    the group penalty with the squared loss); None if so, else the reason, one line."""
+    if problem.penalty.kernels == "l1" or problem.loss.quadratic:
         return None
-    return ("method 'working_set' solves L1-penalized problems; use method='ddss' for "
-            "the group penalty")
+    return ("method 'working_set' solves the group penalty with the squared loss only; "
+            "use method='ddss' for this problem")
 
 
-def violation_scores(x, correlation, n, lam, weights):
-    """Per feature, the distance of -grad_j (grad = -A^T rho / n) to lam v_j d|x_j|."""
+def violation_scores(x, correlation, n, lam, weights, block_indptr):
+    """Per block, the distance of -grad_g (grad = -A^T rho / n) to lam v_g d||x_g||:
+    max(||grad_g|| - lam v_g, 0) at x_g = 0, ||grad_g + lam v_g x_g / ||x_g|| || else
+    (singleton blocks: |grad_j| and sign(x_j))."""
     grad = correlation / -n
     thresholds = lam * weights
-    return np.where(x == 0.0, np.maximum(np.abs(grad) - thresholds, 0.0),
-                    np.abs(grad + thresholds * np.sign(x)))
+    if block_indptr.shape[0] - 1 == x.shape[0]:            # singletons: L1
+        return np.where(x == 0.0, np.maximum(np.abs(grad) - thresholds, 0.0),
+                        np.abs(grad + thresholds * np.sign(x)))
+    sizes = np.diff(block_indptr)
+    x_norms = contiguous_block_norms(x, block_indptr)
+    direction = x / np.repeat(np.where(x_norms > 0.0, x_norms, 1.0), sizes)
+    moved = contiguous_block_norms(grad + np.repeat(thresholds, sizes) * direction,
+                                   block_indptr)
+    return np.where(x_norms == 0.0,
+                    np.maximum(contiguous_block_norms(grad, block_indptr) - thresholds,
+                               0.0), moved)
 
 
-def working_set(x, scores):
-    """The working set's positions: every non-zero of x, then the zeros of largest
-    positive score, max(FIRST_SIZE, 2 nnz(x)) in all at most; sorted."""
-    support = np.flatnonzero(x)
-    size = min(x.shape[0], max(FIRST_SIZE, 2 * support.shape[0]))
-    candidates = np.flatnonzero((x == 0.0) & (scores > 0.0))
+def working_set(x_norms, scores):
+    """The working set's blocks: every non-zero block (``x_norms`` > 0), then the zero
+    blocks of largest positive score, max(FIRST_SIZE, 2 nnz) in all at most; sorted."""
+    support = np.flatnonzero(x_norms)
+    size = min(x_norms.shape[0], max(FIRST_SIZE, 2 * support.shape[0]))
+    candidates = np.flatnonzero((x_norms == 0.0) & (scores > 0.0))
     room = size - support.shape[0]
     if candidates.shape[0] > room:
         best = np.argpartition(-scores[candidates], room - 1)[:room] if room > 0 else []
         candidates = candidates[best]
     return np.sort(np.concatenate([support, candidates]))
+
+
+def block_positions(block_indptr, chosen):
+    """(the feature positions of the ``chosen`` blocks, their block pointer)."""
+    sizes = np.diff(block_indptr)[chosen]
+    pointer = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    starts = np.repeat(block_indptr[chosen] - pointer[:-1], sizes)
+    return starts + np.arange(pointer[-1]), pointer
 
 
 class ColumnStore:
@@ -84,8 +105,19 @@ def step(store, active, x, cert, outer_gap):
     proximal Newton steps."""
     prob = active.problem
     n = prob.n_samples
-    scores = violation_scores(x, cert.correlation, n, prob.lam, active.weights)
-    ws = working_set(x, scores)
+    block_indptr = active.block_indptr
+    scores = violation_scores(x, cert.correlation, n, prob.lam, active.weights,
+                              block_indptr)
+    singletons = block_indptr.shape[0] - 1 == x.shape[0]
+    x_norms = np.abs(x) if singletons else contiguous_block_norms(x, block_indptr)
+    chosen = working_set(x_norms, scores)
+    if singletons:
+        ws, pointer = chosen, np.arange(chosen.shape[0] + 1, dtype=np.int64)
+        lipschitz = active.column_sq_norms[ws]
+    else:
+        ws, pointer = block_positions(block_indptr, chosen)
+        lipschitz = np.add.reduceat(active.column_sq_norms[ws], pointer[:-1]) \
+            if ws.shape[0] else np.zeros(0)
     w = x[ws].copy()
     cols = store.columns(active.features[ws])
     tol = INNER_FRACTION * n * outer_gap
@@ -93,7 +125,7 @@ def step(store, active, x, cert, outer_gap):
         r = cert.rho.copy()                      # y - A x - b for the squared loss
         b, epochs, _, _ = lasso_working_set_cd(
             store.indptr, store.rows, store.data, cols, w, r, float(cert.intercept),
-            active.y, n * prob.lam, active.weights[ws], active.column_sq_norms[ws],
+            active.y, n * prob.lam, active.weights[chosen], lipschitz, pointer,
             prob.fit_intercept, tol, MAX_INNER_EPOCHS, ANDERSON, CHECK_EVERY)
     else:
         b, epochs, _ = prox_newton_working_set(
