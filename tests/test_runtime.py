@@ -39,6 +39,15 @@ def madvise_hugepage():
     return setting
 
 
+@pytest.fixture
+def set_madvise_hugepage():
+    """numpy's switch of its huge-page setting; the test's own setting is put back."""
+    from numpy._core.multiarray import _set_madvise_hugepage
+    numpys = madvise_hugepage()
+    yield _set_madvise_hugepage
+    _set_madvise_hugepage(numpys)
+
+
 def small_lasso_data(seed=0):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((120, 30))
@@ -152,49 +161,38 @@ def test_with_tuning_off_a_lasso_fit_gives_the_same_coef(monkeypatch):
     np.testing.assert_array_equal(off, on)
 
 
-def test_solve_mpi_allocates_without_huge_pages_and_puts_numpy_back(tuning_on):
+def test_solve_mpi_allocates_without_huge_pages_and_puts_numpy_back(tuning_on,
+                                                                    set_madvise_hugepage):
     """small_pages: inside, numpy asks for no huge pages (its madvise switch off); after,
     numpy's own setting again, also when the block raises. solve_mpi runs in it
     (``in_small_pages`` keeps its name and docstring)."""
-    from numpy._core.multiarray import _set_madvise_hugepage
-
     from asyncopt.solvers.mpi import solve_mpi
 
-    numpys = madvise_hugepage()
-    try:
-        for before in (True, False):
-            _set_madvise_hugepage(before)
-            with runtime.small_pages():
-                assert madvise_hugepage() is False
-            assert madvise_hugepage() is before
-            with pytest.raises(RuntimeError), runtime.small_pages():
-                raise RuntimeError
-            assert madvise_hugepage() is before
-        _set_madvise_hugepage(True)
-        seen = []
-        wrapped = runtime.in_small_pages(lambda: seen.append(madvise_hugepage()) or 7)
-        assert wrapped() == 7 and seen == [False] and madvise_hugepage() is True
-    finally:
-        _set_madvise_hugepage(numpys)
+    for before in (True, False):
+        set_madvise_hugepage(before)
+        with runtime.small_pages():
+            assert madvise_hugepage() is False
+        assert madvise_hugepage() is before
+        with pytest.raises(RuntimeError), runtime.small_pages():
+            raise RuntimeError
+        assert madvise_hugepage() is before
+    set_madvise_hugepage(True)
+    seen = []
+    wrapped = runtime.in_small_pages(lambda: seen.append(madvise_hugepage()) or 7)
+    assert wrapped() == 7 and seen == [False] and madvise_hugepage() is True
     assert solve_mpi.__name__ == "solve_mpi" and "Dis-DDSS" in solve_mpi.__doc__
     assert solve_mpi.__wrapped__.__name__ == "solve_mpi"
 
 
-def test_with_tuning_off_numpy_keeps_its_huge_page_setting(tuning_off):
+def test_with_tuning_off_numpy_keeps_its_huge_page_setting(tuning_off, set_madvise_hugepage):
     """Off: inside small_pages (and a solver wrapped in it) numpy's setting is its own."""
-    from numpy._core.multiarray import _set_madvise_hugepage
-
-    numpys = madvise_hugepage()
-    try:
-        for before in (True, False):
-            _set_madvise_hugepage(before)
-            with runtime.small_pages():
-                assert madvise_hugepage() is before
-            seen = []
-            assert runtime.in_small_pages(lambda: seen.append(madvise_hugepage()))() is None
-            assert seen == [before] and madvise_hugepage() is before
-    finally:
-        _set_madvise_hugepage(numpys)
+    for before in (True, False):
+        set_madvise_hugepage(before)
+        with runtime.small_pages():
+            assert madvise_hugepage() is before
+        seen = []
+        assert runtime.in_small_pages(lambda: seen.append(madvise_hugepage()))() is None
+        assert seen == [before] and madvise_hugepage() is before
 
 
 def test_page_touching_writes_zeros_at_page_starts_only_and_nothing_when_off(monkeypatch):
