@@ -594,8 +594,8 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     for group penalties its group step) when the watch sees a stall (the baselines
     run without it).
     inner: what runs between two certificates: "svrg" (the prox-SVRG epoch, or the
-    baselines') or "working_set" (``working_set``: coordinate descent with Anderson
-    extrapolation on a working set, the Lasso).
+    baselines') or "working_set" (``working_set``: the problem on a working set of
+    blocks; ``working_set.supports`` says which problems).
     """
     from .local import LocalBackend
     from .working_set import supports
@@ -607,8 +607,9 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
         raise ValueError(f"unknown sampling {sampling!r}: expected one of {SAMPLINGS}")
     if inner not in INNER_STEPS:
         raise ValueError(f"unknown inner step {inner!r}: expected one of {INNER_STEPS}")
-    if inner == "working_set" and supports(problem) is not None:
-        raise ValueError(supports(problem))
+    refusal = supports(problem) if inner == "working_set" else None
+    if refusal is not None:
+        raise ValueError(refusal)
     backend = LocalBackend(problem, inner_loop, np.random.default_rng(random_state),
                            sampling, inner_steps, saga=saga, dense=dense)
     settings = Settings(tol=tol, max_epochs=max_epochs, screening=screening,

@@ -23,7 +23,7 @@ problem's: nothing this step does changes what DDSS certifies.
 import numpy as np
 
 from ..kernels.working_set import lasso_working_set_cd, prox_newton_working_set
-from ..penalties import contiguous_block_norms
+from ..penalties import block_positions, contiguous_block_norms
 
 FIRST_SIZE = 10          # skglm's p0
 INNER_FRACTION = 0.3     # celer's and skglm's tol_in / gap
@@ -75,14 +75,6 @@ def working_set(x_norms, scores):
     return np.sort(np.concatenate([support, candidates]))
 
 
-def block_positions(block_indptr, chosen):
-    """(the feature positions of the ``chosen`` blocks, their block pointer)."""
-    sizes = np.diff(block_indptr)[chosen]
-    pointer = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    starts = np.repeat(block_indptr[chosen] - pointer[:-1], sizes)
-    return starts + np.arange(pointer[-1]), pointer
-
-
 class ColumnStore:
     """The active data by column (CSC, rows in the ActiveSet's order), made once from
     the set the first step sees and kept while screening removes columns:
@@ -115,7 +107,9 @@ def step(store, active, x, cert, outer_gap):
         ws, pointer = chosen, np.arange(chosen.shape[0] + 1, dtype=np.int64)
         lipschitz = active.column_sq_norms[ws]
     else:
-        ws, pointer = block_positions(block_indptr, chosen)
+        ws = block_positions(block_indptr, chosen)
+        pointer = np.concatenate([[0], np.cumsum(np.diff(block_indptr)[chosen])]) \
+            .astype(np.int64)
         lipschitz = np.add.reduceat(active.column_sq_norms[ws], pointer[:-1]) \
             if ws.shape[0] else np.zeros(0)
     w = x[ws].copy()
@@ -131,7 +125,7 @@ def step(store, active, x, cert, outer_gap):
         b, epochs, _ = prox_newton_working_set(
             store.indptr, store.rows, store.data, cols, w, cert.z.copy(),
             float(cert.intercept), active.y, prob.loss.code, n * prob.lam,
-            active.weights[ws], active.column_sq_norms[ws], prob.loss.lipschitz,
+            active.weights[chosen], active.column_sq_norms[ws], prob.loss.lipschitz,
             prob.fit_intercept, tol, MAX_NEWTON_STEPS, MAX_CD_PASSES)
     x[ws] = w
     return x, float(b), int(epochs), int(ws.shape[0])
