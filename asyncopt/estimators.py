@@ -35,7 +35,7 @@ class _DDSSModel(BaseEstimator):
     _loss = "squared"
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
-                 method="ddss", backend="serial", n_jobs=None, kernel="auto",
+                 method="auto", backend="serial", n_jobs=None, kernel="auto",
                  screening=True, weights=None, warm_start=False, step_scale=1.0,
                  random_state=None, verbose=0, checkpoint=None):
         self.alpha = alpha
@@ -165,11 +165,15 @@ _COMMON_DOC = """
     fit_intercept : fit an unpenalized intercept b.
     tol : relative duality gap target: stop when G <= tol * P(0).
     max_epochs : maximum number of outer iterations (each about one pass over the rows).
-    method : "ddss" (sparse prox-SVRG), "working_set" (between two certificates, the
-        problem on a working set of the support and the worst violators, by (block)
-        coordinate descent with Anderson extrapolation for the squared loss, by
-        proximal Newton steps for the L1 logistic loss; not the group logistic model;
-        serial and threads backends), "ddss_naive" (plain stochastic prox steps) or
+    method : "auto" (default: per outer iteration, the inner step of "ddss" or
+        "working_set" that has cut the duality gap fastest per unit of work so far,
+        ``asyncopt.solvers.choice``; "ddss" on the mpi backend and for the group
+        logistic model), "ddss" (sparse prox-SVRG), "working_set" (between two
+        certificates, the problem on a working set of the support and the worst
+        violators, by (block) coordinate descent with Anderson extrapolation for the
+        squared loss, by proximal Newton steps for the L1 logistic loss; not the group
+        logistic model; serial and threads backends), "ddss_naive" (plain stochastic
+        prox steps) or
         the baselines "prox_asaga" (sparse proximal SAGA, no screening),
         "prox_asvrg" (proximal SVRG with dense steps, no screening), "pse_safe" and
         "pse_strong" (one static screening pass, safe sphere or strong rule + KKT check,
@@ -222,7 +226,7 @@ class GroupLasso(Lasso):
     weights : optional positive per-group weights (default sqrt(group size)).""" + _COMMON_DOC
 
     def __init__(self, alpha=1.0, *, groups=1, fit_intercept=True, tol=1e-4,
-                 max_epochs=200, method="ddss", backend="serial", n_jobs=None,
+                 max_epochs=200, method="auto", backend="serial", n_jobs=None,
                  kernel="auto", screening=True, weights=None, warm_start=False,
                  step_scale=1.0, random_state=None, verbose=0, checkpoint=None):
         super().__init__(alpha, fit_intercept=fit_intercept, tol=tol,
@@ -245,7 +249,7 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
     _loss = "logistic"
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
-                 method="ddss", backend="serial", n_jobs=None, kernel="auto",
+                 method="auto", backend="serial", n_jobs=None, kernel="auto",
                  screening=True, groups=None, weights=None, warm_start=False,
                  step_scale=1.0, random_state=None, verbose=0, checkpoint=None):
         super().__init__(alpha, fit_intercept=fit_intercept, tol=tol,
@@ -281,7 +285,7 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
 
 
 def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
-               tol=1e-4, max_epochs=200, method="ddss", backend="serial", n_jobs=None,
+               tol=1e-4, max_epochs=200, method="auto", backend="serial", n_jobs=None,
                kernel="auto", screening=True, groups=None, weights=None, loss="squared",
                random_state=None, verbose=0, return_results=False):
     """Solutions along decreasing alphas with warm starts (sklearn's lasso_path layout).

@@ -12,7 +12,8 @@ Solvers, each a fit from scratch on a ladder of its own tolerances, loosest firs
 time is that of the first fit that reaches the target (``common.tolerance_sequence``),
 after one untimed warm-up fit (numba compilation, imports):
   - asyncopt: the ``asyncopt.Lasso`` / ``SparseLogisticRegression`` estimators, serial,
-    with ``--method`` (default "working_set");
+    with ``--method`` (default: the estimators' default, "auto"), and the same on the
+    threads backend, 2 threads (column "2 threads"; ``--threads 0``: no column);
   - skglm (``Lasso``, ``SparseLogisticRegression``), celer (``Lasso``; its logistic
     model fits no intercept, so no row), scikit-learn (``Lasso``, coordinate descent;
     ``LogisticRegression(penalty="l1", solver="liblinear")``, whose intercept is
@@ -87,12 +88,15 @@ class Row:
         return value
 
 
-def asyncopt_fit(row, method):
+def asyncopt_fit(row, method, threads=1):
     from asyncopt import Lasso, SparseLogisticRegression
     model = Lasso if row.loss == "squared" else SparseLogisticRegression
+    chosen = {} if method is None else {"method": method}
+    if threads > 1:
+        chosen.update(backend="threads", n_jobs=threads)
 
     def fit(tol):
-        est = model(alpha=row.lam, tol=tol, method=method, max_epochs=100_000).fit(
+        est = model(alpha=row.lam, tol=tol, max_epochs=100_000, **chosen).fit(
             row.X, row.y)
         return est.coef_.ravel(), float(np.ravel(est.intercept_)[0]), {}
     return fit
@@ -166,6 +170,8 @@ def main(argv=None):
     ap.add_argument("--loss", nargs="+", default=["squared", "logistic"])
     ap.add_argument("--ratios", nargs="+", type=float, default=list(RATIOS))
     ap.add_argument("--method", default=None, help="asyncopt's method (default: above)")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="threads of the threads column (0: none)")
     ap.add_argument("--peers", nargs="+", default=list(PEERS))
     ap.add_argument("--cap", type=float, default=60.0, help="seconds per fit at most")
     ap.add_argument("--repeat", type=int, default=3,
@@ -173,19 +179,22 @@ def main(argv=None):
     ap.add_argument("--output", default=os.path.join(RESULTS_DIR, "bench_real.json"))
     args = ap.parse_args(argv)
     names = list(args.data) + (list(MORE) if args.more else [])
+    ours_columns = ("asyncopt",) + (("2 threads",) if args.threads > 1 else ())
+    columns = ours_columns + tuple(args.peers)
     rows, table = [], []
     for name in names:
         X, y = load(name)
         for loss in args.loss:
             for ratio in args.ratios:
                 row = Row(X, y, loss, ratio)
-                method = args.method or "working_set"
+                method = args.method
                 reference = asyncopt_fit(row, method)(1e-10)
                 row.offer(*reference[:2])
                 results, times = {}, {}
-                for solver in ("asyncopt",) + tuple(args.peers):
+                for solver in columns:
                     fit = asyncopt_fit(row, method) if solver == "asyncopt" else \
-                        peer_fit(row, solver)
+                        asyncopt_fit(row, method, args.threads) \
+                        if solver == "2 threads" else peer_fit(row, solver)
                     if fit is None:
                         results[solver] = {"available": False, "seconds": None}
                         continue
@@ -193,30 +202,28 @@ def main(argv=None):
                     times[solver] = run.time if run.reached else None
                     results[solver] = {"seconds": times[solver], "runs": run.runs,
                                        "error": run.error}
-                peer_times = [t for s, t in times.items() if s != "asyncopt" and t]
+                peer_times = [t for s, t in times.items() if s not in ours_columns and t]
                 fastest = min(peer_times) if peer_times else None
                 ours = times.get("asyncopt")
                 rows.append({"data": name, "loss": loss, "ratio": ratio, "lam": row.lam,
                              "n": X.shape[0], "p": X.shape[1], "P_star": row.best,
-                             "P0": row.p0, "method": method, "solvers": results,
+                             "P0": row.p0, "method": method or "auto", "solvers": results,
                              "fastest_peer_s": fastest,
                              "asyncopt_over_fastest": ours / fastest
                              if ours and fastest else None})
                 table.append([name, "Lasso" if loss == "squared" else "L1 logistic",
                               f"{ratio:g}"] +
-                             [_cell(results[s])
-                              for s in ("asyncopt",) + tuple(args.peers)] +
+                             [_cell(results[s]) for s in columns] +
                              [f"{ours / fastest:.2f}" if ours and fastest else "-"])
-                print(format_table(["data", "model", "lam/lam_max", "asyncopt",
-                                    *args.peers, "ours/best"], table[-1:]), flush=True)
+                print(format_table(["data", "model", "lam/lam_max", *columns,
+                                    "ours/best"], table[-1:]), flush=True)
     print()
-    print(format_table(["data", "model", "lam/lam_max", "asyncopt", *args.peers,
-                        "ours/best"], table))
+    print(format_table(["data", "model", "lam/lam_max", *columns, "ours/best"], table))
     payload = {"benchmark": "bench_real", "machine": machine_info(("skglm", "celer",
                                                                     "sklearn")),
                "target": TARGET, "ladder": LADDER, "rows": rows}
     write_json(args.output, payload)
-    plot(rows, ("asyncopt",) + tuple(args.peers), args.output.replace(".json", ".png"))
+    plot(rows, columns, args.output.replace(".json", ".png"))
     print(f"wrote {args.output}")
 
 

@@ -78,7 +78,7 @@ def test_the_command_without_mpirun_does_not_import_scikit_learn(cli):
     run = subprocess.run([sys.executable, "-c", CLI_RANK, cli], env=env,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-1000:] + run.stderr[-2000:]
-    assert "ddss, threads (" in run.stdout
+    assert "auto, threads (" in run.stdout
 
 
 def test_each_worker_reads_exactly_its_rows_from_the_shard_files(tmp_path):

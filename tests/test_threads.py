@@ -86,9 +86,9 @@ def test_staleness_is_reported_and_two_threads_overlap(kernel, monkeypatch):
     monkeypatch.setattr(newton_policy, "MAX_SUPPORT", 0)
     X = sp.random(40000, 2000, density=0.05, random_state=0, format="csr")
     y = X @ np.r_[np.ones(20), np.zeros(1980)] + 0.01
-    one = Lasso(alpha=1e-4, tol=1e-12, max_epochs=10, random_state=0)
+    one = Lasso(alpha=1e-4, tol=1e-12, max_epochs=10, random_state=0, method="ddss")
     two = Lasso(alpha=1e-4, tol=1e-12, max_epochs=10, backend="threads", n_jobs=2,
-                kernel=kernel, random_state=0)
+                kernel=kernel, random_state=0, method="ddss")
     with pytest.warns(ConvergenceWarning):
         one.fit(X, y)
     with pytest.warns(ConvergenceWarning):

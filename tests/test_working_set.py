@@ -1,5 +1,7 @@
 """The working-set method (``method="working_set"``): coordinate descent with Anderson
-extrapolation on a working set inside the certified DDSS loop, against scikit-learn."""
+extrapolation on a working set inside the certified DDSS loop, against scikit-learn,
+celer and skglm; the solutions also for ``method="auto"``, which mixes it with the
+prox-SVRG epoch."""
 from pathlib import Path
 
 import numpy as np
@@ -43,17 +45,18 @@ def sklearn_solution(X, y, alpha, fit_intercept):
     return sk.coef_, float(sk.intercept_)
 
 
+@pytest.mark.parametrize("method", ["working_set", "auto"])
 @pytest.mark.parametrize("layout", ["dense", "csr", "csc"])
 @pytest.mark.parametrize("fit_intercept", [True, False])
 @pytest.mark.parametrize("ratio", [0.1, 0.01])
 def test_reaches_sklearns_objective_and_its_gap_is_a_certificate(layout, fit_intercept,
-                                                                  ratio):
+                                                                  ratio, method):
     X, y = correlated_data(seed=int(ratio * 100) + fit_intercept)
     data = {"dense": X, "csr": sp.csr_matrix(X), "csc": sp.csc_matrix(X)}[layout]
     alpha = ratio * Problem(X, y, "squared", L1(X.shape[1]), 1.0,
                             fit_intercept).lam_max()
     est = asyncopt.Lasso(alpha=alpha, fit_intercept=fit_intercept, tol=1e-10,
-                         method="working_set", max_epochs=1000).fit(data, y)
+                         method=method, max_epochs=1000).fit(data, y)
     coef, b = sklearn_solution(X, y, alpha, fit_intercept)
     ours = objective(X, y, est.coef_, est.intercept_, alpha)
     theirs = objective(X, y, coef, b, alpha)
@@ -131,9 +134,10 @@ def logistic_objective(X, y, coef, b, alpha):
 
 
 @pytest.mark.filterwarnings("ignore:'@' is faster")      # inside skglm's solver
+@pytest.mark.parametrize("method", ["working_set", "auto"])
 @pytest.mark.parametrize("layout", ["dense", "csr", "csc"])
 @pytest.mark.parametrize("fit_intercept", [True, False])
-def test_l1_logistic_reaches_the_peers_objective(layout, fit_intercept):
+def test_l1_logistic_reaches_the_peers_objective(layout, fit_intercept, method):
     """Proximal Newton on the working set: celer's objective without intercept, skglm's
     with one (both at 1e-12), to 1e-6 relative; the reported gap bounds the distance."""
     import celer
@@ -143,7 +147,7 @@ def test_l1_logistic_reaches_the_peers_objective(layout, fit_intercept):
     data = {"dense": X, "csr": sp.csr_matrix(X), "csc": sp.csc_matrix(X)}[layout]
     alpha = 0.05 * Problem(X, y, "logistic", L1(150), 1.0, fit_intercept).lam_max()
     est = asyncopt.SparseLogisticRegression(alpha=alpha, fit_intercept=fit_intercept,
-                                            tol=1e-10, method="working_set",
+                                            tol=1e-10, method=method,
                                             max_epochs=1000).fit(data, y)
     if fit_intercept:
         peer = skglm.SparseLogisticRegression(alpha=alpha, tol=1e-12, max_iter=1000,
@@ -176,9 +180,9 @@ def test_prox_newton_steps_never_raise_the_subproblems_objective():
     values = []
     for steps in range(1, 13):
         w, z = np.zeros(cols.shape[0]), np.zeros(60)
-        b, done, _ = prox_newton_working_set(indptr, rows, data, cols, w, z, 0.0, active.y,
-                                             1, n_lam, weights, sq, 0.25, True, 0.0,
-                                             steps, 20)
+        b, done, _, _ = prox_newton_working_set(indptr, rows, data, cols, w, z, 0.0,
+                                                active.y, 1, n_lam, weights, sq, 0.25,
+                                                True, 0.0, steps, 20)
         np.testing.assert_allclose(z, csc[:, cols] @ w + b, atol=1e-10)
         values.append(np.sum(np.logaddexp(0.0, -active.y * z)) + n_lam * np.abs(w).sum())
     assert all(later <= earlier + 1e-12 for earlier, later in zip(values, values[1:]))
@@ -186,15 +190,23 @@ def test_prox_newton_steps_never_raise_the_subproblems_objective():
 
 
 def test_other_problems_are_refused_in_one_line():
+    """The group logistic model: refused by "working_set", solved by "auto" with the
+    prox-SVRG epoch alone (no record has a working set)."""
     X, y = correlated_data()
+    labels = np.sign(y - np.median(y))
     with pytest.raises(ValueError, match="working_set"):
         asyncopt.SparseLogisticRegression(alpha=0.01, groups=5, method="working_set").fit(
-            X, np.sign(y - np.median(y)))
+            X, labels)
+    est = asyncopt.SparseLogisticRegression(alpha=0.01, groups=5, method="auto",
+                                            tol=1e-8, max_epochs=500).fit(X, labels)
+    assert est.dual_gap_ <= 1e-8 * est.history_[0]["primal"]
+    assert all(record["working_set"] is None for record in est.history_)
 
 
+@pytest.mark.parametrize("method", ["working_set", "auto"])
 @pytest.mark.parametrize("fit_intercept", [True, False])
 @pytest.mark.parametrize("layout", ["dense", "csr"])
-def test_group_lasso_reaches_celers_objective(fit_intercept, layout):
+def test_group_lasso_reaches_celers_objective(fit_intercept, layout, method):
     """Block coordinate descent on a working set of groups: celer's GroupLasso objective
     (tol 1e-12) to 1e-6 relative, groups of 5; the reported gap bounds the distance."""
     import celer
@@ -207,7 +219,7 @@ def test_group_lasso_reaches_celers_objective(fit_intercept, layout):
     alpha = 0.1 * Problem(X, y, "squared", GroupL1(150, groups), 1.0,
                           fit_intercept).lam_max()
     est = asyncopt.GroupLasso(alpha=alpha, groups=groups, fit_intercept=fit_intercept,
-                              tol=1e-10, method="working_set", max_epochs=2000).fit(data, y)
+                              tol=1e-10, method=method, max_epochs=2000).fit(data, y)
     peer = celer.GroupLasso(groups=groups, alpha=alpha, tol=1e-12, max_iter=1000,
                             fit_intercept=fit_intercept, weights=np.sqrt(np.full(30, 5.0)))
     peer.fit(X, y)

@@ -133,9 +133,12 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
                    help="relative duality-gap tolerance: stop when gap <= tol * P(0)")
     p.add_argument("--max-epochs", type=_positive_int, default=100, metavar="N",
                    help="maximum number of outer iterations")
-    p.add_argument("--method", choices=sorted(METHODS), default="ddss",
-                   help="ddss (prox-SVRG + screening), ddss_naive (prox-SGD), or the "
-                        "baselines prox_asaga / prox_asvrg / pse_safe / pse_strong")
+    p.add_argument("--method", choices=sorted(METHODS), default="auto",
+                   help="auto (per outer iteration the faster of ddss's epoch and the "
+                        "working set; ddss under mpirun), ddss (prox-SVRG + screening), "
+                        "working_set (coordinate descent or proximal Newton on a working "
+                        "set), ddss_naive (prox-SGD), or the baselines prox_asaga / "
+                        "prox_asvrg / pse_safe / pse_strong")
     p.add_argument("--backend", choices=list(BACKENDS), default=None,
                    help="serial, threads (Sha-DDSS: lock-free threads sharing x) or mpi "
                         "(Dis-DDSS). Default: mpi when started by mpirun with 2 or more "

@@ -188,6 +188,32 @@ def csr_stored_counts(indices, n_cols):
 
 
 @njit(cache=True)
+def csr_columns(indptr, indices, data, column_map, n_out):
+    """The columns j with column_map[j] >= 0 by column, as column column_map[j] of a
+    CSC matrix of n_out columns: (indptr, row ids (int64), data), rows increasing within
+    a column. One pass over the column ids, one over the kept entries; with
+    column_map = arange(n_cols), the transpose."""
+    col_indptr = np.zeros(n_out + 1, dtype=np.int64)
+    for k in range(indptr[-1]):
+        c = column_map[indices[k]]
+        if c >= 0:
+            col_indptr[c + 1] += 1
+    for c in range(n_out):
+        col_indptr[c + 1] += col_indptr[c]
+    fill = col_indptr[:-1].copy()
+    rows = np.empty(col_indptr[-1], dtype=np.int64)
+    values = np.empty(col_indptr[-1])
+    for i in range(indptr.shape[0] - 1):
+        for k in range(indptr[i], indptr[i + 1]):
+            c = column_map[indices[k]]
+            if c >= 0:
+                rows[fill[c]] = i
+                values[fill[c]] = data[k]
+                fill[c] += 1
+    return col_indptr, rows, values
+
+
+@njit(cache=True)
 def csr_keep_columns(indptr, indices, data, keep, out_indptr, out_indices, out_data):
     """Write the rows restricted to the columns with keep[j] != 0 (uint8; column ids kept)
     into out_indptr (n + 1), out_indices and out_data (room for their count plus one);

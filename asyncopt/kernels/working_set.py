@@ -254,7 +254,8 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
     intercept's move, returned; xdelta = A_ws delta + its move):
         sum_i grad_i (A delta)_i + 1/2 sum_i hess_i (A delta)_i^2 + n lam |w + delta|_v,
     at most ``max_passes`` passes, stopping once a pass moves no coordinate by more
-    than 1e-4 of the first pass's largest move (in the model's metric)."""
+    than 1e-4 of the first pass's largest move (in the model's metric). Returns (the
+    intercept's move, the passes made)."""
     m = cols.shape[0]
     delta[:] = 0.0
     xdelta[:] = 0.0
@@ -298,7 +299,7 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
             first = largest
         if largest <= 1e-4 * first:
             break
-    return db
+    return db, sweep + 1
 
 
 @njit(cache=True)
@@ -349,32 +350,41 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, code, n_lam, w
     of ``_majorized_pass`` (sq_norms[q] = ||A_q||^2, ``curvature`` >= f''); until the
     subproblem's gap (``working_set_gap``) is at most ``tol`` or ``max_steps`` steps.
     skglm's ``ProxNewton`` and liblinear's newGLMNET are this method. Returns (b,
-    steps, gap)."""
+    steps, gap, reads): reads counts the entries of the columns and the rows each pass
+    read (the work ``solvers.choice`` charges)."""
     n = z.shape[0]
     m = cols.shape[0]
+    nnz = 0
+    for q in range(m):
+        nnz += indptr[cols[q] + 1] - indptr[cols[q]]
     grad, hess = np.empty(n), np.empty(n)
     delta, xdelta = np.empty(m), np.empty(n)
     gap = np.inf
     steps = 0
+    reads = 0
     while steps < max_steps:
         gap = working_set_gap(indptr, rows, data, cols, w, z, y, code, n_lam, weights)
+        reads += nnz + 3 * n
         if gap <= tol:
             break
         for i in range(n):
             grad[i] = loss_derivative(code, z[i], y[i])
             hess[i] = loss_second_derivative(code, z[i], y[i])
-        db = _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
-                               fit_intercept, max_passes, delta, xdelta)
+        db, passes = _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam,
+                                       weights, fit_intercept, max_passes, delta, xdelta)
+        reads += 2 * n + nnz + passes * (2 * nnz + n)
         before = _objective_along(z, xdelta, 0.0, y, code, w, delta, n_lam, weights)
         t = 1.0
         moved = False
         for _ in range(30):
+            reads += n
             if _objective_along(z, xdelta, t, y, code, w, delta, n_lam, weights) < before:
                 moved = True
                 break
             t *= 0.5
         steps += 1
         if not moved:       # the model misleads (f'' ~ 0 on separated rows): majorize
+            reads += 2 * nnz + n
             b, moved = _majorized_pass(indptr, rows, data, cols, w, z, b, y, code, n_lam,
                                        weights, sq_norms, curvature, fit_intercept)
             if not moved:
@@ -385,4 +395,4 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, code, n_lam, w
         for i in range(n):
             z[i] += t * xdelta[i]
         b += t * db
-    return b, steps, gap
+    return b, steps, gap, reads

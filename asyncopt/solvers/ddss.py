@@ -37,10 +37,11 @@ from ..penalties import contiguous_block_norms
 from ..screening import BestDual, screen_blocks
 from ..newton.policy import StallWatch, firm_support, prunes_for_step, violating_zeros
 from .checkpoint import load_checkpoint, save_checkpoint
+from .choice import InnerChoice, certificate_work, newton_work, svrg_work
 
 
 SAMPLINGS = ("chunked", "uniform")
-INNER_STEPS = ("svrg", "working_set")
+INNER_STEPS = ("svrg", "working_set", "auto")
 COMPACT_NNZ_SHARE = 0.05
 COMPACT_FEATURE_SHARE = 0.5
 # what the driver tells a backend to do next (``Backend.command``)
@@ -284,7 +285,8 @@ class Driver:
         (x, b, steps, (mean tau, max tau)); ``dispatched()`` is called once the epoch's
         work is handed out (the checkpoint is written meanwhile);
       - ``working_set_step(x, cert, gap)``: the working-set step (``inner=
-        "working_set"``, local backends only) -> (x, b, inner epochs, its size);
+        "working_set"`` or ``"auto"``, local backends only) -> (x, b, inner epochs,
+        its size, its work as ``choice.InnerChoice`` counts it);
       - ``newton_step(x, b, cert, firm)``: the second-order step on the support ->
         (x, b, t, products) or None (no trial lowered P; x as it was);
       - ``reject()``: after a rejected epoch, whether the backend cut its own move (else
@@ -305,6 +307,9 @@ class Driver:
         self.staleness, self.step_factor, self.snapshot = (0.0, 0), 1.0, None
         self.firm_before, self.firm_at = None, (None, None)
         self.working_set_size = None      # features of the last working-set step
+        self.choice = InnerChoice() if settings.inner == "auto" else None
+        self.pending = None               # (kind, gap before) of the step to credit
+        self.work = 0.0                   # the last step's work (``choice``)
         self.phases = {"certificate_s": 0.0, "inner_s": 0.0, "newton_s": 0.0,
                        "newton_step": 0.0, "newton_products": 0}
 
@@ -360,6 +365,8 @@ class Driver:
         began = time.perf_counter()
         cert = self.backend.certify(x, b)
         self.phases["certificate_s"] += time.perf_counter() - began
+        if self.choice is not None:
+            self.work += certificate_work(self.backend.nnz, self.backend.n_samples)
         self.best.offer_certificate(cert)
         if self.reference is None:      # P at x = 0 with its optimal intercept is P(0)
             self.reference = cert.primal
@@ -376,6 +383,7 @@ class Driver:
             firm, churn = self._firm(x, cert)
             if not rejected:
                 x, cert = self._newton_steps(x, cert, firm, churn)
+            self._credit(cert)
             self._record(x, cert, churn, progress)
             if self._stops(cert):
                 x, cert = self._screen_and_compact(x, cert, final=True)
@@ -439,6 +447,8 @@ class Driver:
             began = time.perf_counter()
             moved = backend.newton_step(x, cert.intercept, cert, firm)
             self.phases["newton_s"] += time.perf_counter() - began
+            if self.choice is not None:
+                self.work += newton_work(int(np.count_nonzero(firm)))
             if moved is not None:
                 x, b, self.phases["newton_step"], products = moved
                 self.phases["newton_products"] += products
@@ -509,10 +519,14 @@ class Driver:
 
     def _epoch(self, x, cert):
         """One inner epoch from the certificate's anchor, or the working-set step
-        (``inner="working_set"``); returns (x, b)."""
+        (``inner="working_set"``, or ``"auto"``'s choice); returns (x, b)."""
         s, backend = self.settings, self.backend
-        if s.inner == "working_set":
+        kind = s.inner if s.inner != "auto" else self.choice.next()
+        if self.choice is not None:
+            self.pending = (kind, self.best.gap(cert.primal))
+        if kind == "working_set":
             return self._working_set_step(x, cert)
+        self.working_set_size = None
         eta = step_size(s.step_scale * self.step_factor, backend.lipschitz,
                         backend.max_row_sq_norm)
         if not s.variance_reduced:
@@ -534,6 +548,8 @@ class Driver:
             lambda: self._save_if_due(x, cert.intercept, after_decision=True))
         self.phases["inner_s"] += time.perf_counter() - began
         self.steps += steps
+        if self.choice is not None:
+            self.work = svrg_work(steps, backend.nnz, backend.n_samples)
         self.epochs += 1
         if not np.all(np.isfinite(x)) or not np.isfinite(b):
             raise FloatingPointError(
@@ -544,13 +560,24 @@ class Driver:
         """The working-set subproblem solved to a fraction of the outer gap
         (``working_set``); returns (x, b)."""
         self.live = (x, cert.intercept)
+        self.snapshot = None           # no epoch to reject
         began = time.perf_counter()
-        x, b, epochs, self.working_set_size = self.backend.working_set_step(
+        x, b, epochs, self.working_set_size, self.work = self.backend.working_set_step(
             x, cert, self.best.gap(cert.primal))
         self.phases["inner_s"] += time.perf_counter() - began
         self.steps += epochs * self.working_set_size
         self.epochs += 1
         return x, b
+
+    def _credit(self, cert):
+        """``inner="auto"``: the last step's fall of the gap, to the record (the support
+        Newton steps the watch took after it included), and its work with the
+        certificates' since, told to the choice."""
+        if self.pending is None:
+            return
+        kind, before = self.pending
+        self.pending = None
+        self.choice.credit(kind, before, self.best.gap(cert.primal), self.work)
 
     def _save_if_due(self, x, b, after_decision=False):
         """Write the checkpoint once checkpoint_interval seconds have passed since the
@@ -594,8 +621,10 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     for group penalties its group step) when the watch sees a stall (the baselines
     run without it).
     inner: what runs between two certificates: "svrg" (the prox-SVRG epoch, or the
-    baselines') or "working_set" (``working_set``: the problem on a working set of
-    blocks; ``working_set.supports`` says which problems).
+    baselines'), "working_set" (``working_set``: the problem on a working set of
+    blocks; ``working_set.supports`` says which problems) or "auto" (per outer
+    iteration the one of the two that has cut the gap fastest per unit of work,
+    ``choice.InnerChoice``; "svrg" where the working set does not solve the problem).
     """
     from .local import LocalBackend
     from .working_set import supports
@@ -607,8 +636,10 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
         raise ValueError(f"unknown sampling {sampling!r}: expected one of {SAMPLINGS}")
     if inner not in INNER_STEPS:
         raise ValueError(f"unknown inner step {inner!r}: expected one of {INNER_STEPS}")
-    refusal = supports(problem) if inner == "working_set" else None
-    if refusal is not None:
+    refusal = supports(problem) if inner != "svrg" else None
+    if refusal is not None and inner == "auto":
+        inner = "svrg"
+    elif refusal is not None:
         raise ValueError(refusal)
     backend = LocalBackend(problem, inner_loop, np.random.default_rng(random_state),
                            sampling, inner_steps, saga=saga, dense=dense)

@@ -114,9 +114,9 @@ class LocalBackend:
 
     def working_set_step(self, x, cert, gap):
         """The working-set step (``working_set.step``) to a fraction of ``gap``;
-        the data by column is made at the first call."""
+        the working sets' columns are kept between calls (``ColumnStore``)."""
         if self.columns is None:
-            self.columns = ColumnStore(self.active, self.n_original)
+            self.columns = ColumnStore(self.n_original)
         return step(self.columns, self.active, x, cert, gap)
 
     def record(self):

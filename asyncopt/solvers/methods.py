@@ -15,10 +15,12 @@ METHODS = {
                    "dense": True, "support_newton": False},
     "working_set": {"screening": True, "variance_reduced": True, "saga": False,
                     "dense": False, "support_newton": False, "inner": "working_set"},
+    "auto": {"screening": True, "variance_reduced": True, "saga": False, "dense": False,
+             "support_newton": True, "inner": "auto"},
     "pse_safe": {"pse": "safe"},
     "pse_strong": {"pse": "strong"}}
 BACKENDS = ("serial", "threads", "mpi")
-MPI_METHODS = ("ddss", "ddss_naive", "prox_asaga", "prox_asvrg")
+MPI_METHODS = ("auto", "ddss", "ddss_naive", "prox_asaga", "prox_asvrg")  # auto: ddss
 
 
 def solver_flags(method, screening=True):

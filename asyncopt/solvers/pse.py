@@ -20,9 +20,8 @@ Unlike DDSS the screening is never repeated, and a step costs a pass over a colu
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
-from ..kernels.linalg import csr_rmatvec
+from ..kernels.linalg import csr_columns, csr_rmatvec
 from ..penalties import contiguous_block_norms
 from ..screening import screen_active_set, strong_rule_keep
 from .ddss import SolverResult, history_record
@@ -55,9 +54,8 @@ def kkt_violators(full, keep, rho, dual_scale, n_threads=1):
 
 def column_major(active):
     """(indptr, rows, data) of the active data in CSC, rows in the ActiveSet's order."""
-    csc = sp.csr_matrix((active.data, active.indices, active.indptr),
-                        shape=(active.y.shape[0], active.n_features)).tocsc()
-    return csc.indptr.astype(np.int64), csc.indices.astype(np.int64), csc.data
+    return csr_columns(active.indptr, active.indices, active.data,
+                       np.arange(active.n_features), active.n_features)
 
 
 def coordinate_steps(active, columns, centred_steps=True):

@@ -1,0 +1,84 @@
+"""The adaptive inner step of DDSS (``method="auto"``, the estimators' default).
+
+Between two certificates of the outer loop the driver runs either the prox-SVRG epoch
+(``inner="svrg"``, with the support Newton step its stall watch takes: it wins on tall,
+well-conditioned data) or the working-set step (``inner="working_set"``: it wins where
+there are few rows per feature or the columns are nearly collinear). ``InnerChoice``
+picks one per outer iteration from what each kind has done so far in this run:
+
+- a step's progress is ln(G_before / G_after), G the best duality gap before the step
+  and at the next record (after any support Newton step), and its work the entries of
+  the data it and the certificates until that record read, each weighted by what it
+  costs (``WORK``);
+- a kind's rate r_k is the progress over the work of its last WINDOW steps (a prox-SVRG
+  epoch's rate falls as it runs on ill-conditioned data, a working set's grows with its
+  size);
+- each kind runs once, the working set first (from x = 0 its first set is cheap), then
+  the kind of the best rate, except that the other kind runs whenever its total work is
+  below (r_other / r_best)^2 times the best kind's: it keeps being measured, and where
+  the rates stay in a ratio rho the run does (1 + rho^2) / (1 + rho^3) <= 1.12 times the
+  work of the best kind alone.
+
+Work is counted, not timed, so that one seed makes the same choices in every run.
+"""
+import math
+
+KINDS = ("working_set", "svrg")
+
+WORK = {
+    "svrg": 3.0,          # an entry of a prox-SVRG step: the margin, the lazy prox, the move
+    "read": 1.0,          # an entry read or updated once (coordinate descent, certificate)
+    "transpose": 8.0,     # an entry copied into the working set's column store
+    "flop": 0.05,         # a flop of the support Newton step's dense solve (BLAS)
+    "newton": 1e7,        # a support Newton step's own fixed cost (its Python, ~20 ms)
+}
+WINDOW = 2                # steps of a kind whose rate is its rate now
+
+
+def certificate_work(nnz, n_samples):
+    """Work of one certificate: the margins and A^T rho (a read of every entry each),
+    and the residuals."""
+    return WORK["read"] * (2.0 * nnz + 2.0 * n_samples)
+
+
+def svrg_work(steps, nnz, n_samples):
+    """Work of a prox-SVRG epoch of ``steps`` row steps over data of ``nnz`` entries
+    (an upper bound where blocks are frozen for the epoch)."""
+    return WORK["svrg"] * steps * (nnz / n_samples + 1.0)
+
+
+def newton_work(support):
+    """Work of a support Newton step on ``support`` coordinates: a fixed cost and its
+    dense solve, support^3 / 3 flops (its certificate is counted apart)."""
+    return WORK["newton"] + WORK["flop"] * support ** 3 / 3.0
+
+
+class InnerChoice:
+    """The rule of the module docstring: ``next()`` -> the kind to run; ``credit(kind,
+    gap_before, gap_after, work)`` after its certificate."""
+
+    def __init__(self, window=WINDOW):
+        self.window = window
+        self.steps = {kind: [] for kind in KINDS}       # (progress, work) per step
+        self.work = dict.fromkeys(KINDS, 0.0)
+
+    def rate(self, kind):
+        recent = self.steps[kind][-self.window:]
+        return max(sum(p for p, _ in recent), 0.0) / sum(w for _, w in recent)
+
+    def next(self):
+        for kind in KINDS:
+            if not self.steps[kind]:
+                return kind
+        rate = {kind: self.rate(kind) for kind in KINDS}
+        best = max(KINDS, key=lambda kind: rate[kind])      # ties: the working set
+        other = KINDS[1 - KINDS.index(best)]
+        share = (rate[other] / rate[best]) ** 2 if rate[best] > 0.0 else 1.0
+        return other if self.work[other] < share * self.work[best] else best
+
+    def credit(self, kind, gap_before, gap_after, work):
+        work = max(work, 1.0)
+        progress = math.log(gap_before / max(gap_after, 1e-300)) if gap_before > 0.0 \
+            else 0.0
+        self.steps[kind].append((progress, work))
+        self.work[kind] += work
