@@ -336,7 +336,7 @@ def test_threads_backend_takes_the_group_step(ref, make_data):
     X, y, problem = _group_problem(make_data, "squared", True)
     groups = [g.tolist() for g in make_data.random_groups(4, 60, max_size=5)]
     est = GroupLasso(alpha=problem.lam, groups=groups, backend="threads", n_jobs=2,
-                     tol=1e-10, max_epochs=3000, random_state=0).fit(X, y)
+                     tol=1e-10, max_epochs=3000, random_state=0, method="ddss").fit(X, y)
     assert any(h["newton_step"] > 0 for h in est.history_)
     cert = ref.certificate(X, y, "squared", problem.penalty, problem.lam, True, est.coef_)
     assert cert.gap <= 1e-9 * problem.null_objective()

@@ -33,6 +33,7 @@ WORK = {
     "newton": 1e7,        # a support Newton step's own fixed cost (its Python, ~20 ms)
 }
 WINDOW = 2                # steps of a kind whose rate is its rate now
+NEWTON_EPOCHS = 16        # epochs' work a support Newton step may cost (``newton_pays``)
 
 
 def certificate_work(nnz, n_samples):
@@ -51,6 +52,13 @@ def newton_work(support):
     """Work of a support Newton step on ``support`` coordinates: a fixed cost and its
     dense solve, support^3 / 3 flops (its certificate is counted apart)."""
     return WORK["newton"] + WORK["flop"] * support ** 3 / 3.0
+
+
+def newton_pays(support, nnz, n_samples):
+    """``inner="auto"`` takes the support Newton step its stall watch asks for only
+    where it costs at most NEWTON_EPOCHS prox-SVRG epochs of work: on small data its
+    fixed cost is that of many epochs or working-set steps, which then do better."""
+    return newton_work(support) <= NEWTON_EPOCHS * svrg_work(n_samples, nnz, n_samples)
 
 
 class InnerChoice:

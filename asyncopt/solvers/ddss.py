@@ -37,7 +37,8 @@ from ..penalties import contiguous_block_norms
 from ..screening import BestDual, screen_blocks
 from ..newton.policy import StallWatch, firm_support, prunes_for_step, violating_zeros
 from .checkpoint import load_checkpoint, save_checkpoint
-from .choice import InnerChoice, certificate_work, newton_work, svrg_work
+from .choice import (InnerChoice, certificate_work, newton_pays, newton_work,
+                     svrg_work)
 
 
 SAMPLINGS = ("chunked", "uniform")
@@ -441,6 +442,9 @@ class Driver:
         if watch is None or not best.gap(cert.primal) > goal or not watch.should_try(
                 self.epochs, best.gap(cert.primal), int(np.count_nonzero(firm)), churn,
                 goal, prunes_for_step(x, groups is not None)):
+            return x, cert
+        if self.choice is not None and not newton_pays(
+                int(np.count_nonzero(firm)), backend.nnz, backend.n_samples):
             return x, cert
         while True:
             gap_before = best.gap(cert.primal)
