@@ -253,9 +253,11 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
     """Coordinate descent on the quadratic model of n P at w, in (delta, and the
     intercept's move, returned; xdelta = A_ws delta + its move):
         sum_i grad_i (A delta)_i + 1/2 sum_i hess_i (A delta)_i^2 + n lam |w + delta|_v,
-    at most ``max_passes`` passes, stopping once a pass moves no coordinate by more
-    than 1e-4 of the first pass's largest move (in the model's metric). Returns (the
-    intercept's move, the passes made)."""
+    at most ``max_passes`` passes, stopping once a pass over every coordinate moves
+    none by more than 1e-4 of the first pass's largest move (in the model's metric).
+    A coordinate a pass leaves at zero is skipped by the passes after it until they
+    converge, then a pass over all follows (liblinear's shrinking). Returns (the
+    intercept's move, the entries and rows the passes read)."""
     m = cols.shape[0]
     delta[:] = 0.0
     xdelta[:] = 0.0
@@ -271,12 +273,19 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
     grad_b, hess_b = np.sum(grad), np.sum(hess)
     db = 0.0
     first = 0.0
+    live = np.ones(m, dtype=np.bool_)
+    reads = 0
     for sweep in range(max_passes):
         largest = 0.0
+        every = True
         for q in range(m):
+            if not live[q]:
+                every = False
+                continue
             if lipschitz[q] <= 0.0:
                 continue
             c = cols[q]
+            reads += indptr[c + 1] - indptr[c]
             model = gradient[q]
             for k in range(indptr[c], indptr[c + 1]):
                 model += data[k] * hess[rows[k]] * xdelta[rows[k]]
@@ -286,10 +295,14 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
             step = new - old
             if step != 0.0:
                 delta[q] += step
+                reads += indptr[c + 1] - indptr[c]
                 for k in range(indptr[c], indptr[c + 1]):
                     xdelta[rows[k]] += step * data[k]
                 largest = max(largest, abs(step) * np.sqrt(lipschitz[q]))
+            elif new == 0.0:
+                live[q] = False
         if fit_intercept and hess_b > 0.0:
+            reads += xdelta.shape[0]
             model = grad_b + np.dot(hess, xdelta)
             step = -model / hess_b
             db += step
@@ -298,8 +311,10 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
         if sweep == 0:
             first = largest
         if largest <= 1e-4 * first:
-            break
-    return db, sweep + 1
+            if every:
+                break
+            live[:] = True
+    return db, reads
 
 
 @njit(cache=True)
@@ -370,9 +385,10 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, code, n_lam, w
         for i in range(n):
             grad[i] = loss_derivative(code, z[i], y[i])
             hess[i] = loss_second_derivative(code, z[i], y[i])
-        db, passes = _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam,
-                                       weights, fit_intercept, max_passes, delta, xdelta)
-        reads += 2 * n + nnz + passes * (2 * nnz + n)
+        db, passes_read = _newton_direction(indptr, rows, data, cols, w, grad, hess,
+                                            n_lam, weights, fit_intercept, max_passes,
+                                            delta, xdelta)
+        reads += 2 * n + nnz + passes_read
         before = _objective_along(z, xdelta, 0.0, y, code, w, delta, n_lam, weights)
         t = 1.0
         moved = False
