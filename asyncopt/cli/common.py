@@ -554,6 +554,8 @@ def report(args, title, est, name, n, p, nnz, classes, alpha, ratio, lmax, fit_i
     import numpy as np
 
     spec = METHODS[args.method]
+    method = args.method + (" (ddss under mpirun)" if backend == "mpi" and
+                            args.method == "auto" else "")
     screens = "static" if "pse" in spec else \
         ("on" if not args.no_screening and spec["screening"] else "off")
     if backend == "threads":
@@ -576,7 +578,7 @@ def report(args, title, est, name, n, p, nnz, classes, alpha, ratio, lmax, fit_i
     if classes is not None:
         rows.append(("classes", f"{classes[0]:g} -> -1, {classes[1]:g} -> +1"))
     rows += [
-        ("method", f"{args.method}, {backend}, screening {screens}"),
+        ("method", f"{method}, {backend}, screening {screens}"),
         ("alpha", f"{alpha:.4e}  (alpha/lam_max = {ratio:.3g}, lam_max = {lmax:.4e})"),
         ("objective", f"{objective:.8e}"),
         ("duality gap", f"{gap:.3e}  (relative {rel_gap:.3e}, tol {args.tol:g}"
