@@ -13,7 +13,8 @@ time is that of the first fit that reaches the target (``common.tolerance_sequen
 after one untimed warm-up fit (numba compilation, imports):
   - asyncopt: the ``asyncopt.Lasso`` / ``SparseLogisticRegression`` estimators, serial,
     with ``--method`` (default: the estimators' default, "auto"), and the same on the
-    threads backend, 2 threads (column "2 threads"; ``--threads 0``: no column);
+    threads backend, 2 threads (column "2 threads"; ``--threads T``: T threads,
+    ``--threads 0``: no column);
   - skglm (``Lasso``, ``SparseLogisticRegression``), celer (``Lasso``; its logistic
     model fits no intercept, so no row), scikit-learn (``Lasso``, coordinate descent;
     ``LogisticRegression(penalty="l1", solver="liblinear")``, whose intercept is
@@ -179,7 +180,8 @@ def main(argv=None):
     ap.add_argument("--output", default=os.path.join(RESULTS_DIR, "bench_real.json"))
     args = ap.parse_args(argv)
     names = list(args.data) + (list(MORE) if args.more else [])
-    ours_columns = ("asyncopt",) + (("2 threads",) if args.threads > 1 else ())
+    threads_column = f"{args.threads} threads"
+    ours_columns = ("asyncopt",) + ((threads_column,) if args.threads > 1 else ())
     columns = ours_columns + tuple(args.peers)
     rows, table = [], []
     for name in names:
@@ -194,7 +196,7 @@ def main(argv=None):
                 for solver in columns:
                     fit = asyncopt_fit(row, method) if solver == "asyncopt" else \
                         asyncopt_fit(row, method, args.threads) \
-                        if solver == "2 threads" else peer_fit(row, solver)
+                        if solver == threads_column else peer_fit(row, solver)
                     if fit is None:
                         results[solver] = {"available": False, "seconds": None}
                         continue

@@ -439,12 +439,14 @@ class Driver:
         watch, backend, best = self.watch, self.backend, self.best
         goal = self.settings.tol * self.reference
         groups = backend.penalty.group_indptr
-        if watch is None or not best.gap(cert.primal) > goal or not watch.should_try(
-                self.epochs, best.gap(cert.primal), int(np.count_nonzero(firm)), churn,
-                goal, prunes_for_step(x, groups is not None)):
+        if watch is None or not best.gap(cert.primal) > goal:
             return x, cert
-        if self.choice is not None and not newton_pays(
-                int(np.count_nonzero(firm)), backend.nnz, backend.n_samples):
+        support = int(np.count_nonzero(firm))
+        if not watch.should_try(self.epochs, best.gap(cert.primal), support, churn, goal,
+                                prunes_for_step(x, groups is not None)):
+            return x, cert
+        if self.choice is not None and not newton_pays(support, backend.nnz,
+                                                       backend.n_samples):
             return x, cert
         while True:
             gap_before = best.gap(cert.primal)
@@ -525,8 +527,9 @@ class Driver:
         """One inner epoch from the certificate's anchor, or the working-set step
         (``inner="working_set"``, or ``"auto"``'s choice); returns (x, b)."""
         s, backend = self.settings, self.backend
-        kind = s.inner if s.inner != "auto" else self.choice.next()
+        kind = s.inner
         if self.choice is not None:
+            kind = self.choice.next()
             self.pending = (kind, self.best.gap(cert.primal))
         if kind == "working_set":
             return self._working_set_step(x, cert)
