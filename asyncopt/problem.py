@@ -39,19 +39,24 @@ def refit_intercept(sums, b, n):
     (``intercept_optimum``) or every shard's (Dis-DDSS's ``mpi.protocol.intercept_refit``,
     each call one reduction). A Newton step is halved while it increases the objective,
     except once it is below rounding of the objective (|step| <= 1e-6 (1 + |b|)), where
-    the quadratic model is accurate. The calls depend only on the sums, so ranks that
-    share them call ``sums`` alike."""
+    the quadratic model is accurate; the sums at the accepted trial serve the next step,
+    so a step that is not halved costs one call. The calls depend only on the sums, so
+    ranks that share them call ``sums`` alike."""
+    grad, hess, value = sums(b)
     for _ in range(100):
-        grad, hess, value = sums(b)
         grad /= n
         if abs(grad) <= 1e-13:
             break
         step = grad / max(hess / n, 1e-12)
         for _ in range(60):
-            if abs(step) <= 1e-6 * (1.0 + abs(b)) or sums(b - step)[2] <= value:
+            trial = sums(b - step)
+            if abs(step) <= 1e-6 * (1.0 + abs(b)) or trial[2] <= value:
                 break
             step *= 0.5
+        else:
+            trial = sums(b - step)
         b -= step
+        grad, hess, value = trial
     return b
 
 
@@ -520,8 +525,11 @@ class Problem:
                 X.indptr.astype(np.int64), X.indices, X.data, column_map, row_order)
             sq, column_counts, stored, sums, row_sq = csr_column_stats(
                 indptr, indices, data, self.n_features)
-            feature_block = np.repeat(np.arange(pen.n_blocks), np.diff(pen.indptr))
-            counts = csr_block_row_counts(indptr, indices, feature_block, pen.n_blocks)
+            if pen.n_blocks == self.n_features:     # singletons: rows = stored entries
+                counts = stored.copy()
+            else:
+                feature_block = np.repeat(np.arange(pen.n_blocks), np.diff(pen.indptr))
+                counts = csr_block_row_counts(indptr, indices, feature_block, pen.n_blocks)
             self._full = ActiveSet(self, np.arange(pen.n_blocks), indptr, indices, data,
                                    sq, column_counts, counts, self.y[row_order], False,
                                    column_sums=sums, row_sq_norms=row_sq,

@@ -251,30 +251,39 @@ def _objective_along(z, xdelta, t, y, code, w, delta, n_lam, weights):
 def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
                       fit_intercept, max_passes, delta, xdelta):
     """Coordinate descent on the quadratic model of n P at w, in (delta, and the
-    intercept's move, returned; xdelta = A_ws delta + its move):
-        sum_i grad_i (A delta)_i + 1/2 sum_i hess_i (A delta)_i^2 + n lam |w + delta|_v,
+    intercept's move db, returned; xdelta = A_ws delta + db):
+        sum_i grad_i (A delta + db)_i + 1/2 sum_i hess_i (A delta + db)_i^2
+        + n lam |w + delta|_v,
     at most ``max_passes`` passes, stopping once a pass over every coordinate moves
     none by more than 1e-4 of the first pass's largest move (in the model's metric).
     A coordinate a pass leaves at zero is skipped by the passes after it until they
-    converge, then a pass over all follows (liblinear's shrinking). Returns (the
-    intercept's move, the entries and rows the passes read)."""
+    converge, then a pass over all follows (liblinear's shrinking). The passes keep
+    u = A_ws delta apart from db, with h_q = sum_i hess_i a_iq and sum_i hess_i u_i, so
+    the intercept's update costs O(1) and the columns' O(their entries). Returns (db,
+    the entries and rows the passes read)."""
     m = cols.shape[0]
+    n = xdelta.shape[0]
     delta[:] = 0.0
-    xdelta[:] = 0.0
+    xdelta[:] = 0.0                 # u = A_ws delta until the end
     lipschitz = np.empty(m)
     gradient = np.empty(m)
+    hess_col = np.empty(m)
     for q in range(m):
         c = cols[q]
-        acc, g = 0.0, 0.0
+        acc, g, h = 0.0, 0.0, 0.0
         for k in range(indptr[c], indptr[c + 1]):
-            acc += hess[rows[k]] * data[k] * data[k]
+            hk = hess[rows[k]] * data[k]
+            acc += hk * data[k]
+            h += hk
             g += grad[rows[k]] * data[k]
-        lipschitz[q], gradient[q] = acc, g
+        lipschitz[q], gradient[q], hess_col[q] = acc, g, h
     grad_b, hess_b = np.sum(grad), np.sum(hess)
+    intercept = fit_intercept and hess_b > 0.0
     db = 0.0
+    hess_u = 0.0                    # sum_i hess_i u_i
     first = 0.0
     live = np.ones(m, dtype=np.bool_)
-    reads = 0
+    reads = 2 * n
     for sweep in range(max_passes):
         largest = 0.0
         every = True
@@ -286,7 +295,7 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
                 continue
             c = cols[q]
             reads += indptr[c + 1] - indptr[c]
-            model = gradient[q]
+            model = gradient[q] + db * hess_col[q]
             for k in range(indptr[c], indptr[c + 1]):
                 model += data[k] * hess[rows[k]] * xdelta[rows[k]]
             old = w[q] + delta[q]
@@ -295,18 +304,16 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
             step = new - old
             if step != 0.0:
                 delta[q] += step
+                hess_u += step * hess_col[q]
                 reads += indptr[c + 1] - indptr[c]
                 for k in range(indptr[c], indptr[c + 1]):
                     xdelta[rows[k]] += step * data[k]
                 largest = max(largest, abs(step) * np.sqrt(lipschitz[q]))
             elif new == 0.0:
                 live[q] = False
-        if fit_intercept and hess_b > 0.0:
-            reads += xdelta.shape[0]
-            model = grad_b + np.dot(hess, xdelta)
-            step = -model / hess_b
+        if intercept:
+            step = -(grad_b + hess_u + db * hess_b) / hess_b
             db += step
-            xdelta += step
             largest = max(largest, abs(step) * np.sqrt(hess_b))
         if sweep == 0:
             first = largest
@@ -314,6 +321,8 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
             if every:
                 break
             live[:] = True
+    if db != 0.0:
+        xdelta += db
     return db, reads
 
 
