@@ -172,7 +172,8 @@ _COMMON_DOC = """
         certificates, the problem on a working set of the support and the worst
         violators, by (block) coordinate descent with Anderson extrapolation for the
         squared loss, by proximal Newton steps for the L1 logistic loss; not the group
-        logistic model; serial and threads backends), "ddss_naive" (plain stochastic
+        logistic model; on the mpi backend the Lasso only, by coordinate descent on
+        the Gram matrix the workers reduce), "ddss_naive" (plain stochastic
         prox steps) or
         the baselines "prox_asaga" (sparse proximal SAGA, no screening),
         "prox_asvrg" (proximal SVRG with dense steps, no screening), "pse_safe" and

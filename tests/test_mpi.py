@@ -40,7 +40,8 @@ def run_spmd(tmp_path, n_ranks, loss, method, groups, transport="auto", options=
     ("ddss", 3, "squared", 1, "auto"), ("ddss", 5, "squared", 3, "messages"),
     ("ddss", 3, "logistic", 3, "messages"), ("ddss", 5, "logistic", 1, "auto"),
     ("prox_asaga", 3, "squared", 1, "auto"), ("prox_asaga", 5, "logistic", 3, "messages"),
-    ("prox_asvrg", 5, "squared", 3, "auto"), ("prox_asvrg", 3, "logistic", 1, "messages")])
+    ("prox_asvrg", 5, "squared", 3, "auto"), ("prox_asvrg", 3, "logistic", 1, "messages"),
+    ("working_set", 3, "squared", 1, "auto"), ("working_set", 5, "squared", 1, "messages")])
 def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, loss, groups,
                                                    transport):
     result = run_spmd(tmp_path, n_ranks, loss, method, groups, transport)
@@ -78,6 +79,14 @@ def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, lo
             assert powers[k] == powers[k - 1] + 1 and at_x[k] > at_x[k - 1]
         elif powers[k] < powers[k - 1]:
             assert powers[k] == powers[k - 1] - 1 >= 2
+
+
+def test_the_working_set_step_under_mpirun_is_the_lasso_only():
+    from asyncopt.losses import LOGISTIC
+    from asyncopt.penalties import L1
+    from asyncopt.solvers.mpi import solve_mpi
+    with pytest.raises(ValueError, match="working_set' under mpirun solves the Lasso"):
+        solve_mpi(None, None, L1(5), 5, LOGISTIC, 0.1, True, inner="working_set")
 
 
 class _QueueChannel:

@@ -11,8 +11,8 @@ from sklearn.linear_model import Lasso as SkLasso
 
 import asyncopt
 from asyncopt.data import load_libsvm
-from asyncopt.kernels.working_set import (lasso_objective, lasso_working_set_cd,
-                                          prox_newton_working_set)
+from asyncopt.kernels.working_set import (gram_lasso_cd, lasso_objective,
+                                          lasso_working_set_cd, prox_newton_working_set)
 from asyncopt.penalties import L1
 from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
@@ -114,6 +114,42 @@ def test_epochs_and_extrapolations_never_raise_the_subproblems_objective():
         values.append(lasso_objective(w, r, n_lam, weights, blocks))
     assert all(later <= earlier + 1e-12 for earlier, later in zip(values, values[1:]))
     assert kept > 0
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_gram_coordinate_descent_reaches_sklearns_objective_with_a_true_gap(fit_intercept):
+    """gram_lasso_cd (the server's solve under mpirun) from the Gram matrix of [A, 1]
+    and the sums at a start (w0, b0) alone: the objective of scikit-learn's Lasso at
+    tol 1e-12, each pass count's objective no higher than the one before (exact
+    coordinate steps), and a returned gap that bounds P - P* at every pass count."""
+    X, y = correlated_data(n=60, p=25, seed=3, density=1.0)
+    n = X.shape[0]
+    B = np.hstack([X, np.ones((n, 1))]) if fit_intercept else X
+    lam = 0.05 * np.max(np.abs(X.T @ (y - y.mean() * fit_intercept))) / n
+    ref = SkLasso(alpha=lam, tol=1e-12, max_iter=100_000,
+                  fit_intercept=fit_intercept).fit(X, y)
+
+    def objective(w, b):
+        return 0.5 * np.sum((y - X @ w - b) ** 2) / n + lam * np.sum(np.abs(w))
+    best = objective(ref.coef_, ref.intercept_)
+    w0 = np.where(np.arange(25) % 3 == 0, 0.1, 0.0)       # a start away from zero
+    b0 = 0.2 if fit_intercept else 0.0
+    r = y - X @ w0 - b0
+    values = []
+    for passes in range(1, 30):
+        w = w0.copy()
+        db, done, gap = gram_lasso_cd(B.T @ B, B.T @ r, w, n * lam, np.ones(25),
+                                      fit_intercept, r @ r, y @ r, B.T @ y, 0.0, passes,
+                                      1)
+        assert done == passes
+        values.append(objective(w, b0 + db))
+        assert values[-1] - best <= gap / n + 1e-13
+    assert all(later <= earlier + 1e-15 for earlier, later in zip(values, values[1:]))
+    w = w0.copy()
+    db, _, gap = gram_lasso_cd(B.T @ B, B.T @ r, w, n * lam, np.ones(25), fit_intercept,
+                               r @ r, y @ r, B.T @ y, 1e-12, 100_000, 10)
+    assert gap <= 1e-12
+    assert abs(objective(w, b0 + db) - best) <= 1e-9 * best
 
 
 def test_the_working_set_holds_the_support_then_the_worst_violators():

@@ -46,7 +46,7 @@ INNER_STEPS = ("svrg", "working_set", "auto")
 COMPACT_NNZ_SHARE = 0.05
 COMPACT_FEATURE_SHARE = 0.5
 # what the driver tells a backend to do next (``Backend.command``)
-STOP, EPOCH, RECERTIFY, REJECT, NEWTON = 0, 1, 2, 3, 4
+STOP, EPOCH, RECERTIFY, REJECT, NEWTON, WORKING_SET = 0, 1, 2, 3, 4, 5
 # where a run starts: x = 0, coef_init, a checkpoint, or nowhere (it could not be read)
 START_FRESH, START_WARM, START_RESUME, START_ERROR = 0, 1, 2, 3
 # the record's keys beyond ``history_record``'s that a backend may fill (``record()``),

@@ -8,7 +8,9 @@ own contiguous shard of the rows (an ActiveSet of a Problem on those rows), neve
 whole data set, and executes what the server's control word says. Outer iteration:
 synchronous collectives (``protocol``; root-centred on an oversubscribed node, see
 ``comm.wire.Wire``); inner epoch: asynchronous deltas and replies (``inner``); the
-second-order step: the workers' Hessian shares or products (``newton``).
+second-order step: the workers' Hessian shares or products (``newton``); the
+working-set step: the workers' Gram shares, the server's coordinate descent
+(``working_set``).
 
 No rank busy-polls (``comm.wire``), so runs with more ranks than cores stay usable; on
 one node the messages and the outer iteration's vectors go through a shared-memory
@@ -27,6 +29,7 @@ from .inner import HEADER, REPLY_HEADER, default_batch
 from .protocol import ShardStatistics, close_channel, distributed_lam_max
 from .server import ServerBackend, load_server_kernels
 from .worker import Shard, run_worker
+from .working_set import supports as working_set_supports
 
 __all__ = ["solve_mpi", "distributed_lam_max", "load_server_kernels"]
 
@@ -36,7 +39,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
               tol=1e-4, max_epochs=200, screening=True, variance_reduced=True, batch=None,
               step_scale=1.0, checkpoint=None, saga=False, dense=False,
               random_state=None, verbose=0, label="ddss", max_time=None, transport=None,
-              support_newton=True, coef_init=None, intercept_init=0.0):
+              support_newton=True, coef_init=None, intercept_init=0.0, inner="svrg"):
     """Dis-DDSS on ``comm`` (rank 0 the server, the others workers). Every rank calls it;
     ``problem`` is the worker's Problem on its own rows (None on the server). Returns the
     SolverResult on every rank (coef broadcast once at the end; the history on rank 0).
@@ -55,7 +58,15 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     "auto" (a shared-memory window when every rank is on one node, MPI messages
     otherwise), "shared" or "messages"; None reads ASYNCOPT_MPI_TRANSPORT (default auto).
     support_newton: the second-order step on the support (``newton``; L1 and group
-    penalties; the baselines run without it)."""
+    penalties; the baselines run without it).
+    inner: "svrg" (the asynchronous prox-SVRG epochs) or "working_set" (the working-set
+    step, ``working_set``: the Lasso only; a ValueError on every rank otherwise)."""
+    if inner not in ("svrg", "working_set"):
+        raise ValueError(f"inner must be 'svrg' or 'working_set', not {inner!r}")
+    if inner == "working_set":
+        reason = working_set_supports(loss_of_code(loss_code), penalty)
+        if reason is not None:
+            raise ValueError(reason)
     check_switch()
     wire = Wire(comm)
     rank, size = wire.rank, comm.Get_size()
@@ -87,7 +98,7 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
                             support_newton=support_newton, step_scale=step_scale,
                             max_time=max_time, checkpoint=checkpoint,
                             checkpoint_interval=0.0, reject_worse_epochs=True,
-                            verbose=verbose, label=label)
+                            verbose=verbose, label=label, inner=inner)
         backend = ServerBackend(wire, channel, stats, penalty, p, loss_code, lam,
                                 fit_intercept, batch, flags)
         result = Driver(backend, settings, coef_init, intercept_init).run()

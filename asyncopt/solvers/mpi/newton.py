@@ -230,16 +230,10 @@ class DistributedStep:
         reduced, intercept = self.reduced, self.intercept
         move = np.full(1 + dim + (0 if groups else k), -1.0)
         self.server_trials = self.quadratic
-        ids = self.features[self.support]
-        plan = None if reduced is None else reduced.fresh(ids, intercept)
-        fresh_numbers = 0 if plan is None else plan[0].shape[0] * dim   # none: no round
+        self.hessian = reduce_support_hessian(wire, self.rows, reduced,
+                                              self.features[self.support], intercept, dim,
+                                              lower_only=not groups)
         if server:
-            if plan is None:
-                self.hessian = summed_hessian(wire, dim, lower_only=not groups)
-            else:
-                self.hessian = reduced.assemble(plan, wire.reduce(
-                    np.empty(fresh_numbers), root_blank=True)
-                    if fresh_numbers else np.zeros(0))
             if groups:
                 kind, vector = LINE, group_move(
                     self.hessian, self._slope(), self.point, self.starts,
@@ -252,12 +246,6 @@ class DistributedStep:
                 move[0], move[1:1 + dim] = kind, vector
                 if not groups:
                     move[1 + dim:] = signs
-        elif plan is None:
-            wire.reduce(self.rows.hessian_triangle())
-        elif fresh_numbers:
-            wire.reduce(self.rows.hessian_rows(plan[0]).ravel())
-        if reduced is not None:
-            reduced.keep(ids, intercept, self.hessian if server else None)
         move = wire.bcast(move)
         if move[0] < 0:
             return None
@@ -283,6 +271,32 @@ class DistributedStep:
                                        self.point[:k], candidates[:, :k], self.offset,
                                        self.starts)[0]
         return int(wire.bcast(chosen)[0])
+
+
+def reduce_support_hessian(wire, rows, reduced, ids, intercept, dim, lower_only=False):
+    """The Hessian sum on S (original ids ``ids``, the intercept last where it is fitted)
+    on the server, None on the workers, whose ``rows`` (``SupportRows``; None on the
+    server) give their shares: their upper triangles (``summed_hessian``), or with
+    ``reduced`` (squared loss: the run's ReducedHessian on every rank), once most of S was
+    in the last sum, only their rows of the coordinates new to S (no round where none
+    is). ``lower_only``: the server may get the lower triangle alone."""
+    server = wire.rank == 0
+    plan = None if reduced is None else reduced.fresh(ids, intercept)
+    fresh_numbers = 0 if plan is None else plan[0].shape[0] * dim
+    hessian = None
+    if server:
+        if plan is None:
+            hessian = summed_hessian(wire, dim, lower_only=lower_only)
+        else:
+            hessian = reduced.assemble(plan, wire.reduce(
+                np.empty(fresh_numbers), root_blank=True) if fresh_numbers else np.zeros(0))
+    elif plan is None:
+        wire.reduce(rows.hessian_triangle())
+    elif fresh_numbers:
+        wire.reduce(rows.hessian_rows(plan[0]).ravel())
+    if reduced is not None:
+        reduced.keep(ids, intercept, hessian)
+    return hessian
 
 
 def summed_hessian(wire, dim, lower_only=False):

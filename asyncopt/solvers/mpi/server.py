@@ -20,14 +20,15 @@ from ...losses import generalized_residual, loss_of_code
 from ...newton.kernels import ReducedHessian
 from ...problem import Certificate, dropped_share
 from ...runtime import blas_threads_beside
-from ..ddss import (EPOCH, NEWTON, REJECT, START_ERROR, START_FRESH, l1_prox_svrg,
-                    prox_svrg_epochs)
+from ..ddss import (EPOCH, NEWTON, REJECT, START_ERROR, START_FRESH, WORKING_SET,
+                    l1_prox_svrg, prox_svrg_epochs)
 from .inner import HEADER, MIN_MOVE_CAP, MOVE_CAP, adapt_damping_power, overshoot_weights, \
     serve_epoch
 from .newton import DistributedStep
 from .protocol import (CERTIFICATE_SUMS, CONTROL, close_channel, distributed_null_objective,
                        fold_intercept_shift, intercept_refit, send_anchor,
                        squared_conjugate_sum)
+from .working_set import server_step
 
 
 class ServerBackend:
@@ -170,6 +171,17 @@ class ServerBackend:
             self.penalty, self.fit_intercept, cert.correlation, cert.rho_sum, firm,
             float(self.total[0]), self.column_sq, self.reduced,
             self.full_penalty.active_features(self.blocks)).run()
+
+    def working_set_step(self, x, cert, gap):
+        """The working-set step over the shards (``working_set.server_step``); the
+        workers receive the move with the next certificate. Returns (x, b, passes,
+        |W|, work: 0, the work ``choice`` counts is not kept under mpirun)."""
+        self.command(WORKING_SET)
+        x, b, passes, size = server_step(
+            self.wire, x, cert.intercept, cert, self.total, self.n_samples, self.lam,
+            self.penalty, self.features(), self.fit_intercept, self.reduced, gap)
+        self.in_sync = False
+        return x, b, passes, size, 0.0
 
     def epoch(self, x, b, cert, plan, dispatched):
         """The epoch's control word and anchor, then the deltas served until every

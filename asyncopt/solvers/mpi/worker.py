@@ -11,12 +11,13 @@ from ...kernels.workspace import Clock, SagaStep, SvrgStep
 from ...losses import generalized_residual, loss_of_code, mean_neg_conjugate
 from ...newton.kernels import ReducedHessian
 from ..ddss import (EPOCH, NEWTON, RECERTIFY, REJECT, START_ERROR, START_FRESH, STOP,
-                    epoch_thresholds, prox_svrg_epochs)
+                    WORKING_SET, epoch_thresholds, prox_svrg_epochs)
 from .inner import work_epoch
 from .newton import DistributedStep
 from .protocol import (CERTIFICATE_SUMS, CONTROL, certificate_sums, close_channel,
                        distributed_null_objective, fold_intercept_shift, intercept_refit,
                        receive_anchor)
+from .working_set import WorkerSums, worker_step
 
 
 class Shard:
@@ -60,6 +61,7 @@ def run_worker(wire, channel, shard, stats, loss_code, lam, fit_intercept, flags
         shard.active.touch_view_buffers()     # on whatever core idles before the view
     epochs = EpochRunner(shard, stats, lam, flags, rng, batch)
     reduced = ReducedHessian() if quadratic else None
+    working_sums = WorkerSums(shard.full_penalty.ids.shape[0])
     y_sum = float(np.sum(y))          # compactions keep the rows
     while True:
         if not in_sync:
@@ -101,6 +103,11 @@ def run_worker(wire, channel, shard, stats, loss_code, lam, fit_intercept, flags
                 shard.full_penalty.active_features(shard.blocks)).run()
         elif status == EPOCH:
             epochs.run(wire, channel, control[3], control[4], z, rho)
+        elif status == WORKING_SET:       # the move comes with the next certificate
+            worker_step(wire, working_sums, shard.active, z, code,
+                        shard.full_penalty.active_features(shard.blocks), fit_intercept,
+                        reduced)
+            in_sync = False
         else:
             assert status == RECERTIFY
 
