@@ -117,11 +117,14 @@ def test_epochs_and_extrapolations_never_raise_the_subproblems_objective():
 
 
 @pytest.mark.parametrize("fit_intercept", [True, False])
-def test_gram_coordinate_descent_reaches_sklearns_objective_with_a_true_gap(fit_intercept):
+@pytest.mark.parametrize("anderson", [0, 5])
+def test_gram_coordinate_descent_reaches_sklearns_objective_with_a_true_gap(fit_intercept,
+                                                                             anderson):
     """gram_lasso_cd (the server's solve under mpirun) from the Gram matrix of [A, 1]
     and the sums at a start (w0, b0) alone: the objective of scikit-learn's Lasso at
     tol 1e-12, each pass count's objective no higher than the one before (exact
-    coordinate steps), and a returned gap that bounds P - P* at every pass count."""
+    coordinate steps, extrapolations kept only where they lower it), and a returned gap
+    that bounds P - P* at every pass count."""
     X, y = correlated_data(n=60, p=25, seed=3, density=1.0)
     n = X.shape[0]
     B = np.hstack([X, np.ones((n, 1))]) if fit_intercept else X
@@ -140,14 +143,14 @@ def test_gram_coordinate_descent_reaches_sklearns_objective_with_a_true_gap(fit_
         w = w0.copy()
         db, done, gap = gram_lasso_cd(B.T @ B, B.T @ r, w, n * lam, np.ones(25),
                                       fit_intercept, r @ r, y @ r, B.T @ y, 0.0, passes,
-                                      1)
+                                      1, anderson)
         assert done == passes
         values.append(objective(w, b0 + db))
         assert values[-1] - best <= gap / n + 1e-13
     assert all(later <= earlier + 1e-15 for earlier, later in zip(values, values[1:]))
     w = w0.copy()
     db, _, gap = gram_lasso_cd(B.T @ B, B.T @ r, w, n * lam, np.ones(25), fit_intercept,
-                               r @ r, y @ r, B.T @ y, 1e-12, 100_000, 10)
+                               r @ r, y @ r, B.T @ y, 1e-12, 100_000, 10, anderson)
     assert gap <= 1e-12
     assert abs(objective(w, b0 + db) - best) <= 1e-9 * best
 

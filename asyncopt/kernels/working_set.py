@@ -122,6 +122,28 @@ def _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, lipschitz, bloc
 
 
 @njit(cache=True)
+def _anderson_buffers(anderson, m, n):
+    """Anderson's ring of ``anderson`` + 1 iterates (w of m, a vector of n that is affine
+    in w and b, and b) and a trial point's w and vector."""
+    keep = anderson + 1 if anderson > 0 else 1
+    return (np.empty((keep, m)), np.empty((keep, n)), np.empty(keep), np.empty(m),
+            np.empty(n))
+
+
+@njit(cache=True, inline="always")
+def _record_iterate(past_w, past_v, past_b, stored, w, v, b):
+    """Store the iterate (w, v, b) at slot ``stored`` of Anderson's ring; returns (the
+    next slot, whether the ring is full: then the next slot is 0 again)."""
+    past_w[stored] = w
+    past_v[stored] = v
+    past_b[stored] = b
+    stored += 1
+    if stored == past_w.shape[0]:
+        return 0, True
+    return stored, False
+
+
+@njit(cache=True)
 def _extrapolate(past_w, past_r, past_b, out_w, out_r):
     """Anderson's combination c (sum 1) of the K + 1 stored iterates minimising the norm
     of the combined successive differences; writes it to out_w, out_r and returns its
@@ -172,12 +194,7 @@ def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, n_lam, weights, l
     for g in range(blocks.shape[0] - 1):
         largest = max(largest, blocks[g + 1] - blocks[g])
     scratch = np.empty(largest)
-    keep = anderson + 1 if anderson > 0 else 1
-    past_w = np.empty((keep, m))
-    past_r = np.empty((keep, n))
-    past_b = np.empty(keep)
-    try_w = np.empty(m)
-    try_r = np.empty(n)
+    past_w, past_r, past_b, try_w, try_r = _anderson_buffers(anderson, m, n)
     stored = 0
     accepted = 0
     gap = np.inf
@@ -187,12 +204,8 @@ def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, n_lam, weights, l
                           blocks, fit_intercept, scratch)
         epoch += 1
         if anderson > 0:
-            past_w[stored] = w
-            past_r[stored] = r
-            past_b[stored] = b
-            stored += 1
-            if stored == keep:
-                stored = 0
+            stored, full = _record_iterate(past_w, past_r, past_b, stored, w, r, b)
+            if full:
                 try_b = _extrapolate(past_w, past_r, past_b, try_w, try_r)
                 if np.isfinite(try_b) and \
                         lasso_objective(try_w, try_r, n_lam, weights, blocks) < \
@@ -424,8 +437,41 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, code, n_lam, w
 
 
 @njit(cache=True)
+def _gram_objective(w, start, db, g, corr, sq_residual, n_lam, weights, fit_intercept):
+    """F at (w, b + db) from the Gram sums (``gram_lasso_cd``): d = (w - start, db),
+    ||r'||^2 = ||r||^2 - d^T corr - d^T g."""
+    m = w.shape[0]
+    sq = sq_residual
+    penalty = 0.0
+    for q in range(m):
+        d = w[q] - start[q]
+        sq -= d * (corr[q] + g[q])
+        penalty += weights[q] * abs(w[q])
+    if fit_intercept:
+        sq -= db * (corr[m] + g[m])
+    return 0.5 * sq + n_lam * penalty
+
+
+@njit(cache=True)
+def _gram_residual_correlation(gram, corr, w, start, db, fit_intercept, g):
+    """g = corr - gram d at d = (w - start, db), into g: formed anew after an
+    extrapolation, whose combination of the stored g's carries their rounding times the
+    combination's coefficients."""
+    m = w.shape[0]
+    g[:] = corr
+    for q in range(m):
+        d = w[q] - start[q]
+        if d != 0.0:
+            for a in range(gram.shape[0]):
+                g[a] -= d * gram[q, a]
+    if fit_intercept and db != 0.0:
+        for a in range(gram.shape[0]):
+            g[a] -= db * gram[m, a]
+
+
+@njit(cache=True)
 def gram_lasso_cd(gram, corr, w, n_lam, weights, fit_intercept, sq_residual, y_residual,
-                  y_corr, tol, max_passes, check_every):
+                  y_corr, tol, max_passes, check_every, anderson):
     """Coordinate descent on the L1 subproblem F(w + d_w, b + d_b) (module docstring) from
     the Gram matrix of B = [A_ws, 1] alone, what the working-set step under MPI has on
     the server: ``gram`` = B^T B (the intercept's row and column last where it is
@@ -435,13 +481,18 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, fit_intercept, sq_residual, y_r
     so F and D(u) = y^T u - ||u||^2 / 2 at u = r' / max(1, max_q |g_q| / (n lam v_q))
     cost O(|ws|) and a coordinate's exact step, w_q <- ST(w_q + g_q / G_qq,
     n lam v_q / G_qq), O(|ws|) more to update g. A pass updates every column in order,
-    then the intercept (d_b += g_b / n). Passes run until the gap F - D, checked every
+    then the intercept (d_b += g_b / n). Every ``anderson`` passes (0: never) the last
+    iterates are extrapolated (g is affine in them, so it extrapolates alike) and the
+    point kept only where it lowers F (its g then formed anew from the Gram matrix). Passes run until the gap F - D, checked every
     ``check_every`` passes, is at most ``tol`` or ``max_passes`` passed. w is updated in
     place; returns (d_b, passes, gap)."""
     m = w.shape[0]
     dim = gram.shape[0]
-    d = np.zeros(dim)
+    start = w.copy()
     g = corr.copy()
+    db = 0.0
+    past_w, past_g, past_b, try_w, try_g = _anderson_buffers(anderson, m, dim)
+    stored = 0
     gap = np.inf
     passes = 0
     while passes < max_passes:
@@ -454,17 +505,34 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, fit_intercept, sq_residual, y_r
             step = new - old
             if step != 0.0:
                 w[q] = new
-                d[q] += step
                 for a in range(dim):          # row q: gram is symmetric
                     g[a] -= step * gram[q, a]
         if fit_intercept and gram[m, m] > 0.0:
             step = g[m] / gram[m, m]
-            d[m] += step
+            db += step
             for a in range(dim):
                 g[a] -= step * gram[m, a]
         passes += 1
+        if anderson > 0:
+            stored, full = _record_iterate(past_w, past_g, past_b, stored, w, g, db)
+            if full:
+                try_b = _extrapolate(past_w, past_g, past_b, try_w, try_g)
+                if np.isfinite(try_b) and \
+                        _gram_objective(try_w, start, try_b, try_g, corr, sq_residual,
+                                        n_lam, weights, fit_intercept) < \
+                        _gram_objective(w, start, db, g, corr, sq_residual, n_lam,
+                                        weights, fit_intercept):
+                    w[:] = try_w
+                    db = try_b
+                    _gram_residual_correlation(gram, corr, w, start, db, fit_intercept, g)
+                    if fit_intercept and gram[m, m] > 0.0:    # 1^T r' = 0 again
+                        step = g[m] / gram[m, m]
+                        db += step
+                        for a in range(dim):
+                            g[a] -= step * gram[m, a]
         if passes % check_every == 0 or passes == max_passes:
-            sq = sq_residual - np.dot(d, corr) - np.dot(d, g)
+            sq = 2.0 * _gram_objective(w, start, db, g, corr, sq_residual, 0.0, weights,
+                                       fit_intercept)
             dual_norm = 0.0
             penalty = 0.0
             for q in range(m):
@@ -472,8 +540,13 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, fit_intercept, sq_residual, y_r
                 if weights[q] > 0.0:
                     dual_norm = max(dual_norm, abs(g[q]) / weights[q])
             scale = max(1.0, dual_norm / n_lam)
-            yu = (y_residual - np.dot(d, y_corr)) / scale
+            yu = y_residual
+            for q in range(m):
+                yu -= (w[q] - start[q]) * y_corr[q]
+            if fit_intercept:
+                yu -= db * y_corr[m]
+            yu /= scale
             gap = 0.5 * sq + n_lam * penalty - (yu - 0.5 * sq / (scale * scale))
             if gap <= tol:
                 break
-    return (d[m] if fit_intercept else 0.0), passes, gap
+    return db, passes, gap

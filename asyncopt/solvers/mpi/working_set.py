@@ -7,7 +7,8 @@ violate their optimality condition most) and broadcasts it; the workers reduce t
 shares of the Gram matrix of B = [A_W, 1] (``reduce_support_hessian``: the squared
 loss's Hessian, only the rows of the columns new to W once most of W was in the last
 sum) and of B^T y; the server solves the subproblem on W by coordinate descent on the
-Gram matrix (``kernels.working_set.gram_lasso_cd``) to INNER_FRACTION of the outer gap.
+Gram matrix with Anderson extrapolation (``kernels.working_set.gram_lasso_cd``) to
+INNER_FRACTION of the outer gap.
 The move reaches the workers with the next certificate's [b, x]: one reduction and two
 broadcasts per step, whatever the number of passes. The squared loss with the L1
 penalty only (``supports``).
@@ -17,8 +18,8 @@ import numpy as np
 from ...kernels.linalg import csr_rmatvec
 from ...kernels.working_set import gram_lasso_cd
 from ...newton.kernels import SupportRows
-from ..working_set import CHECK_EVERY, INNER_FRACTION, MAX_INNER_EPOCHS, violation_scores, \
-    working_set
+from ..working_set import (ANDERSON, CHECK_EVERY, INNER_FRACTION, MAX_INNER_EPOCHS,
+                           violation_scores, working_set)
 from .newton import reduce_support_hessian
 from .protocol import server_vector
 
@@ -76,7 +77,7 @@ def server_step(wire, x, b, cert, sums, n, lam, penalty, features, intercept, re
     db, passes, _ = gram_lasso_cd(
         np.ascontiguousarray(gram), corr, w, n * lam, weights[support], intercept,
         float(sums[2]), float(sums[3]), y_corr, INNER_FRACTION * n * outer_gap,
-        MAX_INNER_EPOCHS, CHECK_EVERY)
+        MAX_INNER_EPOCHS, CHECK_EVERY, ANDERSON)
     x[support] = w
     return x, b + db, int(passes), int(support.shape[0])
 
