@@ -167,8 +167,8 @@ _COMMON_DOC = """
     max_epochs : maximum number of outer iterations (each about one pass over the rows).
     method : "auto" (default: per outer iteration, the inner step of "ddss" or
         "working_set" that has cut the duality gap fastest per unit of work so far,
-        ``asyncopt.solvers.choice``; "ddss" on the mpi backend and for the group
-        logistic model), "ddss" (sparse prox-SVRG), "working_set" (between two
+        ``asyncopt.solvers.choice``; "ddss" for the group logistic model and, on the
+        mpi backend, for the logistic model), "ddss" (sparse prox-SVRG), "working_set" (between two
         certificates, the problem on a working set of the support and the worst
         violators, by (block) coordinate descent with Anderson extrapolation for the
         squared loss, by proximal Newton steps for the L1 logistic loss; not the group

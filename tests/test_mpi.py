@@ -41,7 +41,8 @@ def run_spmd(tmp_path, n_ranks, loss, method, groups, transport="auto", options=
     ("ddss", 3, "logistic", 3, "messages"), ("ddss", 5, "logistic", 1, "auto"),
     ("prox_asaga", 3, "squared", 1, "auto"), ("prox_asaga", 5, "logistic", 3, "messages"),
     ("prox_asvrg", 5, "squared", 3, "auto"), ("prox_asvrg", 3, "logistic", 1, "messages"),
-    ("working_set", 3, "squared", 1, "auto"), ("working_set", 5, "squared", 1, "messages")])
+    ("working_set", 3, "squared", 1, "auto"), ("working_set", 5, "squared", 1, "messages"),
+    ("auto", 3, "squared", 1, "auto"), ("auto", 5, "logistic", 1, "messages")])
 def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, loss, groups,
                                                    transport):
     result = run_spmd(tmp_path, n_ranks, loss, method, groups, transport)
@@ -51,6 +52,10 @@ def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, lo
     assert result["converged"]
     assert abs(result["objective"] - result["serial_objective"]) <= \
         1e-6 * abs(result["serial_objective"])
+    # the working-set step runs under mpirun for the Lasso (auto: beside the epochs)
+    steps = {h["working_set"] is not None for h in result["history"][1:]}
+    assert steps == ({True} if method == "working_set" else {True, False}
+                     if method == "auto" and loss == "squared" else {False})
     # the last certificate's P came from the workers' margins, with no broadcast of x
     # since the first epoch: it is the P of the server's x only if the inner loops' final
     # replies left every worker holding exactly the server's x and b
@@ -79,6 +84,22 @@ def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, lo
             assert powers[k] == powers[k - 1] + 1 and at_x[k] > at_x[k - 1]
         elif powers[k] < powers[k - 1]:
             assert powers[k] == powers[k - 1] - 1 >= 2
+
+
+def test_the_working_set_under_mpirun_is_bounded_and_holds_the_best_scores():
+    from asyncopt.solvers.mpi.working_set import MAX_SIZE, bounded_working_set
+    from asyncopt.solvers.working_set import working_set
+    rng = np.random.default_rng(0)
+    x = np.where(rng.random(3 * MAX_SIZE) < 0.5, rng.standard_normal(3 * MAX_SIZE), 0.0)
+    scores = rng.random(3 * MAX_SIZE)
+    # few non-zeros: the serial step's set
+    sparse_x = np.where(np.arange(x.shape[0]) < 20, 1.0, 0.0)
+    np.testing.assert_array_equal(bounded_working_set(sparse_x, scores, 30),
+                                  working_set(np.abs(sparse_x), scores))
+    for last, most in ((None, MAX_SIZE), (100, 200)):
+        chosen = bounded_working_set(x, scores, last)
+        assert chosen.shape[0] == most and np.all(np.diff(chosen) > 0)
+        assert scores[chosen].min() >= np.delete(scores, chosen).max()
 
 
 def test_the_working_set_step_under_mpirun_is_the_lasso_only():
@@ -744,7 +765,7 @@ def test_sigterm_checkpoints_the_servers_current_x_mid_epoch(tmp_path, ranks):
     # file and never alone (the assertion unseen); a busy machine can hold back the first
     # deltas that long, and 1 s keeps well inside the epoch
     argv = [MPIRUN, "-n", ranks, sys.executable, "-m", "asyncopt.cli.lasso", str(data),
-            "--checkpoint", str(ckpt), "--batch", "1", "--quiet"]
+            "--checkpoint", str(ckpt), "--batch", "1", "--quiet", "--method", "ddss"]
     job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
     try:
@@ -785,7 +806,7 @@ def test_ctrl_c_under_mpirun_is_one_message(tmp_path):
     ckpt = tmp_path / "run.npz"
     env = rank_env()
     argv = [MPIRUN, "-n", "3", sys.executable, "-m", "asyncopt.cli.lasso", str(data),
-            "--checkpoint", str(ckpt), "--batch", "1", "--quiet"]
+            "--checkpoint", str(ckpt), "--batch", "1", "--quiet", "--method", "ddss"]
     job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
     try:

@@ -20,19 +20,17 @@ METHODS = {
     "pse_safe": {"pse": "safe"},
     "pse_strong": {"pse": "strong"}}
 BACKENDS = ("serial", "threads", "mpi")
-MPI_METHODS = ("auto", "ddss", "ddss_naive", "prox_asaga", "prox_asvrg",  # auto: ddss
-               "working_set")
+MPI_METHODS = ("auto", "ddss", "ddss_naive", "prox_asaga", "prox_asvrg", "working_set")
 
 
 def solver_flags(method, screening=True):
     """The method arguments solve_ddss and solve_mpi share (screening, variance_reduced,
-    saga, dense, support_newton, inner) for one of MPI_METHODS, as solve_mpi takes them:
-    "auto" runs the prox-SVRG epochs there."""
+    saga, dense, support_newton, inner) for one of MPI_METHODS."""
     spec = METHODS[method]
     return dict(screening=screening and spec["screening"],
                 variance_reduced=spec["variance_reduced"], saga=spec["saga"],
                 dense=spec["dense"], support_newton=spec["support_newton"],
-                inner="working_set" if spec.get("inner") == "working_set" else "svrg")
+                inner=spec.get("inner", "svrg"))
 
 
 def solve_method(problem, method, *, screening=True, checkpoint=None, step_scale=1.0,
@@ -47,6 +45,5 @@ def solve_method(problem, method, *, screening=True, checkpoint=None, step_scale
         if checkpoint is not None:
             raise ValueError(f"method {method!r} does not write checkpoints")
         return solve_pse(problem, spec["pse"], label=method, **common)
-    flags = dict(solver_flags(method, screening), inner=spec.get("inner", "svrg"))
-    return solve_ddss(problem, **flags, checkpoint=checkpoint, step_scale=step_scale,
-                      label=method, **common)
+    return solve_ddss(problem, **solver_flags(method, screening), checkpoint=checkpoint,
+                      step_scale=step_scale, label=method, **common)

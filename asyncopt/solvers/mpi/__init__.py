@@ -59,14 +59,16 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     otherwise), "shared" or "messages"; None reads ASYNCOPT_MPI_TRANSPORT (default auto).
     support_newton: the second-order step on the support (``newton``; L1 and group
     penalties; the baselines run without it).
-    inner: "svrg" (the asynchronous prox-SVRG epochs) or "working_set" (the working-set
-    step, ``working_set``: the Lasso only; a ValueError on every rank otherwise)."""
-    if inner not in ("svrg", "working_set"):
-        raise ValueError(f"inner must be 'svrg' or 'working_set', not {inner!r}")
-    if inner == "working_set":
-        reason = working_set_supports(loss_of_code(loss_code), penalty)
-        if reason is not None:
-            raise ValueError(reason)
+    inner: "svrg" (the asynchronous prox-SVRG epochs), "working_set" (the working-set
+    step, ``working_set``: the Lasso only; a ValueError on every rank otherwise) or
+    "auto" (``choice.InnerChoice`` between the two for the Lasso, else "svrg")."""
+    if inner not in ("svrg", "working_set", "auto"):
+        raise ValueError(f"inner must be 'svrg', 'working_set' or 'auto', not {inner!r}")
+    reason = working_set_supports(loss_of_code(loss_code), penalty)
+    if inner == "working_set" and reason is not None:
+        raise ValueError(reason)
+    if inner == "auto" and reason is not None:
+        inner = "svrg"
     check_switch()
     wire = Wire(comm)
     rank, size = wire.rank, comm.Get_size()

@@ -55,17 +55,18 @@ class ServerBackend:
         self.intercept_scale_sq = stats.intercept_sq
         self.blas_limit = blas_threads_beside(wire.local_ranks)
         self.newton_max_support = penalty.newton_max_support
-        self.nnz = None
         self.l1_epochs = l1_prox_svrg(penalty, *flags)
         self.freezing = prox_svrg_epochs(*flags)
         self.reduced = ReducedHessian() if self.loss.quadratic else None
         self.move_cap, self.damping_power, self.calm = MOVE_CAP, 1.0, 0
         self.messages, self.message_bytes = 0, 0
         self.in_sync = True       # whether the workers hold the server's x and b
+        self.last_working_set = None      # the size of the last working set
         self.dropped, self.shift, self.epoch_gap = np.zeros(0, dtype=np.int64), 0.0, None
         self._norms = self._reweighting = None
 
     weights = property(lambda self: self.penalty.weights)
+    nnz = property(lambda self: int(np.sum(self.column_counts)))   # over every shard
     block_indptr = property(lambda self: self.penalty.indptr)
     n_features = property(lambda self: self.penalty.ids.shape[0])
 
@@ -175,13 +176,15 @@ class ServerBackend:
     def working_set_step(self, x, cert, gap):
         """The working-set step over the shards (``working_set.server_step``); the
         workers receive the move with the next certificate. Returns (x, b, passes,
-        |W|, work: 0, the work ``choice`` counts is not kept under mpirun)."""
+        |W|, its work)."""
         self.command(WORKING_SET)
-        x, b, passes, size = server_step(
+        result = server_step(
             self.wire, x, cert.intercept, cert, self.total, self.n_samples, self.lam,
-            self.penalty, self.features(), self.fit_intercept, self.reduced, gap)
+            self.penalty, self.features(), self.fit_intercept, self.reduced, gap,
+            self.column_counts, self.n_workers, self.last_working_set)
+        self.last_working_set = result[3]
         self.in_sync = False
-        return x, b, passes, size, 0.0
+        return result
 
     def epoch(self, x, b, cert, plan, dispatched):
         """The epoch's control word and anchor, then the deltas served until every

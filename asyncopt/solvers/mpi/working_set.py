@@ -1,9 +1,10 @@
-"""The working-set step over the shards (Dis-DDSS with ``method="working_set"``).
+"""The working-set step over the shards (Dis-DDSS's ``method="working_set"``, and
+``method="auto"``'s choice beside the epochs).
 
-Every rank runs ``distributed_working_set`` at the same point of the outer loop, after
-the server's WORKING_SET control word. The server chooses the working set W from the
-certificate (``solvers.working_set.working_set``: every non-zero and the zeros that
-violate their optimality condition most) and broadcasts it; the workers reduce their
+Every rank runs its side (``server_step``, ``worker_step``) at the same point of the
+outer loop, after the server's WORKING_SET control word. The server chooses the working
+set W from the certificate (``bounded_working_set``: every non-zero and the zeros that
+violate their optimality condition most, bounded) and broadcasts it; the workers reduce their
 shares of the Gram matrix of B = [A_W, 1] (``reduce_support_hessian``: the squared
 loss's Hessian, only the rows of the columns new to W once most of W was in the last
 sum) and of B^T y; the server solves the subproblem on W by coordinate descent on the
@@ -20,8 +21,11 @@ from ...kernels.working_set import gram_lasso_cd
 from ...newton.kernels import SupportRows
 from ..working_set import (ANDERSON, CHECK_EVERY, INNER_FRACTION, MAX_INNER_EPOCHS,
                            violation_scores, working_set)
+from ..choice import WORK
 from .newton import reduce_support_hessian
 from .protocol import server_vector
+
+MAX_SIZE = 2048     # the Gram matrix's triangle: 2.1M numbers (17 MB) a worker
 
 
 def supports(loss, penalty):
@@ -57,15 +61,33 @@ class WorkerSums:
         wire.reduce(np.append(y_corr, np.sum(active.y)) if intercept else y_corr)
 
 
+def bounded_working_set(x, scores, last_size=None):
+    """The serial step's working set (``solvers.working_set.working_set``), or where it
+    holds more than MAX_SIZE blocks or twice ``last_size`` (None: no bound), that many
+    blocks of largest score: after a prox-SVRG epoch x has many small non-zeros, and the
+    Gram matrix costs |W|^2. The non-zeros left out stay as they are for the step (block
+    coordinate descent over working sets: the outer certificate is the full problem's
+    all the same)."""
+    chosen = working_set(np.abs(x), scores)
+    most = MAX_SIZE if last_size is None else min(MAX_SIZE, 2 * last_size)
+    if chosen.shape[0] > most:
+        chosen = np.sort(np.argsort(-scores, kind="stable")[:most])
+    return chosen
+
+
 def server_step(wire, x, b, cert, sums, n, lam, penalty, features, intercept, reduced,
-                outer_gap):
+                outer_gap, column_counts, n_workers, last_size=None):
     """The server's side: W chosen and broadcast, the sums reduced, the subproblem
     solved. ``sums``: the certificate's [sum f, sum rho, sum rho^2, sum y rho] over all
     rows (rho = r = y - A x - b); ``penalty`` on the active features, ``features`` their
-    original ids. Returns (x, b, passes, |W|), x updated in place."""
+    original ids, ``column_counts`` their entries over all shards; ``last_size``: the
+    last set's size (``bounded_working_set``). Returns (x, b, passes,
+    |W|, work: ``choice.WORK``'s units, every worker's scan of its rows and products
+    sum_i m_i^2 (m_i: row i's entries in W, taken as even), and the server's passes,
+    dim^2 each, once per worker, which waits for them), x updated in place."""
     weights = penalty.weights
     scores = violation_scores(x, cert.correlation, n, lam, weights, penalty.indptr)
-    chosen = working_set(np.abs(x), scores)
+    chosen = bounded_working_set(x, scores, last_size)
     support = server_vector(wire, chosen.astype(np.float64)).astype(np.int64)
     dim = support.shape[0] + int(intercept)
     gram = reduce_support_hessian(wire, None, reduced, features[support], intercept, dim)
@@ -79,7 +101,10 @@ def server_step(wire, x, b, cert, sums, n, lam, penalty, features, intercept, re
         float(sums[2]), float(sums[3]), y_corr, INNER_FRACTION * n * outer_gap,
         MAX_INNER_EPOCHS, CHECK_EVERY, ANDERSON)
     x[support] = w
-    return x, b + db, int(passes), int(support.shape[0])
+    entries = float(np.sum(column_counts[support]))
+    work = WORK["read"] * (float(np.sum(column_counts)) + entries * entries / n +
+                           float(passes) * dim * dim * n_workers)
+    return x, b + db, int(passes), int(support.shape[0]), work
 
 
 def worker_step(wire, sums, active, z, code, features, intercept, reduced):
