@@ -14,7 +14,8 @@ after one untimed warm-up fit (numba compilation, imports):
   - asyncopt: the ``asyncopt.Lasso`` / ``SparseLogisticRegression`` estimators, serial,
     with ``--method`` (default: the estimators' default, "auto"), and the same on the
     threads backend, 2 threads (column "2 threads"; ``--threads T``: T threads,
-    ``--threads 0``: no column);
+    ``--threads 0``: no column), and for the rows of ``--more``'s data sets with
+    ``backend="mpi"`` under ``mpirun -n 3`` (``--mpi K``; ``mpi_measure``);
   - skglm (``Lasso``, ``SparseLogisticRegression``), celer (``Lasso``; its logistic
     model fits no intercept, so no row), scikit-learn (``Lasso``, coordinate descent;
     ``LogisticRegression(penalty="l1", solver="liblinear")``, whose intercept is
@@ -33,7 +34,9 @@ Output: a table (seconds per solver, the fastest peer, asyncopt / fastest peer),
 import argparse
 import math
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -42,8 +45,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks.common import (RESULTS_DIR, format_table, machine_info,  # noqa: E402
-                               quiet_warnings, tolerance_sequence, write_json)
+from benchmarks.common import (RESULTS_DIR, _sequence_result, format_table,  # noqa: E402
+                               machine_info, quiet_warnings, tolerance_sequence,
+                               write_json)
 
 REAL = os.path.join(os.path.dirname(ROOT), "shared", "data", "real")
 DATA = ("dexter", "leukemia", "rcv1s", "reuters")
@@ -164,7 +168,65 @@ def measure(row, name, fit, cap, repeat=1):
         LADDER, cap=cap, repeat=repeat)
 
 
+def mpi_measure(row, name, ranks, cap, repeat):
+    """asyncopt's estimator with ``backend="mpi"`` under ``mpirun -n ranks``, on the
+    ladder: one job per tolerance, each rank loading the data set itself; a fit's time
+    is rank 0's around ``fit`` (the best of ``repeat``, after a warm-up fit in the same
+    job: numba, the MPI connections), so the job's start-up and loading are left out.
+    None where mpirun is missing."""
+    from benchmarks._mpi_run import find_mpirun, rank_environment
+    mpirun = find_mpirun()
+    if mpirun is None:
+        return None
+    runs = []
+    for tol in LADDER:
+        with tempfile.TemporaryDirectory() as folder:
+            out = os.path.join(folder, "fit.npz")
+            command = [mpirun, "-n", str(ranks), sys.executable, os.path.abspath(__file__),
+                       "--mpi-child", name, row.loss, repr(row.lam), repr(tol), out,
+                       str(repeat)]
+            try:
+                proc = subprocess.run(command, env=rank_environment(), capture_output=True,
+                                      text=True, timeout=(repeat + 1) * cap + 120)
+            except subprocess.TimeoutExpired:
+                runs.append({"param": tol, "error": "timeout"})
+                break
+            if proc.returncode != 0:
+                runs.append({"param": tol, "error": proc.stderr[-300:]})
+                break
+            fitted = np.load(out)
+            gap = (row.offer(fitted["coef"], float(fitted["intercept"])) - row.best) / row.p0
+            runs.append({"param": tol, "time": float(fitted["seconds"]), "rel_gap": gap})
+        if gap <= TARGET or runs[-1]["time"] > cap:
+            break
+    return _sequence_result(f"mpi -n {ranks}", runs, TARGET, "", cap=cap)
+
+
+def mpi_child(name, loss, lam, tol, out, repeat):
+    """The job ``mpi_measure`` starts (every rank): load, warm up, time, and rank 0
+    writes coef, intercept and the best fit's seconds to ``out``."""
+    from mpi4py import MPI
+
+    from asyncopt import Lasso, SparseLogisticRegression
+    comm = MPI.COMM_WORLD
+    X, y = load(name)
+    model = Lasso if loss == "squared" else SparseLogisticRegression
+    settings = dict(alpha=float(lam), backend="mpi", max_epochs=100_000)
+    model(tol=1e-2, **settings).fit(X, y)
+    best = math.inf
+    for _ in range(int(repeat)):
+        comm.Barrier()
+        began = time.perf_counter()
+        est = model(tol=float(tol), **settings).fit(X, y)
+        best = min(best, time.perf_counter() - began)
+    if comm.Get_rank() == 0:
+        np.savez(out, coef=np.ravel(est.coef_), intercept=float(np.ravel(est.intercept_)[0]),
+                 seconds=best)
+
+
 def main(argv=None):
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--mpi-child":
+        return mpi_child(*sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", nargs="+", default=list(DATA))
     ap.add_argument("--more", action="store_true", help="add " + ", ".join(MORE))
@@ -173,6 +235,9 @@ def main(argv=None):
     ap.add_argument("--method", default=None, help="asyncopt's method (default: above)")
     ap.add_argument("--threads", type=int, default=2,
                     help="threads of the threads column (0: none)")
+    ap.add_argument("--mpi", type=int, default=3,
+                    help="ranks of the mpirun column, on the rows of --more's data sets "
+                         "(0: none)")
     ap.add_argument("--peers", nargs="+", default=list(PEERS))
     ap.add_argument("--cap", type=float, default=60.0, help="seconds per fit at most")
     ap.add_argument("--repeat", type=int, default=3,
@@ -181,7 +246,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     names = list(args.data) + (list(MORE) if args.more else [])
     threads_column = f"{args.threads} threads"
-    ours_columns = ("asyncopt",) + ((threads_column,) if args.threads > 1 else ())
+    mpi_column = f"mpi -n {args.mpi}"
+    ours_columns = ("asyncopt",) + ((threads_column,) if args.threads > 1 else ()) + \
+        ((mpi_column,) if args.mpi > 1 and set(names) & set(MORE) else ())
     columns = ours_columns + tuple(args.peers)
     rows, table = [], []
     for name in names:
@@ -194,6 +261,15 @@ def main(argv=None):
                 row.offer(*reference[:2])
                 results, times = {}, {}
                 for solver in columns:
+                    if solver == mpi_column:
+                        run = mpi_measure(row, name, args.mpi, args.cap, args.repeat) \
+                            if name in MORE else None
+                        times[solver] = run.time if run is not None and run.reached \
+                            else None
+                        results[solver] = {"available": False, "seconds": None} \
+                            if run is None else {"seconds": times[solver],
+                                                 "runs": run.runs, "error": run.error}
+                        continue
                     fit = asyncopt_fit(row, method) if solver == "asyncopt" else \
                         asyncopt_fit(row, method, args.threads) \
                         if solver == threads_column else peer_fit(row, solver)
