@@ -168,12 +168,12 @@ _COMMON_DOC = """
     method : "auto" (default: per outer iteration, the inner step of "ddss" or
         "working_set" that has cut the duality gap fastest per unit of work so far,
         ``asyncopt.solvers.choice``; "ddss" for the group logistic model and, on the
-        mpi backend, for the logistic model), "ddss" (sparse prox-SVRG), "working_set" (between two
+        mpi backend, for group penalties), "ddss" (sparse prox-SVRG), "working_set" (between two
         certificates, the problem on a working set of the support and the worst
         violators, by (block) coordinate descent with Anderson extrapolation for the
         squared loss, by proximal Newton steps for the L1 logistic loss; not the group
-        logistic model; on the mpi backend the Lasso only, by coordinate descent on
-        the Gram matrix the workers reduce), "ddss_naive" (plain stochastic
+        logistic model; on the mpi backend the L1 penalty only, by coordinate descent
+        on the Gram (or Hessian) matrix the workers reduce), "ddss_naive" (plain stochastic
         prox steps) or
         the baselines "prox_asaga" (sparse proximal SAGA, no screening),
         "prox_asvrg" (proximal SVRG with dense steps, no screening), "pse_safe" and

@@ -42,7 +42,9 @@ def run_spmd(tmp_path, n_ranks, loss, method, groups, transport="auto", options=
     ("prox_asaga", 3, "squared", 1, "auto"), ("prox_asaga", 5, "logistic", 3, "messages"),
     ("prox_asvrg", 5, "squared", 3, "auto"), ("prox_asvrg", 3, "logistic", 1, "messages"),
     ("working_set", 3, "squared", 1, "auto"), ("working_set", 5, "squared", 1, "messages"),
-    ("auto", 3, "squared", 1, "auto"), ("auto", 5, "logistic", 1, "messages")])
+    ("working_set", 3, "logistic", 1, "auto"), ("working_set", 5, "logistic", 1, "messages"),
+    ("auto", 3, "squared", 1, "auto"), ("auto", 5, "logistic", 1, "messages"),
+    ("auto", 3, "squared", 3, "auto")])
 def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, loss, groups,
                                                    transport):
     result = run_spmd(tmp_path, n_ranks, loss, method, groups, transport)
@@ -52,10 +54,10 @@ def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, lo
     assert result["converged"]
     assert abs(result["objective"] - result["serial_objective"]) <= \
         1e-6 * abs(result["serial_objective"])
-    # the working-set step runs under mpirun for the Lasso (auto: beside the epochs)
+    # the working-set step runs under mpirun for the L1 penalty (auto: beside the epochs)
     steps = {h["working_set"] is not None for h in result["history"][1:]}
     assert steps == ({True} if method == "working_set" else {True, False}
-                     if method == "auto" and loss == "squared" else {False})
+                     if method == "auto" and groups == 1 else {False})
     # the last certificate's P came from the workers' margins, with no broadcast of x
     # since the first epoch: it is the P of the server's x only if the inner loops' final
     # replies left every worker holding exactly the server's x and b
@@ -102,12 +104,12 @@ def test_the_working_set_under_mpirun_is_bounded_and_holds_the_best_scores():
         assert scores[chosen].min() >= np.delete(scores, chosen).max()
 
 
-def test_the_working_set_step_under_mpirun_is_the_lasso_only():
-    from asyncopt.losses import LOGISTIC
-    from asyncopt.penalties import L1
+def test_the_working_set_step_under_mpirun_is_the_l1_penalty_only():
+    from asyncopt.losses import SQUARED
+    from asyncopt.penalties import GroupL1
     from asyncopt.solvers.mpi import solve_mpi
-    with pytest.raises(ValueError, match="working_set' under mpirun solves the Lasso"):
-        solve_mpi(None, None, L1(5), 5, LOGISTIC, 0.1, True, inner="working_set")
+    with pytest.raises(ValueError, match="under mpirun solves the L1 penalty only"):
+        solve_mpi(None, None, GroupL1(6, 3), 6, SQUARED, 0.1, True, inner="working_set")
 
 
 class _QueueChannel:

@@ -135,10 +135,9 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
                    help="maximum number of outer iterations")
     p.add_argument("--method", choices=sorted(METHODS), default="auto",
                    help="auto (per outer iteration the faster of ddss's epoch and the "
-                        "working set; under mpirun for the Lasso, ddss for the logistic "
-                        "model), ddss (prox-SVRG + screening), working_set (coordinate "
-                        "descent or proximal Newton on a working set; under mpirun the "
-                        "Lasso), ddss_naive (prox-SGD), or the baselines prox_asaga / "
+                        "working set, under mpirun too), ddss (prox-SVRG + screening), "
+                        "working_set (coordinate descent or proximal Newton on a working "
+                        "set), ddss_naive (prox-SGD), or the baselines prox_asaga / "
                         "prox_asvrg / pse_safe / pse_strong")
     p.add_argument("--backend", choices=list(BACKENDS), default=None,
                    help="serial, threads (Sha-DDSS: lock-free threads sharing x) or mpi "
@@ -555,8 +554,7 @@ def report(args, title, est, name, n, p, nnz, classes, alpha, ratio, lmax, fit_i
     import numpy as np
 
     spec = METHODS[args.method]
-    method = args.method + (" (ddss under mpirun)" if backend == "mpi" and
-                            args.method == "auto" and classes is not None else "")
+    method = args.method
     screens = "static" if "pse" in spec else \
         ("on" if not args.no_screening and spec["screening"] else "off")
     if backend == "threads":

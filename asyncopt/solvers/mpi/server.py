@@ -28,7 +28,7 @@ from .newton import DistributedStep
 from .protocol import (CERTIFICATE_SUMS, CONTROL, close_channel, distributed_null_objective,
                        fold_intercept_shift, intercept_refit, send_anchor,
                        squared_conjugate_sum)
-from .working_set import server_step
+from .working_set import server_newton_step, server_step
 
 
 class ServerBackend:
@@ -178,10 +178,16 @@ class ServerBackend:
         workers receive the move with the next certificate. Returns (x, b, passes,
         |W|, its work)."""
         self.command(WORKING_SET)
-        result = server_step(
-            self.wire, x, cert.intercept, cert, self.total, self.n_samples, self.lam,
-            self.penalty, self.features(), self.fit_intercept, self.reduced, gap,
-            self.column_counts, self.n_workers, self.last_working_set)
+        if self.loss.quadratic:
+            result = server_step(
+                self.wire, x, cert.intercept, cert, self.total, self.n_samples, self.lam,
+                self.penalty, self.features(), self.fit_intercept, self.reduced, gap,
+                self.column_counts, self.n_workers, self.last_working_set)
+        else:
+            result = server_newton_step(
+                self.wire, x, cert.intercept, cert, self.n_samples, self.lam,
+                self.penalty, self.fit_intercept, gap, self.column_counts,
+                self.column_sq, self.lipschitz, self.n_workers, self.last_working_set)
         self.last_working_set = result[3]
         self.in_sync = False
         return result

@@ -17,7 +17,7 @@ from .newton import DistributedStep
 from .protocol import (CERTIFICATE_SUMS, CONTROL, certificate_sums, close_channel,
                        distributed_null_objective, fold_intercept_shift, intercept_refit,
                        receive_anchor)
-from .working_set import WorkerSums, worker_step
+from .working_set import WorkerSums, worker_newton_step, worker_step
 
 
 class Shard:
@@ -104,9 +104,12 @@ def run_worker(wire, channel, shard, stats, loss_code, lam, fit_intercept, flags
         elif status == EPOCH:
             epochs.run(wire, channel, control[3], control[4], z, rho)
         elif status == WORKING_SET:       # the move comes with the next certificate
-            worker_step(wire, working_sums, shard.active, z, code,
-                        shard.full_penalty.active_features(shard.blocks), fit_intercept,
-                        reduced)
+            if quadratic:
+                worker_step(wire, working_sums, shard.active, z, code,
+                            shard.full_penalty.active_features(shard.blocks),
+                            fit_intercept, reduced)
+            else:
+                worker_newton_step(wire, shard, z, code, fit_intercept)
             in_sync = False
         else:
             assert status == RECERTIFY
