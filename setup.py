@@ -79,6 +79,7 @@ setup(
     ),
     long_description=_long_description(),
     long_description_content_type="text/markdown",
+    license="BSD-3-Clause",
     packages=find_packages(exclude=["tests", "tests.*", "benchmarks", "benchmarks.*"]),
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
