@@ -12,13 +12,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks._mpi_run import find_mpirun, launch  # noqa: E402
+from benchmarks._mpi_run import launch  # noqa: E402
 from benchmarks.bench_serial import load_data  # noqa: E402
 
-pytest.importorskip("mpi4py")
 celer = pytest.importorskip("celer")
-pytestmark = pytest.mark.skipif(find_mpirun() is None,
-                                reason="no mpirun (pip install mpich)")
 
 
 def celer_objective(X, y, loss, lam, fit_intercept, group_size=1):

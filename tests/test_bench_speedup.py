@@ -13,11 +13,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks._mpi_run import find_mpirun  # noqa: E402
 
-pytest.importorskip("mpi4py")
-pytestmark = pytest.mark.skipif(find_mpirun() is None,
-                                reason="no mpirun (pip install mpich)")
 
 
 def test_bench_speedup_quick_reports_where_each_solve_went(tmp_path):

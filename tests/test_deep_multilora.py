@@ -447,8 +447,6 @@ def test_multitask_regression_has_a_common_factor():
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
 PS_SCRIPT = os.path.join(os.path.dirname(__file__), "mpi", "multilora_ps.py")
-needs_mpirun = pytest.mark.skipif(not os.path.exists(MPIRUN),
-                                  reason="no mpirun next to the interpreter (pip install mpich)")
 
 
 def load_ps_script():
@@ -466,7 +464,6 @@ def run_ps(tmp_path, mode, fail=""):
     return proc, out
 
 
-@needs_mpirun
 @pytest.mark.parametrize("mode", ["trained", "frozen"])
 def test_parameter_server_over_mpirun_equals_the_in_process_run(tmp_path, mode):
     proc, out = run_ps(tmp_path, mode)
@@ -484,7 +481,6 @@ def test_parameter_server_over_mpirun_equals_the_in_process_run(tmp_path, mode):
     assert (len(result.vector) > 0) == (mode == "trained")
 
 
-@needs_mpirun
 def test_parameter_server_error_on_one_rank_aborts_all(tmp_path):
     proc, out = run_ps(tmp_path, "trained", "fail")
     assert proc.returncode != 0 and not out.exists()

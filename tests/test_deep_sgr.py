@@ -318,13 +318,9 @@ def run_mpi(tmp_path, scenario):
     return proc, out
 
 
-needs_mpirun = pytest.mark.skipif(not os.path.exists(MPIRUN),
-                                  reason="no mpirun next to the interpreter (pip install mpich)")
 
 
-@needs_mpirun
 def test_pipeline_over_mpirun_equals_the_in_process_run(tmp_path):
-    pytest.importorskip("mpi4py")
     proc, out = run_mpi(tmp_path, "ok")
     assert proc.returncode == 0, proc.stderr[-2000:]
     mpi = json.loads(out.read_text())
@@ -342,9 +338,7 @@ def test_pipeline_over_mpirun_equals_the_in_process_run(tmp_path):
                                       + 4 * (n + 2 * n * script.WIDTH))
 
 
-@needs_mpirun
 def test_pipeline_error_on_one_rank_aborts_all_with_one_message(tmp_path):
-    pytest.importorskip("mpi4py")
     proc, out = run_mpi(tmp_path, "fail")
     assert proc.returncode != 0
     assert proc.stderr.count("failed, aborting all ranks") == 1

@@ -10,12 +10,9 @@ import time
 import numpy as np
 import pytest
 
-pytest.importorskip("mpi4py")
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
 SCRIPT = os.path.join(os.path.dirname(__file__), "mpi", "solve_shards.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN),
-                                reason="no mpirun next to the interpreter (pip install mpich)")
 
 
 def rank_env(**extra):
@@ -35,6 +32,12 @@ def run_spmd(tmp_path, n_ranks, loss, method, groups, transport="auto", options=
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(out.read_text())
 
+
+
+def test_mpirun_is_installed_beside_the_interpreter():
+    """The mpich wheel (requirements.txt) puts mpirun next to the venv's python: without
+    it every test here fails, and this one says why."""
+    assert os.path.exists(MPIRUN), f"no {MPIRUN}: pip install -r requirements.txt (mpich)"
 
 @pytest.mark.parametrize("method,n_ranks,loss,groups,transport", [
     ("ddss", 3, "squared", 1, "auto"), ("ddss", 5, "squared", 3, "messages"),
@@ -67,7 +70,7 @@ def test_every_method_reaches_the_serial_objective(tmp_path, method, n_ranks, lo
     rows = result["shard_rows"]
     assert rows[0] == 0 and sum(rows) == 400 and max(rows[1:]) - min(rows[1:]) <= 1
     history = result["history"]
-    assert all(h["staleness_max"] >= 0 for h in history)
+    assert all(h["staleness_mean"] <= h["staleness_max"] for h in history)
     # the live line's nnz(x): the non-zeros of x at each record, the last one the result's
     assert history[-1]["coef_nnz"] == result["coef_nnz"] > 0
     # the certified gap is P - the largest D so far (test_core has a run where it matters)
