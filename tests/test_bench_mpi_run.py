@@ -161,7 +161,6 @@ def test_bench_timeline_times_every_ranks_kernels_and_waits(tmp_path):
     assert 0.0 < payload["wait_cpu_ms"] < payload["cpu_ms"]
     for row in rows.values():
         assert 0.0 <= row["system_ms"] <= row["cpu_ms"] + 1.0
-        assert row["page_faults"] >= 0
     # every timed call noted a CPU of this machine, and the placement names each rank's
     for row in rows.values():
         assert sum(count for _, count in row["cpus"]) == len(row["events"])
