@@ -452,6 +452,13 @@ def _gram_objective(w, start, db, g, corr, sq_residual, n_lam, weights, fit_inte
     return 0.5 * sq + n_lam * penalty
 
 
+@njit(cache=True, inline="always")
+def _subtract_row(g, step, gram, q):
+    """g -= step * gram[q] (row q, the column too: gram is symmetric)."""
+    for a in range(g.shape[0]):
+        g[a] -= step * gram[q, a]
+
+
 @njit(cache=True)
 def _gram_residual_correlation(gram, corr, w, start, db, fit_intercept, g):
     """g = corr - gram d at d = (w - start, db), into g: formed anew after an
@@ -460,13 +467,10 @@ def _gram_residual_correlation(gram, corr, w, start, db, fit_intercept, g):
     m = w.shape[0]
     g[:] = corr
     for q in range(m):
-        d = w[q] - start[q]
-        if d != 0.0:
-            for a in range(gram.shape[0]):
-                g[a] -= d * gram[q, a]
+        if w[q] != start[q]:
+            _subtract_row(g, w[q] - start[q], gram, q)
     if fit_intercept and db != 0.0:
-        for a in range(gram.shape[0]):
-            g[a] -= db * gram[m, a]
+        _subtract_row(g, db, gram, m)
 
 
 @njit(cache=True)
@@ -505,13 +509,11 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, fit_intercept, sq_residual, y_r
             step = new - old
             if step != 0.0:
                 w[q] = new
-                for a in range(dim):          # row q: gram is symmetric
-                    g[a] -= step * gram[q, a]
+                _subtract_row(g, step, gram, q)
         if fit_intercept and gram[m, m] > 0.0:
             step = g[m] / gram[m, m]
             db += step
-            for a in range(dim):
-                g[a] -= step * gram[m, a]
+            _subtract_row(g, step, gram, m)
         passes += 1
         if anderson > 0:
             stored, full = _record_iterate(past_w, past_g, past_b, stored, w, g, db)
@@ -528,8 +530,7 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, fit_intercept, sq_residual, y_r
                     if fit_intercept and gram[m, m] > 0.0:    # 1^T r' = 0 again
                         step = g[m] / gram[m, m]
                         db += step
-                        for a in range(dim):
-                            g[a] -= step * gram[m, a]
+                        _subtract_row(g, step, gram, m)
         if passes % check_every == 0 or passes == max_passes:
             sq = 2.0 * _gram_objective(w, start, db, g, corr, sq_residual, 0.0, weights,
                                        fit_intercept)

@@ -60,8 +60,9 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     support_newton: the second-order step on the support (``newton``; L1 and group
     penalties; the baselines run without it).
     inner: "svrg" (the asynchronous prox-SVRG epochs), "working_set" (the working-set
-    step, ``working_set``: the Lasso only; a ValueError on every rank otherwise) or
-    "auto" (``choice.InnerChoice`` between the two for the Lasso, else "svrg")."""
+    step, ``working_set``: the L1 penalty only; a ValueError on every rank otherwise)
+    or "auto" (``choice.InnerChoice`` between the two for the L1 penalty, else
+    "svrg")."""
     if inner not in ("svrg", "working_set", "auto"):
         raise ValueError(f"inner must be 'svrg', 'working_set' or 'auto', not {inner!r}")
     reason = working_set_supports(loss_of_code(loss_code), penalty)

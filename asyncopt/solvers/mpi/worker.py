@@ -109,7 +109,8 @@ def run_worker(wire, channel, shard, stats, loss_code, lam, fit_intercept, flags
                             shard.full_penalty.active_features(shard.blocks),
                             fit_intercept, reduced)
             else:
-                worker_newton_step(wire, shard, z, code, fit_intercept)
+                worker_newton_step(wire, shard, z, code, fit_intercept, correlation,
+                                   float(local[1]))
             in_sync = False
         else:
             assert status == RECERTIFY

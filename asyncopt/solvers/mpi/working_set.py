@@ -21,7 +21,7 @@ import numpy as np
 from ...kernels.linalg import csr_rmatvec
 from ...kernels.working_set import gram_lasso_cd
 from ...losses import generalized_residual, mean_loss
-from ...newton.kernels import SupportRows, from_upper_triangle
+from ...newton.kernels import SupportRows, from_upper_triangle, shard_slope
 from ..working_set import (ANDERSON, CHECK_EVERY, INNER_FRACTION, MAX_CD_PASSES,
                            MAX_INNER_EPOCHS, MAX_NEWTON_STEPS, violation_scores,
                            working_set)
@@ -80,6 +80,20 @@ def bounded_working_set(x, scores, last_size=None):
     return chosen
 
 
+def broadcast_working_set(wire, x, cert, n, lam, penalty, last_size):
+    """The server's W (``bounded_working_set`` at the certificate's scores), positions
+    on the active blocks, broadcast to the workers (``receive_working_set``)."""
+    scores = violation_scores(x, cert.correlation, n, lam, penalty.weights,
+                              penalty.indptr)
+    return server_vector(wire, bounded_working_set(x, scores, last_size).astype(
+        np.float64)).astype(np.int64)
+
+
+def receive_working_set(wire):
+    """A worker's copy of the server's W (``broadcast_working_set``)."""
+    return server_vector(wire, None).astype(np.int64)
+
+
 def server_step(wire, x, b, cert, sums, n, lam, penalty, features, intercept, reduced,
                 outer_gap, column_counts, n_workers, last_size=None):
     """The server's side: W chosen and broadcast, the sums reduced, the subproblem
@@ -91,9 +105,7 @@ def server_step(wire, x, b, cert, sums, n, lam, penalty, features, intercept, re
     sum_i m_i^2 (m_i: row i's entries in W, taken as even), and the server's passes,
     dim^2 each, once per worker, which waits for them), x updated in place."""
     weights = penalty.weights
-    scores = violation_scores(x, cert.correlation, n, lam, weights, penalty.indptr)
-    chosen = bounded_working_set(x, scores, last_size)
-    support = server_vector(wire, chosen.astype(np.float64)).astype(np.int64)
+    support = broadcast_working_set(wire, x, cert, n, lam, penalty, last_size)
     dim = support.shape[0] + int(intercept)
     gram = reduce_support_hessian(wire, None, reduced, features[support], intercept, dim)
     y_corr = wire.reduce(np.zeros(dim), root_blank=True)
@@ -115,8 +127,8 @@ def server_step(wire, x, b, cert, sums, n, lam, penalty, features, intercept, re
 def worker_step(wire, sums, active, z, code, features, intercept, reduced):
     """A worker's side of the step (``WorkerSums`` ``sums``): W from the server, then its
     shares reduced."""
-    support = server_vector(wire, None).astype(np.int64)
-    sums.send(wire, active, z, code, features, support, intercept, reduced)
+    sums.send(wire, active, z, code, features, receive_working_set(wire), intercept,
+              reduced)
 
 
 def server_newton_step(wire, x, b, cert, n, lam, penalty, intercept, outer_gap,
@@ -140,9 +152,7 @@ def server_newton_step(wire, x, b, cert, n, lam, penalty, intercept, outer_gap,
     at most MAX_NEWTON_STEPS steps. ``column_sq``: ||a_j||^2 over the active features,
     ``lipschitz``: L_f. Returns (x, b, steps, |W|, work) as ``server_step``."""
     weights = penalty.weights
-    scores = violation_scores(x, cert.correlation, n, lam, weights, penalty.indptr)
-    support = server_vector(wire, bounded_working_set(x, scores, last_size).astype(
-        np.float64)).astype(np.int64)
+    support = broadcast_working_set(wire, x, cert, n, lam, penalty, last_size)
     k = support.shape[0]
     dim = k + int(intercept)
     weights_w, n_lam = weights[support], n * lam
@@ -199,20 +209,17 @@ def server_newton_step(wire, x, b, cert, n, lam, penalty, intercept, outer_gap,
     return x, b, steps, k, work
 
 
-def worker_newton_step(wire, shard, z, code, intercept):
+def worker_newton_step(wire, shard, z, code, intercept, correlation, rho_sum):
     """A worker's side of ``server_newton_step``, from the margins ``z`` at its x and b
-    (``shard``'s, updated in place as the steps are taken)."""
+    (``shard``'s, updated in place as the steps are taken); ``correlation`` and
+    ``rho_sum``: its certificate's A^T rho and sum rho at z, the first step's slope."""
     active = shard.active
-    support = server_vector(wire, None).astype(np.int64)
+    support = receive_working_set(wire)
     k = support.shape[0]
     dim = k + int(intercept)
+    slope = shard_slope(correlation[support], rho_sum, intercept)
     while True:
         rows = SupportRows(active, code, z, support, intercept, None)
-        rho = generalized_residual(code, z, active.y, np.empty_like(z))
-        slope = -csr_rmatvec(active.indptr, active.indices, active.data, rho,
-                             active.n_features)[support]
-        if intercept:
-            slope = np.append(slope, -np.sum(rho))
         wire.reduce(np.concatenate((rows.hessian_triangle(), slope,
                                     [mean_loss(code, z, active.y) * z.shape[0]])))
         point = np.append(shard.x[support], shard.b) if intercept else \
@@ -232,3 +239,7 @@ def worker_newton_step(wire, shard, z, code, intercept):
         if intercept:
             shard.b += t * direction[k]
         z = active.margins(shard.x, shard.b)
+        rho = generalized_residual(code, z, active.y, np.empty_like(z))
+        slope = shard_slope(csr_rmatvec(active.indptr, active.indices, active.data, rho,
+                                        active.n_features)[support], np.sum(rho),
+                            intercept)
