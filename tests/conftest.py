@@ -1,10 +1,12 @@
 """Shared fixtures and the hypothesis profile for the asyncopt test suite.
 
 The ``ref`` fixture holds *independent* NumPy/SciPy implementations of the objects of
-DESIGN.md section 1 (losses, conjugates, intercept optimum, dual point, duality gap,
+docs/design.md §1 (losses, conjugates, intercept optimum, dual point, duality gap,
 lam_max), so that tests never check the library against itself. ``make_data`` builds
 small seeded random problems (dense, CSR, CSC).
 """
+import os
+import sys
 import types
 
 import numpy as np
@@ -20,9 +22,26 @@ settings.register_profile(
 settings.load_profile("asyncopt")
 
 
+# mpirun from the mpich wheel that requirements.txt pins: it sits beside the venv's python
+VENV_MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
+
+
 def pytest_configure(config):
-    # pyproject.toml registers it too; registering twice is harmless.
+    # pyproject.toml registers them too; registering twice is harmless.
     config.addinivalue_line("markers", "slow: long runs, excluded by default (-m slow)")
+    config.addinivalue_line(
+        "markers", "perf: tuning and timing checks, excluded by default (-m perf)")
+    config.addinivalue_line(
+        "markers", "mpi: starts mpirun from the venv; fails, never skips, without it")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    """A test marked ``mpi`` fails (it is never skipped) where the venv has no mpirun:
+    mpich is pinned in requirements.txt, so a venv without it is a broken install."""
+    if item.get_closest_marker("mpi") is not None and not os.path.exists(VENV_MPIRUN):
+        pytest.fail(f"mpirun not found in the venv ({VENV_MPIRUN}): run make install",
+                    pytrace=False)
 
 
 # -- independent reference implementations (NumPy/SciPy only) -----------------
@@ -100,7 +119,7 @@ def dual(loss, y, theta):
 
 
 def certificate(X, y, loss, penalty, lam, fit_intercept, x, b=0.0):
-    """Independent (b*, theta, P, D, G) at x following DESIGN 1 (b refit when fitted)."""
+    """Independent (b*, theta, P, D, G) at x following docs/design.md §1 (b refit when fitted)."""
     A = _as_dense(X)
     n = A.shape[0]
     z0 = A @ x

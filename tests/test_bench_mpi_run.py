@@ -44,6 +44,7 @@ def celer_objective(X, y, loss, lam, fit_intercept, group_size=1):
     return smooth + lam * np.abs(model.coef_).sum()
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("data,loss,lam_ratio,fit_intercept,group_size", [
     ("ctr_small", "squared", 0.05, True, 1),
     ("a9a_d2_small", "logistic", 0.05, False, 1),
@@ -83,6 +84,7 @@ def test_the_benchmark_script_reaches_celers_objective_on_prepared_shards(
     assert history[0]["inner_s"] == history[0]["newton_s"] == 0.0
 
 
+@pytest.mark.mpi
 def test_bench_wire_times_every_way_of_waiting(tmp_path):
     """benchmarks/bench_wire.py runs its SPMD side under mpirun for each way of waiting
     and writes one result per (ranks, mode) with every pattern timed (the Hessian sum on
@@ -102,6 +104,7 @@ def test_bench_wire_times_every_way_of_waiting(tmp_path):
             assert result[pattern]["ms_per_round"] == min(result[pattern]["blocks_ms"])
 
 
+@pytest.mark.mpi
 def test_bench_paired_runs_each_tree_on_its_own_asyncopt(tmp_path):
     """benchmarks/bench_paired.py: one pair of solves, the base being this checkout
     reached through another path; each run imports asyncopt from its own tree (the base
@@ -127,6 +130,7 @@ def test_bench_paired_runs_each_tree_on_its_own_asyncopt(tmp_path):
         pair["base"]["solve_s"] / pair["this"]["solve_s"])
 
 
+@pytest.mark.mpi
 def test_bench_timeline_times_every_ranks_kernels_and_waits(tmp_path):
     """benchmarks/bench_timeline.py on mpirun -n 3: the server's record holds its inner
     loops and waits, each worker's its SVRG batches (inside its inner loops), its

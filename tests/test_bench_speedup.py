@@ -16,6 +16,7 @@ sys.path.insert(0, ROOT)
 
 
 
+@pytest.mark.mpi
 def test_bench_speedup_quick_reports_where_each_solve_went(tmp_path):
     from benchmarks import bench_speedup
     out = tmp_path / "speedup.json"

@@ -10,7 +10,6 @@ from asyncopt.penalties import L1
 from asyncopt.problem import Problem
 from asyncopt.solvers.choice import InnerChoice
 from asyncopt.solvers.ddss import solve_ddss
-from asyncopt.solvers.threads import ThreadsInnerLoop
 from test_working_set import correlated_data, objective, sklearn_solution
 
 

@@ -266,7 +266,10 @@ def test_make_ctr_logistic_labels_and_determinism():
     assert (X3 != X).nnz > 0
 
 
+@pytest.mark.perf
 def test_make_ctr_is_fast_at_ctr_scale():
+    """A timing check (-m perf): CTR scale within 15 s; the rows' structure it checks
+    at that scale is test_make_ctr_shape_rows_and_norms' at a small one."""
     start = time.perf_counter()
     X, _, _ = make_ctr(200_000, 100_000, nnz_per_row=30, random_state=0)
     assert time.perf_counter() - start < 15.0

@@ -225,6 +225,7 @@ def load_script():
     return module
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("assignment", ["round_robin", "contiguous"])
 def test_mpi_rounds_equal_the_in_process_rounds(tmp_path, assignment):
     out = tmp_path / "result.json"

@@ -1,7 +1,6 @@
 """LoRA layers, the transformer encoder and FedPFT (asyncopt.deep.lora / transformer /
 fedpft; METHODS card "FedPFT", paper 000)."""
 import copy
-import math
 
 import numpy as np
 import pytest

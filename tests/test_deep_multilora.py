@@ -464,6 +464,7 @@ def run_ps(tmp_path, mode, fail=""):
     return proc, out
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("mode", ["trained", "frozen"])
 def test_parameter_server_over_mpirun_equals_the_in_process_run(tmp_path, mode):
     proc, out = run_ps(tmp_path, mode)
@@ -481,6 +482,7 @@ def test_parameter_server_over_mpirun_equals_the_in_process_run(tmp_path, mode):
     assert (len(result.vector) > 0) == (mode == "trained")
 
 
+@pytest.mark.mpi
 def test_parameter_server_error_on_one_rank_aborts_all(tmp_path):
     proc, out = run_ps(tmp_path, "trained", "fail")
     assert proc.returncode != 0 and not out.exists()

@@ -320,6 +320,7 @@ def run_mpi(tmp_path, scenario):
 
 
 
+@pytest.mark.mpi
 def test_pipeline_over_mpirun_equals_the_in_process_run(tmp_path):
     proc, out = run_mpi(tmp_path, "ok")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -338,6 +339,7 @@ def test_pipeline_over_mpirun_equals_the_in_process_run(tmp_path):
                                       + 4 * (n + 2 * n * script.WIDTH))
 
 
+@pytest.mark.mpi
 def test_pipeline_error_on_one_rank_aborts_all_with_one_message(tmp_path):
     proc, out = run_mpi(tmp_path, "fail")
     assert proc.returncode != 0

@@ -103,6 +103,22 @@ def _run(kind, pb, x, intercept, samples, vr, clock, staleness, n_threads=None):
 CASES = [("l1", SQUARED), ("l1", LOGISTIC), ("group", SQUARED), ("group", LOGISTIC)]
 
 
+def _check_staleness(per_thread, staleness, n_samples, n_threads):
+    """tau of a step = the steps the other threads finished between its read of the
+    clock and its tick: slice s (numpy.array_split's) has at most n - |slice s| of them,
+    so its max is at most that and its sum at most |slice s| times its max; the clock's
+    counters (fresh ones) are the slices' sum and max."""
+    shares = np.array([len(part) for part in np.array_split(np.arange(n_samples),
+                                                            n_threads)])
+    assert per_thread.shape == (n_threads, 2)
+    assert np.all(per_thread[:, 1] <= n_samples - shares)
+    assert np.all(per_thread[:, 0] <= shares * per_thread[:, 1])
+    assert staleness[0] == per_thread[:, 0].sum()
+    assert staleness[1] == per_thread[:, 1].max()
+    if n_threads == 1:
+        assert staleness.tolist() == [0, 0]
+
+
 def test_available_and_located():
     assert native.available()
     assert native.LOAD_ERROR is None
@@ -155,9 +171,7 @@ def test_two_threads_disjoint_slices_match_numba_slice_by_slice(kind, code):
     assert np.array_equal(x_nb.view(np.int64), x_c.view(np.int64))
     assert b_nb.view(np.int64)[0] == b_c.view(np.int64)[0]
     assert clock[0] == len(samples)
-    assert per_thread.shape == (2, 2) and np.all(per_thread >= 0)
-    assert st[0] == per_thread[:, 0].sum() and st[1] == per_thread[:, 1].max()
-    assert st[1] <= len(samples)
+    _check_staleness(per_thread, st, len(samples), 2)
 
 
 @pytest.mark.parametrize("kind,code", CASES)
@@ -176,10 +190,10 @@ def test_threads_epoch_decreases_objective_like_one_thread(kind, code, n_threads
     for t in (1, n_threads):
         x, b = pb["x0"].copy(), np.array([pb["b0"]])
         clock, st = np.zeros(1, np.int64), np.zeros(2, np.int64)
-        _run(kind, pb, x, b, samples, True, clock, st, n_threads=t)
+        per_thread = _run(kind, pb, x, b, samples, True, clock, st, n_threads=t)
         assert np.all(np.isfinite(x)) and np.isfinite(b[0])
         assert clock[0] == len(samples)
-        assert st[0] >= 0 and 0 <= st[1] <= len(samples)
+        _check_staleness(per_thread, st, len(samples), t)
         results[t] = _objective(pb, x, b[0])
     assert results[1] < start
     assert results[n_threads] < start
@@ -197,9 +211,11 @@ def test_more_threads_than_samples_and_empty_epoch():
     x, b = pb["x0"].copy(), np.array([pb["b0"]])
     clock, st = np.zeros(1, np.int64), np.zeros(2, np.int64)
     samples = np.array([3, 5], dtype=np.int64)
-    _run("l1", pb, x, b, samples, True, clock, st, n_threads=4)
-    assert np.all(np.isfinite(x)) and st[0] >= 0
+    per_thread = _run("l1", pb, x, b, samples, True, clock, st, n_threads=4)
+    assert np.all(np.isfinite(x))
     assert clock[0] == 2
+    _check_staleness(per_thread, st, 2, 4)          # two threads of one step, two idle
+    assert np.all(per_thread[2:] == 0)
     x2, b2 = pb["x0"].copy(), np.array([pb["b0"]])
     _run("group", pb, x2, b2, np.zeros(0, np.int64), True, clock, st, n_threads=3)
     assert np.array_equal(x2, pb["x0"]) and b2[0] == pb["b0"] and clock[0] == 2

@@ -1,7 +1,7 @@
 """Screening: safety of the gap-safe rule (the non-negotiable property), screening ability,
 the static safe sphere, the strong rule, and why the radius carries the factor n.
 
-Safety protocol (DESIGN 1): for many random problems we compute a reference solution whose
+Safety protocol (docs/design.md §1): for many random problems we compute a reference solution whose
 duality gap on the *full* problem, recomputed independently with NumPy (``ref`` fixture),
 is <= 1e-12 P(0). Every block that a screening test removes must be zero in that reference.
 A reference at gap 1e-12 can carry round-off sized non-zeros, so a block counts as
@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from asyncopt import Problem
 from asyncopt.penalties import L1, GroupL1
@@ -198,7 +197,7 @@ def test_best_dual_keeps_the_largest_d_and_follows_compaction():
 
 
 def test_radius_without_factor_n_is_unsafe(make_data):
-    """Thesis eq. 3-3 prints r = sqrt(2 L_f G). Under DESIGN's scaling that radius removes
+    """Thesis eq. 3-3 prints r = sqrt(2 L_f G). Under the scaling of docs/design.md §1 that radius removes
     features that are non-zero at the optimum (here at x = 0), while the rule that is used,
     r = sqrt(2 n L_f G), does not. Documents why the factor n is there."""
     unsafe_cases = 0

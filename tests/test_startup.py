@@ -45,6 +45,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("cli", ["asyncopt.cli.lasso", "asyncopt.cli.logreg"])
 @pytest.mark.parametrize("data", ["embedded", "file"])
 def test_cli_ranks_under_mpirun_do_not_import_scikit_learn(tmp_path, cli, data):
@@ -53,7 +54,6 @@ def test_cli_ranks_under_mpirun_do_not_import_scikit_learn(tmp_path, cli, data):
     and encodes its labels without scikit-learn: its import (with scipy.stats) cost every
     rank ~5 s of start-up at -n 9 on 2 cores (0.6 s on one idle core)."""
     mpirun = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    assert os.path.exists(mpirun), "no mpirun next to the interpreter (mpich)"
     extra = []
     if data == "file":
         rng = np.random.default_rng(0)
@@ -149,6 +149,7 @@ def test_a_new_process_loads_the_epoch_kernels_from_numbas_cache(tmp_path):
     assert len(list(tmp_path.rglob("*epoch_l1*.nbc"))) == 2    # serial and tracked
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
 def test_the_server_kernels_loaded_before_a_solve_are_the_ones_it_runs(tmp_path, loss):
     """load_server_kernels (what the command line's server runs while the workers parse)
@@ -156,7 +157,6 @@ def test_the_server_kernels_loaded_before_a_solve_are_the_ones_it_runs(tmp_path,
     adds none. An overload of other types would leave numba's load (and, first in the
     process, its 0.2 s context) inside the first certificate."""
     mpirun = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    assert os.path.exists(mpirun), "no mpirun next to the interpreter (mpich)"
     out = tmp_path / "kernels.json"
     env = dict(os.environ, PYTHONPATH=ROOT)
     run = subprocess.run([mpirun, "-n", "3", sys.executable,

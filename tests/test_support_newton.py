@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from asyncopt.data.embedded import load_a9a
-from asyncopt.penalties import L1, GroupL1
+from asyncopt.penalties import L1
 from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
 import asyncopt.newton.kernels as newton_kernels
