@@ -4,7 +4,7 @@
     model = Lasso(alpha=0.01).fit(X, y)     # coef_, intercept_, dual_gap_, active_set_
 
 The estimators load on first use (PEP 562): a process that only runs a solver, such as
-each rank of ``mpirun -n 9 asyncopt-lasso``, does not pay for importing scikit-learn.
+each rank of ``mpirun -n K asyncopt-lasso``, does not pay for importing scikit-learn.
 """
 import importlib
 

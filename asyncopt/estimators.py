@@ -1,7 +1,7 @@
-"""scikit-learn style estimators on the DDSS solver.
+"""scikit-learn style estimators on the DDSS solver (problem 3-1, docs/design.md §1).
 
-    Lasso:                    (1/2n) ||y - X w - b||^2 + alpha sum_j w_j |x_j|
-    GroupLasso:               (1/2n) ||y - X w - b||^2 + alpha sum_g w_g ||x_g||_2
+    Lasso:                    (1/2n) ||y - X w - b||^2 + alpha sum_j weights_j |w_j|
+    GroupLasso:               (1/2n) ||y - X w - b||^2 + alpha sum_g weights_g ||w_g||_2
     SparseLogisticRegression: (1/n) sum_i log(1 + exp(-y_i (x_i^T w + b))) + alpha Omega(w)
 
 The optimisation stops when the duality gap G <= tol * P(0); ``dual_gap_`` is that
@@ -160,50 +160,194 @@ class _DDSSModel(BaseEstimator):
         return tags
 
 
-_COMMON_DOC = """
-    alpha : float > 0, the regularization lam.
-    fit_intercept : fit an unpenalized intercept b.
-    tol : relative duality gap target: stop when G <= tol * P(0).
-    max_epochs : maximum number of outer iterations (each about one pass over the rows).
-    method : "auto" (default: per outer iteration, the inner step of "ddss" or
-        "working_set" that has cut the duality gap fastest per unit of work so far,
-        ``asyncopt.solvers.choice``; "ddss" for the group logistic model and, on the
-        mpi backend, for group penalties), "ddss" (sparse prox-SVRG), "working_set" (between two
-        certificates, the problem on a working set of the support and the worst
-        violators, by (block) coordinate descent with Anderson extrapolation for the
-        squared loss, by proximal Newton steps for the L1 logistic loss; not the group
-        logistic model; on the mpi backend the L1 penalty only, by coordinate descent
-        on the Gram (or Hessian) matrix the workers reduce), "ddss_naive" (plain stochastic
-        prox steps) or
-        the baselines "prox_asaga" (sparse proximal SAGA, no screening),
-        "prox_asvrg" (proximal SVRG with dense steps, no screening), "pse_safe" and
-        "pse_strong" (one static screening pass, safe sphere or strong rule + KKT check,
-        then asynchronous block coordinate descent; no checkpoints).
-    backend : "serial" (one thread), "threads" (Sha-DDSS: lock-free threads sharing x) or
-        "mpi" (Dis-DDSS: in a script started by mpirun, rank 0 the parameter server, the
-        other ranks workers on contiguous row shards; not the PSE methods).
-    n_jobs : threads of the "threads" backend (None or -1: all cores).
-    kernel : inner loop of the "threads" backend: "numba" (nogil kernels, racing plain
-        stores), "native" (C/OpenMP, compare-and-swap stores; needs the built extension)
-        or "auto" (numba, the faster of the two where measured).
-    screening : apply the gap-safe screening test every outer iteration.
-    warm_start : start from the previous coef_ / intercept_.
-    step_scale : multiplier of the default step 1 / (3 L_max).
-    random_state : seed of the row sampling.
-    verbose : 0 silent, 1 live progress line, 2 one line per outer iteration.
-    checkpoint : optional .npz path: the solution so far and the history are written there
-        every minute (every outer iteration on the "mpi" backend, by rank 0) and at the
-        end; a fit that finds it resumes from it (a warm start takes precedence).
-"""
+# The estimators' numpydoc docstrings are assembled from these pieces, one parameter
+# entry per constructor argument, in each constructor's order.
+_PARAMETER_DOCS = {
+    "alpha": """
+    alpha : float, default=1.0
+        Regularization strength lam > 0 of the penalty term.""",
+    "groups_lasso": """
+    groups : int or list of array-like, default=1
+        An int g: consecutive groups of g features (the last one may be shorter); a list
+        of index arrays: a partition of the features into groups.""",
+    "groups_logistic": """
+    groups : None, int or list of array-like, default=None
+        None for the L1 penalty; else the groups of the group penalty, as in
+        :class:`GroupLasso`.""",
+    "fit_intercept": """
+    fit_intercept : bool, default=True
+        Fit an unpenalized intercept b; it is set to its exact optimum for the current w
+        before every certificate.""",
+    "tol": """
+    tol : float, default=1e-4
+        Relative duality-gap target: the fit stops when G <= tol * P(0), P(0) the objective
+        at w = 0 with the optimal intercept.""",
+    "max_epochs": """
+    max_epochs : int, default=200
+        Maximum number of outer iterations (certificates), each followed by an inner step
+        of about one pass over the rows.""",
+    "method": """
+    method : str, default="auto"
+        The inner step between two certificates. "auto": per outer iteration, the inner
+        step of "ddss" or "working_set" that has cut the duality gap fastest per unit of
+        work so far (``asyncopt.solvers.choice``; "ddss" for the group logistic model and,
+        on the mpi backend, for group penalties). "ddss": sparse prox-SVRG. "working_set":
+        the problem on a working set of the support and the worst violators, by (block)
+        coordinate descent with Anderson extrapolation for the squared loss, by proximal
+        Newton steps for the L1 logistic loss (not the group logistic model; on the mpi
+        backend the L1 penalty only, by coordinate descent on the Gram or Hessian matrix
+        the workers reduce). "ddss_naive": plain stochastic prox steps. The baselines:
+        "prox_asaga" (sparse proximal SAGA, no screening), "prox_asvrg" (proximal SVRG
+        with dense steps, no screening), "pse_safe" and "pse_strong" (one static screening
+        pass, safe sphere or strong rule with a KKT check, then asynchronous block
+        coordinate descent; no checkpoints).""",
+    "backend": """
+    backend : {"serial", "threads", "mpi"}, default="serial"
+        "serial": one thread. "threads": Sha-DDSS, lock-free threads sharing w. "mpi":
+        Dis-DDSS, in a script started by mpirun: rank 0 the parameter server, the other
+        ranks workers on contiguous row shards (not the PSE methods).""",
+    "n_jobs": """
+    n_jobs : int or None, default=None
+        Threads of the "threads" backend; None or -1: all cores, -k: cores + 1 - k.""",
+    "kernel": """
+    kernel : {"auto", "numba", "native"}, default="auto"
+        Inner loop of the "threads" backend: "numba" (nogil kernels, racing plain stores),
+        "native" (C/OpenMP, compare-and-swap stores; needs the built extension) or "auto"
+        (numba, the default for its speed: benchmarks/notes/frontends.md).""",
+    "screening": """
+    screening : bool, default=True
+        Apply the gap-safe screening test every outer iteration.""",
+    "weights_l1": """
+    weights : array-like of shape (n_features,), default=None
+        Positive per-feature weights w_j of the weighted L1 norm; None: all 1.""",
+    "weights_group": """
+    weights : array-like of shape (n_groups,), default=None
+        Positive per-group weights w_g; None: sqrt(group size), the usual choice (Yuan and
+        Lin 2006) that penalizes groups of different sizes comparably.""",
+    "weights_logistic": """
+    weights : array-like, default=None
+        Positive per-feature (L1) or per-group weights; None: 1 per feature, sqrt(group
+        size) per group.""",
+    "warm_start": """
+    warm_start : bool, default=False
+        Start from the previous ``coef_`` and ``intercept_`` when their shape fits.""",
+    "step_scale": """
+    step_scale : float, default=1.0
+        Multiplier of the default step eta = 1 / (3 L_max), L_max = L_f max_i ||a_i||^2.""",
+    "random_state": """
+    random_state : int, numpy.random.Generator or None, default=None
+        Seed of the row sampling of the inner loop.""",
+    "verbose": """
+    verbose : int, default=0
+        0: silent; 1: a live progress line; 2: one line per outer iteration.""",
+    "checkpoint": """
+    checkpoint : str or path-like, default=None
+        Optional .npz path: the solution so far and the history are written there every
+        minute (every outer iteration on the "mpi" backend, by rank 0) and at the end; a
+        fit that finds it resumes from it (a warm start takes precedence).""",
+}
 
+_ATTRIBUTE_DOCS = """
+    n_iter_ : int
+        Outer iterations run.
+    dual_gap_ : float
+        The final duality gap G: a certified upper bound on ``P(coef_, intercept_) - P*``.
+    objective_ : float
+        The primal objective P at the solution.
+    active_set_ : ndarray of int
+        Sorted ids of the features left after screening (a superset of the support).
+    history_ : list of dict
+        One record per outer iteration, its keys including ``epoch``, ``time``,
+        ``primal``, ``dual``, ``gap``, ``rel_gap``, ``n_active``, ``active_nnz``,
+        ``coef_nnz``, ``inner_steps``, ``bytes_sent``, ``bytes_recv``,
+        ``staleness_mean`` and ``staleness_max`` (on the mpi backend kept by rank 0,
+        empty elsewhere).
+    n_features_in_ : int
+        Number of features seen by ``fit``.
+    feature_names_in_ : ndarray of str
+        Feature names seen by ``fit``, when X has string column names."""
+
+
+def _estimator_doc(head, parameters, attributes, tail):
+    """The numpydoc docstring of an estimator: ``head`` (summary and extended summary),
+    the entries of ``parameters`` (keys of _PARAMETER_DOCS), ``attributes`` before the
+    shared attribute entries, then ``tail`` (See Also, Notes, Examples)."""
+    return (head + "\n\n    Parameters\n    ----------"
+            + "".join(_PARAMETER_DOCS[name] for name in parameters)
+            + "\n\n    Attributes\n    ----------" + attributes + _ATTRIBUTE_DOCS
+            + "\n" + tail)
+
+
+_DDSS_NOTES = """
+    Notes
+    -----
+    DDSS (Xidong Wu, PhD thesis, 2024, chapter 3, Algorithms 4-6) alternates a
+    certificate and an inner step. The certificate refits b, forms the dual point
+    theta = rho / max(1, Omega^D(X^T rho) / (n alpha)) from the generalized residual
+    rho_i = -f'(x_i^T w + b) (eq. 3-2), the gap G = P - D with
+    D(theta) = -(1/n) sum_i f*(-theta_i) (eq. 3-4), and deletes every block g with
+    ||X_g^T theta|| + sqrt(2 n L_f G) ||X_g|| < n alpha w_g, which is zero at every
+    optimum (the gap-safe test of eq. 3-3, with the radius corrected by the factor n:
+    docs/design.md §1). The inner step runs on the surviving features only: sparse
+    prox-SVRG (eq. 3-6 and 3-8; docs/design.md §2) or a working-set step
+    (docs/design.md §2b)."""
 
 class Lasso(RegressorMixin, _DDSSModel):
-    __doc__ = """Lasso: (1/2n) ||y - X w - b||^2 + alpha sum_j weights_j |w_j|, solved by DDSS.
+    __doc__ = _estimator_doc(
+        """Lasso: least squares with a (weighted) L1 penalty, solved by DDSS.
 
-    weights : optional positive per-feature weights (weighted L1).""" + _COMMON_DOC
+    Minimises, over the coefficients w and the intercept b::
+
+        P(w, b) = (1/2n) ||y - X w - b||^2 + alpha sum_j weights_j |w_j|,
+
+    problem (3-1) of the thesis with the squared loss f_i(z) = (y_i - z)^2 / 2 in
+    scikit-learn's scaling (docs/design.md §1). The fit stops when the duality gap
+    G <= tol * P(0); ``dual_gap_`` is that certificate.""",
+        ["alpha", "fit_intercept", "tol", "max_epochs", "method", "backend", "n_jobs",
+         "kernel", "screening", "weights_l1", "warm_start", "step_scale", "random_state",
+         "verbose", "checkpoint"],
+        """
+    coef_ : ndarray of shape (n_features,)
+        The coefficients w.
+    intercept_ : float
+        The intercept b (0.0 when ``fit_intercept`` is false).""",
+        """
+    See Also
+    --------
+    GroupLasso : The same loss with a group penalty.
+    lasso_path : Solutions along a grid of alphas, with screening carried along.
+    lam_max : The smallest alpha whose solution is w = 0.
+""" + _DDSS_NOTES + """
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from asyncopt import Lasso
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((50, 10))
+    >>> y = X[:, 0] - 2 * X[:, 1]
+    >>> model = Lasso(alpha=0.1, tol=1e-8).fit(X, y)
+    >>> model.coef_.shape
+    (10,)
+    >>> bool(model.dual_gap_ <= 1e-8 * model.history_[0]["primal"])
+    True
+""")
 
     def fit(self, X, y):
-        """Fit on X (n, p) dense or sparse and y (n,); returns self."""
+        """Fit the model by DDSS.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data, dense or sparse (CSR or CSC).
+        y : array-like of shape (n_samples,)
+            Targets.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
         X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], dtype=np.float64,
                              y_numeric=True)
         result = self._solve(X, y)
@@ -212,7 +356,18 @@ class Lasso(RegressorMixin, _DDSSModel):
         return self
 
     def predict(self, X):
-        """X w + b."""
+        """Predict with the linear model.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Samples.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            X w + b.
+        """
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=np.float64,
                           reset=False)
@@ -220,11 +375,30 @@ class Lasso(RegressorMixin, _DDSSModel):
 
 
 class GroupLasso(Lasso):
-    __doc__ = """Group Lasso: (1/2n) ||y - X w - b||^2 + alpha sum_g weights_g ||w_g||_2.
+    __doc__ = _estimator_doc(
+        """Group Lasso: least squares with a group penalty, solved by DDSS.
 
-    groups : int (consecutive groups of that size) or a list of index arrays partitioning
-        the features.
-    weights : optional positive per-group weights (default sqrt(group size)).""" + _COMMON_DOC
+    Minimises, over the coefficients w and the intercept b::
+
+        P(w, b) = (1/2n) ||y - X w - b||^2 + alpha sum_g weights_g ||w_g||_2,
+
+    problem (3-1) of the thesis with the squared loss and Omega the sum of the groups'
+    Euclidean norms (docs/design.md §1). The fit stops when the duality gap
+    G <= tol * P(0).""",
+        ["alpha", "groups_lasso", "fit_intercept", "tol", "max_epochs", "method",
+         "backend", "n_jobs", "kernel", "screening", "weights_group", "warm_start",
+         "step_scale", "random_state", "verbose", "checkpoint"],
+        """
+    coef_ : ndarray of shape (n_features,)
+        The coefficients w.
+    intercept_ : float
+        The intercept b (0.0 when ``fit_intercept`` is false).""",
+        """
+    See Also
+    --------
+    Lasso : The same loss with an L1 penalty (groups of one feature).
+    SparseLogisticRegression : The logistic loss, with an L1 or group penalty.
+""" + _DDSS_NOTES + "\n")
 
     def __init__(self, alpha=1.0, *, groups=1, fit_intercept=True, tol=1e-4,
                  max_epochs=200, method="auto", backend="serial", n_jobs=None,
@@ -241,11 +415,33 @@ class GroupLasso(Lasso):
 
 
 class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSModel):
-    __doc__ = """L1 (or group) penalized binary logistic regression solved by DDSS:
-    (1/n) sum_i log(1 + exp(-y_i (x_i^T w + b))) + alpha Omega(w), labels of any two values.
+    __doc__ = _estimator_doc(
+        """Binary logistic regression with an L1 or group penalty, solved by DDSS.
 
-    groups : None for L1, else as in GroupLasso.
-    weights : optional positive per-feature (per-group) weights.""" + _COMMON_DOC
+    Minimises, over the coefficients w and the intercept b::
+
+        P(w, b) = (1/n) sum_i log(1 + exp(-y_i (x_i^T w + b))) + alpha Omega(w),
+
+    ``Omega(w) = sum_j weights_j |w_j|`` (L1) or ``sum_g weights_g ||w_g||_2`` (``groups``):
+    problem (3-1) of the thesis with the logistic loss, L_f = 1/4 (docs/design.md §1).
+    Labels may take any two values: ``classes_[1]`` is coded +1, ``classes_[0]`` -1.
+    The fit stops when the duality gap G <= tol * P(0).""",
+        ["alpha", "fit_intercept", "tol", "max_epochs", "method", "backend", "n_jobs",
+         "kernel", "screening", "groups_logistic", "weights_logistic", "warm_start",
+         "step_scale", "random_state", "verbose", "checkpoint"],
+        """
+    classes_ : ndarray of shape (2,)
+        The two labels, sorted.
+    coef_ : ndarray of shape (1, n_features)
+        The coefficients w.
+    intercept_ : ndarray of shape (1,)
+        The intercept b (0.0 when ``fit_intercept`` is false).""",
+        """
+    See Also
+    --------
+    Lasso : The squared loss with an L1 penalty.
+    lasso_path : With ``loss="logistic"``, solutions along a grid of alphas.
+""" + _DDSS_NOTES + "\n")
 
     _loss = "logistic"
 
@@ -263,7 +459,20 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
         self.groups = groups
 
     def fit(self, X, y):
-        """Fit on X (n, p) and binary labels y; returns self."""
+        """Fit the model by DDSS.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data, dense or sparse (CSR or CSC).
+        y : array-like of shape (n_samples,)
+            Labels with exactly two distinct values.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
         X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], dtype=np.float64)
         y_pm, self.classes_ = encode_binary_labels(y)
         result = self._solve(X, y_pm)
@@ -272,11 +481,35 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
         return self
 
     def predict_proba(self, X):
-        """[P(classes_[0] | x), P(classes_[1] | x)] = [1 - s, s], s = sigmoid(x^T w + b)."""
+        """Class probabilities.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Samples.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, 2)
+            [P(classes_[0] | x), P(classes_[1] | x)] = [1 - s, s] per row,
+            s = sigmoid(x^T w + b).
+        """
         p1 = expit(self.decision_function(X))
         return np.column_stack([1.0 - p1, p1])
 
     def predict_log_proba(self, X):
+        """Logarithm of the class probabilities.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Samples.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, 2)
+            The logarithm of :meth:`predict_proba`.
+        """
         return np.log(self.predict_proba(X))
 
     def __sklearn_tags__(self):
@@ -289,13 +522,91 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
                tol=1e-4, max_epochs=200, method="auto", backend="serial", n_jobs=None,
                kernel="auto", screening=True, groups=None, weights=None, loss="squared",
                random_state=None, verbose=0, return_results=False):
-    """Solutions along decreasing alphas with warm starts (sklearn's lasso_path layout).
+    """Compute solutions along a decreasing grid of alphas, with warm starts.
 
-    Default grid: n_alphas values log-spaced from alpha_max down to eps * alpha_max.
-    Each solve starts from the previous solution, so its first gap-safe test (at the warm
-    start, with the dual point of the previous solution) already removes most features:
-    screening is carried along the path. Returns (alphas, coefs (p, n_alphas),
-    dual_gaps), plus the SolverResults when return_results.
+    At each alpha_k, the problem
+
+        P_k(w, b) = (1/n) sum_i f(x_i^T w + b, y_i) + alpha_k Omega(w)
+
+    (squared loss (1/2n) ||y - X w - b||^2 or logistic loss; Omega the weighted L1 or group
+    norm) is solved by DDSS from the solution at alpha_{k-1}, so its first gap-safe test
+    (at the warm start, with the dual point of the previous solution) already removes most
+    features: screening is carried along the path. The layout is scikit-learn's
+    ``lasso_path``.
+
+    Parameters
+    ----------
+    X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        Training data.
+    y : array-like of shape (n_samples,)
+        Targets (squared loss) or labels with two distinct values (logistic loss).
+    alphas : array-like, default=None
+        The alphas, in any order (solved from the largest); None: ``n_alphas`` values
+        log-spaced from alpha_max (:func:`lam_max`) down to ``eps * alpha_max``.
+    n_alphas : int, default=100
+        Length of the default grid.
+    eps : float, default=1e-3
+        The ratio alpha_min / alpha_max of the default grid.
+    fit_intercept : bool, default=True
+        Fit an unpenalized intercept.
+    tol : float, default=1e-4
+        Relative duality-gap target of each solve: G <= tol * P(0).
+    max_epochs : int, default=200
+        Maximum outer iterations of each solve.
+    method : str, default="auto"
+        The inner step, as in :class:`Lasso`.
+    backend : {"serial", "threads"}, default="serial"
+        One thread, or Sha-DDSS's lock-free threads.
+    n_jobs : int or None, default=None
+        Threads of the "threads" backend (None or -1: all cores).
+    kernel : {"auto", "numba", "native"}, default="auto"
+        Inner loop of the "threads" backend, as in :class:`Lasso`.
+    screening : bool, default=True
+        Apply the gap-safe screening test every outer iteration.
+    groups : None, int or list of array-like, default=None
+        None for the (weighted) L1 penalty; else the groups of the group penalty, as in
+        :class:`GroupLasso`.
+    weights : array-like, default=None
+        Positive per-feature or per-group weights (None: 1 per feature, sqrt(size) per
+        group).
+    loss : {"squared", "logistic"}, default="squared"
+        The datafit.
+    random_state : int, numpy.random.Generator or None, default=None
+        Seed of the row sampling.
+    verbose : int, default=0
+        Verbosity of each solve, as in :class:`Lasso`.
+    return_results : bool, default=False
+        Also return each solve's ``SolverResult``.
+
+    Returns
+    -------
+    alphas : ndarray of shape (n_alphas,)
+        The alphas, decreasing.
+    coefs : ndarray of shape (n_features, n_alphas)
+        The coefficients at each alpha.
+    dual_gaps : ndarray of shape (n_alphas,)
+        The final duality gap of each solve.
+    results : list of SolverResult
+        Each solve's result (coefficients, intercept, history); only with
+        ``return_results``.
+
+    See Also
+    --------
+    Lasso : One alpha, with the estimator interface.
+    lam_max : The alpha_max at the start of the default grid.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from asyncopt import lasso_path
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((40, 8))
+    >>> y = X[:, 0] + 0.1 * rng.standard_normal(40)
+    >>> alphas, coefs, gaps = lasso_path(X, y, n_alphas=5)
+    >>> coefs.shape
+    (8, 5)
+    >>> bool(np.all(coefs[:, 0] == 0))
+    True
     """
     _check_choice(method, METHODS, "method")
     _check_choice(backend, ("serial", "threads"), "backend of lasso_path")

@@ -1,4 +1,6 @@
-"""Per-sample losses f_i(z) of the datafit F(x) = (1/n) sum_i f_i(a_i^T x + b) (DESIGN 1).
+"""Per-sample losses f_i(z) of the datafit F(x) = (1/n) sum_i f_i(a_i^T x + b).
+
+docs/design.md §1.
 
 Each loss is identified by an integer code so that one numba kernel serves both
 (``loss_value(code, z, y)`` etc. branch on the code; the branch is perfectly predicted).
@@ -96,7 +98,7 @@ def intercept_sums(code, z0, b, y):
 
 @njit(cache=True)
 def generalized_residual(code, z, y, out):
-    """rho_i = -f'(z_i) into ``out`` (the dual point before scaling, DESIGN 1)."""
+    """rho_i = -f'(z_i) into ``out`` (the dual point before scaling, docs/design.md §1)."""
     for i in range(z.shape[0]):
         out[i] = -loss_derivative(code, z[i], y[i])
     return out

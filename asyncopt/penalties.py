@@ -1,4 +1,4 @@
-"""Block penalties Omega(x) = sum_g w_g ||x_g|| (DESIGN 1).
+"""Block penalties Omega(x) = sum_g w_g ||x_g|| (docs/design.md §1).
 
 Blocks partition the features and are given by two int arrays: ``indptr`` (n_blocks + 1)
 and ``ids`` (the features of block g are ``ids[indptr[g]:indptr[g+1]]``), plus positive
@@ -61,7 +61,7 @@ def penalty_value(x, indptr, ids, weights):
 
     A plain loop, not np.dot: numba's np.dot calls OpenBLAS, whose threads then spin for a
     while after every call, taking a second core from the solver's own threads and from
-    the other processes. Measurements: benchmarks/notes/problem.md."""
+    the other processes."""
     norms = block_norms(x, indptr, ids)
     total = 0.0
     for g in range(norms.shape[0]):
@@ -225,7 +225,7 @@ class L1(BlockPenalty):
 
     # blocks of one coordinate, in feature order (here and in every ``restricted``):
     # the block norms are |u_j|, with no block indirection (Dis-DDSS's server takes them
-    # over every feature each epoch; measurements: benchmarks/notes/problem.md)
+    # over every feature each epoch)
     def value(self, x):
         return weighted_l1_value(np.asarray(x, np.float64), self.weights)
 
@@ -234,7 +234,7 @@ class L1(BlockPenalty):
 
     # block g is coordinate ids[g]: the blocks' positions are the blocks themselves
     # (BlockPenalty's versions form them for blocks of any size, with a pass over the
-    # blocks; measurements: benchmarks/notes/problem.md)
+    # blocks)
     def restricted(self, blocks):
         blocks = np.asarray(blocks, dtype=np.int64)
         indptr = np.arange(blocks.shape[0] + 1)

@@ -1,4 +1,4 @@
-"""The regularized problem, its dual and the duality gap (DESIGN 1).
+"""The regularized problem, its dual and the duality gap (docs/design.md §1).
 
     P(x, b) = (1/n) sum_i f_i(a_i^T x + b) + lam * Omega(x)
     rho_i   = -f_i'(a_i^T x + b)                   (generalized residual)
@@ -123,8 +123,7 @@ class RowsView:
         room (fresh arrays cost the first touch of their pages), else new ones are made,
         with room for any view ``without_frozen`` makes (UNFROZEN_SHARE of the stored
         entries), since the next epoch's view is often larger than the first (columns
-        enter the moving set); a page is touched only where a view writes. Measurements:
-        benchmarks/notes/problem.md."""
+        enter the moving set); a page is touched only where a view writes."""
         count = int(active.stored_column_counts[columns].sum())
         if buffers is None or buffers[1].shape[0] < count + 1:
             buffers = cls.new_buffers(active, count)
@@ -264,8 +263,7 @@ class ActiveSet:
         indefinitely.
 
         Where the problem gave up X (``Problem`` overwrite_X) its arrays, already
-        mapped, are the buffers instead, and no thread starts. Measurements:
-        benchmarks/notes/problem.md."""
+        mapped, are the buffers instead, and no thread starts."""
         if not self._claim_spare_buffers():
             self._touching = IdlePageToucher(lambda: RowsView.new_buffers(self))
 
@@ -351,7 +349,7 @@ class ActiveSet:
         ``residual_correlation`` or ``residual_correlation_at``), with no pass over the
         rows, or None: for the squared loss at any b (rho = y - b: A^T rho = A^T rho' +
         (b' - b) A^T 1), else at b' only. It spares a solve's first certificate at x = 0 a
-        repeat of lam_max's pass. Measurements: benchmarks/notes/problem.md."""
+        repeat of lam_max's pass."""
         if self._zero_correlation is None or self._zero_correlation[0] != code:
             return None
         _, known, correlation = self._zero_correlation
@@ -394,7 +392,7 @@ class ActiveSet:
         ``ddss.freeze_optimal_zeros``), or this set itself when those columns hold more
         than UNFROZEN_SHARE of the non-zeros. The epoch kernels skip a frozen block and
         its x is 0, so they take the same steps on either, bit for bit, and read only
-        the entries they use. Measurements: benchmarks/notes/problem.md.
+        the entries they use.
 
         The view (a RowsView, a pass over the rows to form) is kept and serves later
         epochs while its columns cover the unfrozen ones and hold at most VIEW_SLACK
@@ -424,9 +422,9 @@ class ActiveSet:
         return restricted
 
     def certificate(self, x, b, z=None, n_threads=1):
-        """Refit the intercept, then compute the dual point, P, D and the gap (DESIGN 1).
-        ``z`` may pass precomputed margins a_i^T x + b; the passes over the data are split
-        over n_threads threads. At x = 0, A^T rho is remembered
+        """Refit the intercept, then compute the dual point, P, D and the gap
+        (docs/design.md §1). ``z`` may pass precomputed margins a_i^T x + b; the passes
+        over the data are split over n_threads threads. At x = 0, A^T rho is remembered
         (``residual_correlation_at``)."""
         prob = self.problem
         code = prob.loss.code
@@ -479,16 +477,74 @@ class ActiveSet:
 
 
 class Problem:
-    """P(x, b) = (1/n) sum_i f(a_i^T x + b, y_i) + lam * Omega(x) on CSR data.
+    """The regularized problem on CSR data: objective, dual point, duality gap, lam_max.
 
-    X: array or scipy sparse (n, p); y: targets (labels in {-1, +1} for the logistic
-    loss); loss: 'squared' | 'logistic' | a Loss; penalty: a BlockPenalty (L1 when None).
-    overwrite_X: the caller hands X over, no one else using its arrays (a shard read from
-    a file, rows copied out of a larger matrix): once the full active set is built (in
-    shuffled copies of the rows), X's index and value arrays (if writeable, int32
-    indices) become the buffers of its epoch views (``ActiveSet.without_frozen``) and X
-    is dropped: that memory is mapped already, and no separate view buffers are made
-    besides X and the shuffled rows. Measurements: benchmarks/notes/problem.md.
+        P(x, b) = (1/n) sum_i f(a_i^T x + b, y_i) + lam Omega(x),
+        Omega(x) = sum_g w_g ||x_g||,
+
+    problem (3-1) of the thesis (Xidong Wu, PhD thesis, 2024, chapter 3), in the scaling of
+    docs/design.md §1: the Lasso is the squared loss f(z, y) = (y - z)^2 / 2 with
+    lam = alpha.
+    From any x, with b refitted and rho_i = -f'(a_i^T x + b, y_i), the dual point is
+    theta = rho / max(1, Omega^D(A^T rho) / (n lam)) (eq. 3-2) and the dual objective
+    D(theta) = -(1/n) sum_i f*(-theta_i) (eq. 3-4), so G = P - D >= 0 certifies x.
+
+    Parameters
+    ----------
+    X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        The data A; kept as CSR float64.
+    y : array-like of shape (n_samples,)
+        Targets; labels in {-1, +1} for the logistic loss.
+    loss : {"squared", "logistic"} or Loss, default="squared"
+        The per-sample loss f.
+    penalty : BlockPenalty, default=None
+        The block penalty Omega (``asyncopt.penalties``: L1, weighted L1, group); None: L1.
+    lam : float, default=1.0
+        The regularization strength lam > 0.
+    fit_intercept : bool, default=True
+        Whether P has an unpenalized intercept b (refitted exactly before every dual
+        computation, so that sum_i rho_i = 0 and theta is feasible).
+    overwrite_X : bool, default=False
+        The caller hands X over, no one else using its arrays (a shard read from a file,
+        rows copied out of a larger matrix): once the full active set is built (in
+        shuffled copies of the rows), X's index and value arrays (if writeable, int32
+        indices) become the buffers of its epoch views (``ActiveSet.without_frozen``) and
+        X is dropped, so no separate view buffers are allocated.
+
+    Attributes
+    ----------
+    X : scipy.sparse.csr_matrix or None
+        The data (None once dropped under ``overwrite_X``).
+    y : ndarray of shape (n_samples,)
+        The targets, float64.
+    loss : Loss
+        The loss object (value, derivative, conjugate, L_f).
+    penalty : BlockPenalty
+        The penalty.
+    lam : float
+        The regularization strength.
+    fit_intercept : bool
+        Whether an intercept is fitted.
+    overwrite_X : bool
+        Whether X was handed over.
+    n_samples : int
+        Number of rows n.
+    n_features : int
+        Number of features p.
+
+    See Also
+    --------
+    lam_max : The smallest lam for which x = 0 is optimal.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from asyncopt import Problem
+    >>> X = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    >>> y = np.array([1.0, -1.0, 0.5])
+    >>> problem = Problem(X, y, lam=0.1)
+    >>> bool(problem.objective(np.zeros(2)) >= problem.null_objective())
+    True
     """
 
     def __init__(self, X, y, loss="squared", penalty=None, lam=1.0, fit_intercept=True,
@@ -514,7 +570,16 @@ class Problem:
         self._spare_view_buffers = []
 
     def full_active_set(self):
-        """The ActiveSet of all blocks, rows shuffled once with seed 0 (cached)."""
+        """Return the ActiveSet of all blocks, its rows shuffled once (cached).
+
+        The shuffle is fixed so that every solve of the problem reads the rows in the same
+        order, and a run of consecutive rows is a random subset.
+
+        Returns
+        -------
+        ActiveSet
+            The problem on every block, data compacted block by block.
+        """
         if self._full is None:
             pen = self.penalty
             column_map = np.empty(self.n_features, dtype=np.int64)
@@ -543,7 +608,21 @@ class Problem:
         return self._full
 
     def with_lam(self, lam):
-        """The same data, loss and penalty at another lam (shares the cached data)."""
+        """Return the same data, loss and penalty at another lam.
+
+        The copy shares the cached data and P(0) (which does not depend on lam), not the
+        epoch views.
+
+        Parameters
+        ----------
+        lam : float
+            The new regularization strength, > 0.
+
+        Returns
+        -------
+        Problem
+            A shallow copy with ``lam`` replaced.
+        """
         self.null_objective()
         other = copy.copy(self)
         other.lam = check_lam(lam)
@@ -555,25 +634,66 @@ class Problem:
         return other
 
     def zero_certificate(self):
-        """Certificate at x = 0 with the optimal intercept."""
+        """Return the certificate at x = 0 with the optimal intercept.
+
+        Returns
+        -------
+        Certificate
+            Margins, refitted intercept, rho, A^T rho, the dual scaling, P, D and G at
+            x = 0.
+        """
         active = self.full_active_set()
         return active.certificate(np.zeros(active.n_features), 0.0)
 
     def null_objective(self):
-        """P(0) with the optimal intercept, the scale of the relative tolerance; it does
-        not depend on lam, so it is computed once and shared with ``with_lam`` copies."""
+        """Return P(0) with the optimal intercept, the scale of the relative tolerance.
+
+        It does not depend on lam, so it is computed once and shared with :meth:`with_lam`
+        copies.
+
+        Returns
+        -------
+        float
+            min_b P(0, b).
+        """
         if self._null_objective is None:
             self._null_objective = self.zero_certificate().primal
         return self._null_objective
 
     def lam_max(self):
-        """Omega^D(A^T rho(0)) / n: the smallest lam for which x = 0 is optimal."""
+        """Return the smallest lam for which x = 0 is optimal.
+
+            lam_max = Omega^D(A^T rho(0)) / n,   Omega^D(u) = max_g ||u_g||_* / w_g,
+
+        rho(0) the generalized residual at x = 0 with the intercept fitted
+        (docs/design.md §1).
+
+        Returns
+        -------
+        float
+            lam_max (0 when y is constant or A is zero).
+        """
         cert = self.zero_certificate()
         return float(np.max(cert.block_correlation / self.full_active_set().weights,
                             initial=0.0)) / self.n_samples
 
     def objective(self, coef, intercept=0.0):
-        """P(x, b) at a full-length coefficient vector (no intercept refit)."""
+        """Return the primal objective P(x, b) at a full-length coefficient vector.
+
+        The intercept is taken as given (no refit).
+
+        Parameters
+        ----------
+        coef : array-like of shape (n_features,)
+            The coefficients x.
+        intercept : float, default=0.0
+            The intercept b.
+
+        Returns
+        -------
+        float
+            P(x, b) = (1/n) sum_i f(a_i^T x + b, y_i) + lam Omega(x).
+        """
         coef = np.asarray(coef, dtype=np.float64)
         if self.X is None:      # dropped (overwrite_X): the full set's shuffled rows
             active = self.full_active_set()
@@ -585,7 +705,23 @@ class Problem:
         return mean_loss(self.loss.code, z, y) + self.lam * self.penalty.value(coef)
 
     def certificate(self, coef, intercept=0.0):
-        """Certificate of a full-length coefficient vector on the whole problem."""
+        """Return the certificate of a full-length coefficient vector on the whole problem.
+
+        The intercept is refitted first; the dual point is eq. 3-2's, scaled into the
+        constraints (docs/design.md §1).
+
+        Parameters
+        ----------
+        coef : array-like of shape (n_features,)
+            The coefficients x.
+        intercept : float, default=0.0
+            The intercept to start the refit from.
+
+        Returns
+        -------
+        Certificate
+            Margins, refitted intercept, rho, A^T rho, the dual scaling, P, D and the gap G.
+        """
         active = self.full_active_set()
         return active.certificate(np.asarray(coef, np.float64)[active.features],
                                   float(intercept))
@@ -621,8 +757,45 @@ def encode_binary_labels(y):
 
 
 def lam_max(X, y, loss="squared", fit_intercept=True, penalty=None):
-    """The smallest alpha (lam) for which the all-zero coefficient vector is optimal.
-    For the logistic loss any two label values are accepted (mapped to -1/+1)."""
+    """Return the smallest alpha (lam) for which the all-zero coefficient vector is optimal.
+
+        lam_max = Omega^D(X^T rho(0)) / n,
+
+    rho(0) the generalized residual -f'(b*) at w = 0 with the intercept b* fitted (for the
+    Lasso with an intercept: ``max_j |x_j^T (y - mean(y))| / n``). For alpha >= lam_max the
+    solution is w = 0 (docs/design.md §1).
+
+    Parameters
+    ----------
+    X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        The data.
+    y : array-like of shape (n_samples,)
+        Targets; for the logistic loss any two label values (mapped to -1/+1).
+    loss : {"squared", "logistic"} or Loss, default="squared"
+        The per-sample loss.
+    fit_intercept : bool, default=True
+        Whether the problem has an unpenalized intercept.
+    penalty : BlockPenalty, default=None
+        The block penalty; None: L1.
+
+    Returns
+    -------
+    float
+        lam_max.
+
+    See Also
+    --------
+    lasso_path : Uses lam_max as the start of its default grid.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from asyncopt import lam_max
+    >>> X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    >>> y = np.array([1.0, 0.0, 2.0])
+    >>> round(lam_max(X, y), 6)
+    0.333333
+    """
     loss = get_loss(loss)
     if loss.code == LOGISTIC:
         y = encode_binary_labels(y)[0]

@@ -2,7 +2,7 @@
 
 None of it changes what a solver computes: each piece asks the OS or a library for
 better scheduling or memory mapping, and the iterates are the same with it or without
-it. Measurements of what each piece gains: ``benchmarks/notes/runtime.md``.
+it. Each piece states below why it is there (``benchmarks/notes/runtime.md``).
 
 The switch
 ----------
@@ -34,7 +34,8 @@ The pieces
   only on an otherwise idle core (SCHED_IDLE), taken back within a bounded wait. Why: a
   caller that needs the arrays later does not take their page faults itself.
 - :func:`fine_timer_slack`: the calling thread's sleeps (and those of the threads it
-  starts later) end within 1 us of their time (Linux's timer slack). Why: a wait that sleeps between checks sees its message sooner.
+  starts later) end within 1 us of their time (Linux's timer slack). Why: a wait that
+  sleeps between checks sees its message sooner.
 """
 import contextlib
 import ctypes

@@ -1,4 +1,4 @@
-"""Screening tests that delete blocks which are zero at the optimum (DESIGN 1).
+"""Screening tests that delete blocks which are zero at the optimum (docs/design.md §1).
 
 Gap-safe sphere (dynamic, used by DDSS every outer iteration). D is 1/(n L_f)-strongly
 concave, so ||theta - theta*|| <= r = sqrt(2 n L_f G) and block g is zero at every
@@ -60,8 +60,7 @@ class BestDual:
     screens on both, on every backend.
 
     Why: x's own dual point moves first-order with x while P moves second-order, so an
-    epoch of stale asynchronous steps can lower D at an all but unchanged P. Measurements:
-    benchmarks/notes/frontends.md."""
+    epoch of stale asynchronous steps can lower D at an all but unchanged P."""
 
     def __init__(self):
         self.dual = -np.inf

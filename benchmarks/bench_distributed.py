@@ -246,7 +246,7 @@ def main(argv=None):
     log(f"bench_distributed: {cores} cores, {info['cpu_model']}, mpirun {info['mpirun']}, "
         + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
     log(f"{args.workers} workers (mpirun -n {n_ranks}"
-        + (f", more ranks than cores: oversubscribed" if n_ranks > cores else "")
+        + (", more ranks than cores: oversubscribed" if n_ranks > cores else "")
         + f"), target gap <= {target:g} * P(0), time cap {cap:g} s, repeat {args.repeat}, "
           f"problems {[s['name'] for s in specs]}, methods {methods}")
     if info["mpirun"] is None:

@@ -207,8 +207,7 @@ def freeze_at_exit():
     """At exit, freeze the objects then alive (``gc.freeze``) before the interpreter's
     last collection, which otherwise walks all that numba built (its typing and target
     contexts, each kernel's types) to free memory the process returns to the system
-    anyway. Registered once however often called. Measurements:
-    benchmarks/notes/frontends.md."""
+    anyway. Registered once however often called."""
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
 
@@ -393,8 +392,7 @@ def fit_and_report(args, prog, loss, title):
     """Load the data, fit, write the outputs; print the summary to stdout. Without mpirun
     the process solves with ``solve_method`` (the estimators' solver) on the threads or
     serial backend; under mpirun the ranks run solve_mpi. Neither imports the estimators
-    nor scikit-learn, whose start-up every rank would pay. Measurements:
-    benchmarks/notes/frontends.md."""
+    nor scikit-learn, whose start-up every rank would pay."""
     import numpy as np
 
     from asyncopt.penalties import L1

@@ -18,7 +18,7 @@ than one MPICH shared-memory cell moves only while both ranks are inside MPI, so
 server waited for workers busy in a numba batch. On a crowded node (``Wire.crowded``) the
 window also holds a doorbell per rank (``wire.Doorbell``): a side that raises a sequence
 number rings the rank that waits for it, and that rank sleeps on its doorbell instead of
-checking every 50-200 us. Measurements: benchmarks/notes/comm.md.
+checking on a timer.
 
 ``MessageChannel``, otherwise (ranks on several nodes; a window that would not fit in
 SHARED_BUDGET bytes or in half of the free space of /dev/shm; or
@@ -321,7 +321,7 @@ class SharedMemoryChannel:
     def wait_reply(self):
         row, posted = self.sequence[self.rank], self.posted
         # spins as the server does, yielding its core to any rank that computes on it
-        # (``poll``; measurements: benchmarks/notes/comm.md)
+        # (``poll``)
         poll(lambda: row[SEQ_REPLY] >= posted, self.wire.spin, self.bell)
         self.window.Sync()
         slot = self.slots[self.rank]
@@ -395,7 +395,7 @@ class SharedCollectives:
     No side needs the other inside MPI: MPICH moves a message larger than an eager cell
     only while both ranks call into it, so a broadcast of the gradient as a message
     waits for workers that have gone on computing, and a worker's reduction for a server
-    that sleeps between checks. Measurements: benchmarks/notes/comm.md."""
+    that sleeps between checks."""
 
     def __init__(self, wire, n_workers, sequence, broadcast, summands, sync, bells=None):
         self.wire, self.rank, self.n_workers = wire, wire.rank, n_workers
@@ -431,7 +431,7 @@ class SharedCollectives:
         ``capacity`` numbers after another; ``root_blank``: the server's ``send`` is a
         blank buffer that receives the workers' combination alone, the first worker's
         pieces copied in (``Wire.reduce``). A Newton step's Hessian shares take several
-        pieces. Measurements: benchmarks/notes/comm.md."""
+        pieces."""
         pieces = range(0, max(send.shape[0], 1), self.capacity)
         if self.rank != 0:
             for start in pieces:
@@ -440,7 +440,7 @@ class SharedCollectives:
         total = send if root_blank else send.copy()
         # worker by worker, each one's pieces in turn: the first to finish its vector is
         # summed while the others still form theirs, and each element's sum runs in rank
-        # order either way (measurements: benchmarks/notes/comm.md)
+        # order either way
         for worker in range(1, self.n_workers + 1):
             merge = _copy_into if root_blank and worker == 1 else combine
             for start in pieces:

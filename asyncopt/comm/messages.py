@@ -1,9 +1,10 @@
-"""The parameter server's per-message vector work (solvers/mpi/, DESIGN 4), one pass each.
+"""The parameter server's per-message vector work (solvers/mpi/), one pass each.
+
+docs/design.md §3.
 
 A Dis-DDSS message touches a few thousand coordinates of an x that may have 100,000. These
 loops do what numpy would (``local - base``, ``flatnonzero``, fancy indexing) in one pass
 without temporaries, whose cost per message adds up over an epoch's many messages.
-Measurements: benchmarks/notes/comm.md.
 
 The coordinates of a message travel as int32 indices (4 B each) or, once there are more
 of them than ``bitmap_words(n)``, as a bitmap over all n coordinates packed into int32
@@ -25,8 +26,7 @@ def take_delta(local, base, index, values, offset, movable=None):
     (``add_weighted_delta``). Returns k.
 
     ``movable``: the only coordinates that can differ (ascending; None: any), those of
-    the blocks the epoch did not freeze: the scan reads them alone, not the whole x.
-    Measurements: benchmarks/notes/comm.md."""
+    the blocks the epoch did not freeze: the scan reads them alone, not the whole x."""
     k = 0
     count = local.shape[0] if movable is None else movable.shape[0]
     for t in range(count):
@@ -137,8 +137,7 @@ def changed_in_log(log, start, stop, changed_at, seen, worker, run_source, befor
     judged once (its bit in ``judged``) and the owed ones are set in ``owed`` (both
     uint32 bitmaps over x, all zero on entry and left so), whose words read in order give
     them ascending (int32) with no sort. Work in proportion to stop - start plus the
-    span of words touched, instead of the whole x. Measurements:
-    benchmarks/notes/comm.md."""
+    span of words touched, instead of the whole x."""
     count = 0
     first, last = judged.shape[0], -1
     for t in range(start, stop):
@@ -167,7 +166,7 @@ class ChangeLog:
     (``changed_in_log``) from the deltas added since, not by a scan of all p coordinates
     (``changed_since``), which it still uses when those deltas hold more than p entries.
     A reply from the log costs work in proportion to the deltas since the worker's
-    previous one, usually far fewer than p. Measurements: benchmarks/notes/comm.md.
+    previous one, usually far fewer than p.
 
     Entries older than every worker's previous reply are dropped when the log is full."""
 

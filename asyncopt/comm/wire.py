@@ -4,7 +4,7 @@ SGR pipeline (``asyncopt.deep``).
 
 Messages are numpy buffers (``Ibcast`` / ``Isend`` / ``Irecv``, never pickles), and no wait
 holds a core (:func:`poll`: a short spin that yields the core at every check, then sleeps),
-so runs with more ranks than cores (``mpirun -n 9`` on 2 cores) stay usable.
+so runs with more ranks than cores stay usable.
 :class:`Wire` counts the bytes this rank put on and took off the wire, headers included.
 """
 import contextlib
@@ -58,7 +58,7 @@ class Doorbell:
     futex), which whoever posts something that rank waits for rings (``ring``) and on
     which that rank sleeps until it is rung (``wait``), instead of waking up every
     MAX_PAUSE to look (``poll``). Dis-DDSS's shared window has one per rank and uses
-    them on a crowded node (``Wire.crowded``; measurements: benchmarks/notes/ddss.md).
+    them on a crowded node (``Wire.crowded``).
 
     The protocol: the waiter reads the word (``value``), then checks its condition, then
     sleeps unless the word still holds what it read (the kernel compares, so a ring
@@ -102,8 +102,7 @@ def abort_all_ranks(comm, who, message=None):
     the message: Hydra kills every rank on the abort request, and on a loaded machine
     that request could overtake the rank's stderr, leaving the user no message at all.
     MPICH's ``MPI_Abort`` can return before the process manager's kill arrives; the rank
-    then ends itself (``os._exit``), never returning to its caller. Observations:
-    benchmarks/notes/comm.md."""
+    then ends itself (``os._exit``), never returning to its caller."""
     where = f"rank {comm.Get_rank()} of {comm.Get_size()}"
     print(f"{who}: error: {message} ({where}; aborting all ranks)" if message is not None
           else f"{who}: {where} failed, aborting all ranks\n" + traceback.format_exc(),
@@ -140,8 +139,7 @@ def poll(ready, spin=SPIN_SECONDS, doorbell=None):
     A rank that waits thus takes no time from ranks that compute on its core, and still
     sees a message within microseconds when no one else wants the core. The sleeps stay
     short (MAX_PAUSE) because MPICH moves a message over shared memory only when both
-    ranks call into MPI, so a sleeping rank delays its peer too. Measurements:
-    benchmarks/notes/comm.md."""
+    ranks call into MPI, so a sleeping rank delays its peer too."""
     deadline = time.perf_counter() + spin
     while time.perf_counter() < deadline:
         if ready():
@@ -270,7 +268,7 @@ class Wire:
     collectives are root-centred point-to-point messages (Isend / Irecv, tags TAG_BCAST /
     TAG_REDUCE; sums in rank order): MPI's tree collectives pass a message through
     intermediate ranks, and each hop waits until that rank gets a time slice, which ranks
-    spinning in the same collective take. Measurements: benchmarks/notes/comm.md.
+    spinning in the same collective take.
 
     While shared collectives are attached (``attach``: Dis-DDSS's channel on one node),
     the collectives of float64 vectors that fit them go root-centred through shared
@@ -368,8 +366,7 @@ class Wire:
         (ASYNCOPT_MPI_REDUCE): by default one worker's comes as a message straight into
         the server's buffer, and more workers' go through MPI's reduction, whose tree sums
         on the workers' cores; "messages": the server receives every worker's and sums
-        them in rank order; "mpi": MPI's reduction for one worker too. Measurements:
-        benchmarks/notes/comm.md."""
+        them in rank order; "mpi": MPI's reduction for one worker too."""
         if self._root_centred(send):
             recv = self._gather_to_root(send, _mpi().SUM, root_blank)
         elif self.reduce_route == "messages" or (self.size == 2 and

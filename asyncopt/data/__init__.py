@@ -1,5 +1,5 @@
 """Data: LIBSVM reading, writing and byte-range sharding, synthetic CTR-like data, feature
-crosses, and the embedded a9a set (DESIGN 7)."""
+crosses, and the embedded a9a set (docs/design.md §7)."""
 from .crosses import feature_crosses
 from .embedded import load_a9a
 from .libsvm import LibsvmFormatError, libsvm_byte_ranges, load_libsvm, save_libsvm

@@ -1,4 +1,7 @@
-"""Data sets shipped inside the package: the LIBSVM a9a (Adult) training set (DESIGN 7)."""
+"""Data sets shipped inside the package: the LIBSVM a9a (Adult) training set.
+
+docs/design.md §7.
+"""
 import functools
 from importlib import resources
 
@@ -34,8 +37,7 @@ def a9a_arrays_from_text():
 @functools.lru_cache(maxsize=1)
 def _a9a_arrays():
     """(X, y) of the embedded set, read-only, from ``a9a.npz`` rather than by parsing the
-    text, since every worker under mpirun reads the whole set. Measurements:
-    benchmarks/notes/frontends.md."""
+    text, since every worker under mpirun reads the whole set."""
     with resources.files(__package__).joinpath(A9A_ARRAYS).open("rb") as f, \
             np.load(f) as arrays:
         row_lengths, columns = arrays["row_lengths"], arrays["columns"]

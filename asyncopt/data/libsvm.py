@@ -3,10 +3,9 @@
 Parsing is one numba pass over the bytes (``kernels.parse``, numbers converted exactly as
 Python's ``float`` does), scikit-learn's ``load_svmlight_file`` format: ``label [qid:Q]
 index:value ...`` with '#' comments, without scikit-learn (whose import every MPI worker
-would pay, and whose parser is slower). Measurements: benchmarks/notes/frontends.md. This
-module also rejects what that reader lets through (non-finite values, empty files), names
-the file and line of every malformed line in a one-line error, reads ``.xz`` files, and
-gives the MPI workers their byte ranges.
+would pay, and whose parser is slower). This module also rejects what that reader lets
+through (non-finite values, empty files), names the file and line of every malformed line
+in a one-line error, reads ``.xz`` files, and gives the MPI workers their byte ranges.
 
 A byte range ``(offset, length)`` means the lines that start at a byte position in
 ``(offset, offset + length]`` (``[0, length]`` when ``offset`` is 0; ``length <= 0``: to the
@@ -364,8 +363,7 @@ def save_libsvm(path, X, y, zero_based=False, rows_per_write=100_000):
     one line ``label index:value ...`` per row, its stored entries in index order, every
     number as Python's ``repr`` (the shortest text that reads back to the same double, so
     ``load_libsvm`` returns X and y exactly). One-based indices unless ``zero_based``.
-    Written ``rows_per_write`` rows at a time. Measurements:
-    benchmarks/notes/frontends.md."""
+    Written ``rows_per_write`` rows at a time."""
     X = sp.csr_matrix(X, dtype=np.float64)
     X.sort_indices()
     y = np.asarray(y, dtype=np.float64).ravel()

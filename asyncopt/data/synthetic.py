@@ -1,5 +1,5 @@
 """Synthetic CTR-like data: one-hot rows over a power-law feature distribution
-(DESIGN 7)."""
+(docs/design.md §7)."""
 import numpy as np
 import scipy.sparse as sp
 

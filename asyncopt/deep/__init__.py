@@ -1,4 +1,6 @@
-"""The torch bridge (DESIGN 6): the engine's block prox and parameter server for deep models.
+"""The torch bridge: the engine's block prox and parameter server for deep models.
+
+docs/design.md §6; the methods are specified in docs/deep_methods.md.
 
 - ``prox``: :class:`ProxOptimizer`, a torch optimizer wrapper that applies the group
   soft-threshold of ``asyncopt.penalties`` (or a half-space projection) to structured
@@ -11,7 +13,7 @@
 - ``ato``: Auto-Train-Once structured pruning (controller-guided group prox on
   zero-invariant groups, physical removal) and its equal-FLOPs baselines;
 - ``transformer``: a transformer encoder with separate attention (q, k, v, o) and FFN
-  modules, the card's tiny model and a BERT-layout model;
+  modules, the specification's tiny model and a BERT-layout model;
 - ``lora``: LoRA layers attachable to named modules, adapters as flat vectors;
 - ``pretrained``: the packaged all-MiniLM-L6-v2 read offline (safetensors reader, BERT
   WordPiece tokenizer, sentence embeddings);

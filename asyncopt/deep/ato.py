@@ -1,7 +1,9 @@
-"""ATO, Auto-Train-Once: train once and prune structurally, guided by a controller network
-(thesis 002, chapter 4; ``METHODS.md``, card "ATO"). No fine-tuning.
+"""ATO, Auto-Train-Once: train once and prune structurally, guided by a controller network.
 
-Pieces (the card's notation):
+Thesis 002, chapter 4 (Xidong Wu, PhD thesis, 2024); docs/deep_methods.md, "ATO". No
+fine-tuning.
+
+Pieces (the specification's notation):
 
 - zero-invariant groups (ZIGs), :class:`GatedNet`: a Linear row with its bias, or a conv
   output channel with its BatchNorm gamma and beta. Zeroing a group zeroes that output
@@ -32,22 +34,21 @@ Pieces (the card's notation):
   in eval mode; the prox runs from T_w on; the mask is frozen at T_end. Defaults T_start =
   10%, T_w = 20%, T_end = 50% of the epochs, lam = 10, gamma = 4.
 
-Implementation choices the card leaves open (stated here, all switchable):
+Implementation choices the specification leaves open (stated here, all switchable):
 
 - the mask that steers the prox and is frozen is the most probable value of the sampled
   mask, w_g = [P(w_g = 1) > 1/2] = [o + 3 - ln ln 2 > 0] (s at the Gumbel median); the
   Gumbel noise itself is used only to train the controller;
-- the card fixes the controller's data (5%) and optimizer (Adam, lr 1e-3), not its steps:
-  each controller epoch runs ``controller_passes`` = 4 passes over that subset in batches
-  of ``controller_batch_size`` = 8 (on digits' 72-example subset: 36 Adam steps an epoch;
-  one pass in batches of 64 moves the logits too little to reach the budget by T_end);
+- the specification fixes the controller's data (5%) and optimizer (Adam, lr 1e-3), not
+  its steps: each controller epoch runs ``controller_passes`` = 4 passes over that subset
+  in batches of ``controller_batch_size`` = 8, because one pass in large batches moves the
+  logits too little to reach the budget by T_end (benchmarks/notes/bench_ato.md);
 - at T_end, when the frozen mask's FLOPs ratio lies outside [p - margin, p]
   (``budget_margin``, default 0.03; None turns this off), it is moved greedily along the
   logits (switch off the kept group of smallest logit / on the pruned group of largest
   logit) into that band, keeping at least one group per block so the compact model is
   valid. ``ATOResult.history`` records how many groups this moved.
 """
-import copy
 import math
 import time
 from dataclasses import dataclass, field
@@ -75,16 +76,41 @@ class _GatedBlocks:
     whose rows / channels form the block's zero-invariant groups)."""
 
     def like(self, widths):
-        """A fresh (re-initialised) net of the same kind with other block widths."""
+        """Build a fresh (re-initialised) net of the same kind with other block widths.
+
+        Parameters
+        ----------
+        widths : sequence of int
+            Kept groups per gated block.
+
+        Returns
+        -------
+        torch.nn.Module
+            The new net, same configuration otherwise.
+        """
         return type(self)(widths=widths, **self.config)
 
     @property
     def block_sizes(self):
+        """The number of groups of every gated block (a list of int).
+        """
         return list(self.widths)
 
     def zig_spec(self, block, groups=None):
-        """The :class:`ParamGroupSpec` of ``block``'s ZIGs (all of them, or only the listed
-        group indices, in that order)."""
+        """Return the :class:`ParamGroupSpec` of a block's zero-invariant groups.
+
+        Parameters
+        ----------
+        block : int
+            The gated block.
+        groups : sequence of int, default=None
+            Only these group indices, in this order; None: all of them.
+
+        Returns
+        -------
+        ParamGroupSpec
+            The block's ZIGs.
+        """
         if groups is None:
             return ParamGroupSpec.aligned([(t, 0) for t in self.zig_tensors(block)])
         return ParamGroupSpec([[(t, 0, int(g)) for t in self.zig_tensors(block)]
@@ -92,10 +118,23 @@ class _GatedBlocks:
 
     @torch.no_grad()
     def group_norms(self):
-        """||M_g||_2 of every ZIG, one (|block|,) tensor per block."""
+        """Return ||M_g||_2 of every ZIG.
+
+        Returns
+        -------
+        list of torch.Tensor
+            One (|block|,) tensor per block.
+        """
         return [self.zig_spec(b).sq_norms().sqrt() for b in range(len(self.widths))]
 
     def full_masks(self):
+        """Return all-ones masks, one per block (the unpruned net).
+
+        Returns
+        -------
+        list of torch.Tensor
+            One (|block|,) tensor of ones per block.
+        """
         return [torch.ones(w) for w in self.widths]
 
 
@@ -107,9 +146,38 @@ class GatedNet(_GatedBlocks, nn.Module):
     the BatchNorm weight and bias). ``kind="conv"``: block i is ``Conv2d(., widths[i], k,
     padding=k//2, bias=False)`` + BatchNorm2d + ReLU on ``hw`` = (H, W) maps, then global
     average pooling; its ZIG g is output channel g with BN gamma_g and beta_g.
-
     ``forward(x, masks)`` multiplies block i's output (after its norm, before the ReLU) by
     ``masks[i]`` (one value per group): the masked model f(x; M, w).
+
+    Parameters
+    ----------
+    in_dim : int
+        Input features (linear) or channels (conv).
+    widths : sequence of int
+        Groups (units or channels) of every gated block, each >= 1.
+    n_out : int
+        Classifier outputs.
+    kind : {"linear", "conv"}, default="linear"
+        Block type.
+    hw : tuple of int, default=None
+        (H, W) of the conv maps; required for ``kind="conv"``.
+    kernel_size : int, default=3
+        Conv kernel size.
+    batch_norm : bool, default=None
+        BatchNorm after every gated layer; None: for conv only.
+
+    Attributes
+    ----------
+    widths : list of int
+        The block widths.
+    config : dict
+        The constructor's other arguments (for :meth:`like`).
+    layers : torch.nn.ModuleList
+        The gated layers.
+    norms : torch.nn.ModuleList
+        Their norms (Identity without BatchNorm).
+    head : torch.nn.Linear
+        The classifier.
     """
 
     def __init__(self, in_dim, widths, n_out, *, kind="linear", hw=None, kernel_size=3,
@@ -141,11 +209,40 @@ class GatedNet(_GatedBlocks, nn.Module):
 
     @classmethod
     def mlp(cls, sizes, batch_norm=False):
-        """``GatedNet.mlp((64, 128, 128, 10))``: the card's MLP 64-128-128-10."""
+        """Build a linear GatedNet from its layer sizes.
+
+        ``GatedNet.mlp((64, 128, 128, 10))`` is the specification's MLP 64-128-128-10.
+
+        Parameters
+        ----------
+        sizes : sequence of int
+            Input size, the gated blocks' widths, output size.
+        batch_norm : bool, default=False
+            BatchNorm1d after every gated layer.
+
+        Returns
+        -------
+        GatedNet
+            The net.
+        """
         sizes = list(sizes)
         return cls(sizes[0], sizes[1:-1], sizes[-1], kind="linear", batch_norm=batch_norm)
 
     def forward(self, x, masks=None):
+        """Compute the logits f(x; M, w) of the (masked) net.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Inputs, (batch, in_dim) or (batch, in_dim, H, W).
+        masks : list of torch.Tensor, default=None
+            One mask per gated block (one value per group); None: unmasked.
+
+        Returns
+        -------
+        torch.Tensor
+            Logits, (batch, n_out).
+        """
         kind = self.config["kind"]
         h = x
         for i, (layer, norm) in enumerate(zip(self.layers, self.norms)):
@@ -161,7 +258,18 @@ class GatedNet(_GatedBlocks, nn.Module):
     # -- zero-invariant groups ------------------------------------------------------------
 
     def zig_tensors(self, block):
-        """The tensors whose slice g (dim 0) makes up group g of ``block``."""
+        """Return the tensors whose slice g (dim 0) makes up group g of ``block``.
+
+        Parameters
+        ----------
+        block : int
+            The gated block.
+
+        Returns
+        -------
+        list of torch.Tensor
+            The layer's weight and bias, and its BatchNorm's weight and bias when present.
+        """
         modules = [self.layers[block]]
         if isinstance(self.norms[block], nn.modules.batchnorm._BatchNorm):
             modules.append(self.norms[block])
@@ -177,11 +285,25 @@ class GatedNet(_GatedBlocks, nn.Module):
         return self.config["kernel_size"] ** 2 * h * w
 
     def flops(self, masks=None):
-        """P(w): multiply-accumulates of the gated layers (every block and the classifier)
-        per example, sum_i c_i k_{i-1} k_i + k_last n_out, k_i = sum(w_i) kept units of
-        block i (k_{-1} = inputs), c_i = 1 (Linear) or K^2 H W (conv). Without masks: the
-        count of this net's own shapes (a float); with masks (0/1 or relaxed tensors): a
-        differentiable torch scalar."""
+        """Return P(w), the multiply-accumulates per example of the gated layers.
+
+            P = sum_i c_i k_{i-1} k_i + k_last n_out,
+
+        over every block and the classifier, k_i = sum(w_i) the kept units of block i
+        (k_{-1} = inputs), c_i = 1 (Linear) or K^2 H W (conv).
+
+        Parameters
+        ----------
+        masks : list of torch.Tensor, default=None
+            One mask per gated block (one value per group); None: unmasked.
+            0/1 or relaxed masks.
+
+        Returns
+        -------
+        float or torch.Tensor
+            Without masks: the count of this net's own shapes (a float); with masks: a
+            differentiable torch scalar.
+        """
         coef = self._coef()
         if masks is None:
             ks = [float(w) for w in self.widths]
@@ -198,8 +320,20 @@ class GatedNet(_GatedBlocks, nn.Module):
 
     @torch.no_grad()
     def compact(self, masks):
-        """A new, smaller GatedNet without the groups with w_g = 0 (and their input
-        columns in the next layer): its outputs equal ``self(x, masks)``."""
+        """Return a new, smaller GatedNet without the groups with w_g = 0.
+
+        Their input columns in the next layer go too; the outputs equal ``self(x, masks)``.
+
+        Parameters
+        ----------
+        masks : list of torch.Tensor
+            0/1 masks, one per block, each keeping at least one group.
+
+        Returns
+        -------
+        GatedNet
+            The compact net (same training mode).
+        """
         keeps = [torch.nonzero(torch.as_tensor(m) > 0.5).flatten() for m in masks]
         if any(k.numel() == 0 for k in keeps):
             raise ValueError("a block has no kept group; a compact model needs >= 1 per block")
@@ -226,15 +360,35 @@ class GatedNet(_GatedBlocks, nn.Module):
 
 
 class TinyResNet(_GatedBlocks, nn.Module):
-    """A tiny ResNet whose gated groups are only the channels internal to each residual
-    block (METHODS card: in residual nets only block-internal channels are gated; the
-    channels on the skip path are kept).
+    """A tiny ResNet whose gated groups are the channels inside each residual block.
 
-    stem Conv(in_channels -> channels, 3x3) + BN + ReLU; block i: Conv(channels ->
-    widths[i]) + BN + ReLU [gated: ZIG = conv1 output channel with BN1 gamma, beta] ->
-    Conv(widths[i] -> channels) + BN, plus the identity, ReLU; global average pooling;
-    Linear(channels -> n_out). Same interface as :class:`GatedNet` (``forward(x, masks)``,
-    ``zig_spec``, ``flops``, ``compact``, ``like``), so :func:`train_ato` takes it as is.
+    In residual nets only block-internal channels are gated (docs/deep_methods.md, "ATO");
+    the channels on the skip path are kept. Stem Conv(in_channels -> channels, 3x3) + BN +
+    ReLU; block i: Conv(channels -> widths[i]) + BN + ReLU [gated: ZIG = conv1 output
+    channel with BN1 gamma, beta] -> Conv(widths[i] -> channels) + BN, plus the identity,
+    ReLU; global average pooling; Linear(channels -> n_out). Same interface as
+    :class:`GatedNet` (``forward(x, masks)``, ``zig_spec``, ``flops``, ``compact``,
+    ``like``), so :func:`train_ato` takes it as is.
+
+    Parameters
+    ----------
+    in_channels : int
+        Input channels.
+    widths : sequence of int
+        Internal channels of every residual block, each >= 1.
+    n_out : int
+        Classifier outputs.
+    channels : int, default=16
+        Channels of the skip path.
+    hw : tuple of int, default=(8, 8)
+        (H, W) of the maps (for the FLOPs count).
+
+    Attributes
+    ----------
+    widths : list of int
+        The block widths.
+    config : dict
+        The constructor's other arguments (for :meth:`like`).
     """
 
     def __init__(self, in_channels, widths, n_out, *, channels=16, hw=(8, 8)):
@@ -254,6 +408,20 @@ class TinyResNet(_GatedBlocks, nn.Module):
         self.head = nn.Linear(c, int(n_out))
 
     def forward(self, x, masks=None):
+        """Compute the logits of the (masked) net.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Inputs, (batch, in_channels, H, W).
+        masks : list of torch.Tensor, default=None
+            One mask per gated block (one value per group); None: unmasked.
+
+        Returns
+        -------
+        torch.Tensor
+            Logits, (batch, n_out).
+        """
         h = F.relu(self.stem(x))
         for i in range(len(self.widths)):
             u = self.bn1[i](self.conv1[i](h))
@@ -263,11 +431,37 @@ class TinyResNet(_GatedBlocks, nn.Module):
         return self.head(h.mean(dim=(2, 3)))
 
     def zig_tensors(self, block):
+        """Return the tensors whose slice g (dim 0) makes up group g of ``block``.
+
+        Parameters
+        ----------
+        block : int
+            The residual block.
+
+        Returns
+        -------
+        list of torch.Tensor
+            conv1's weight and BN1's weight and bias.
+        """
         return [self.conv1[block].weight, self.bn1[block].weight, self.bn1[block].bias]
 
     def flops(self, masks=None):
-        """MACs per example: stem 9 in C HW + sum_i 2 * 9 C k_i HW + C n_out, k_i the kept
-        internal channels of block i (a float without masks, a torch scalar with)."""
+        """Return the multiply-accumulates per example.
+
+            stem 9 in C HW + sum_i 2 * 9 C k_i HW + C n_out,
+
+        k_i the kept internal channels of block i.
+
+        Parameters
+        ----------
+        masks : list of torch.Tensor, default=None
+            One mask per gated block (one value per group); None: unmasked.
+
+        Returns
+        -------
+        float or torch.Tensor
+            A float without masks, a differentiable torch scalar with.
+        """
         c, (h, w) = self.config["channels"], self.config["hw"]
         ks = [float(k) for k in self.widths] if masks is None else [m.sum() for m in masks]
         total = 9.0 * self.config["in_channels"] * c * h * w + c * self.config["n_out"]
@@ -277,6 +471,18 @@ class TinyResNet(_GatedBlocks, nn.Module):
 
     @torch.no_grad()
     def compact(self, masks):
+        """Return a new, smaller TinyResNet without the internal channels with w_g = 0.
+
+        Parameters
+        ----------
+        masks : list of torch.Tensor
+            0/1 masks, one per block, each keeping at least one channel.
+
+        Returns
+        -------
+        TinyResNet
+            The compact net; its outputs equal ``self(x, masks)``.
+        """
         keeps = [torch.nonzero(torch.as_tensor(m) > 0.5).flatten() for m in masks]
         if any(k.numel() == 0 for k in keeps):
             raise ValueError("a block has no kept group; a compact model needs >= 1 per block")
@@ -299,11 +505,27 @@ class TinyResNet(_GatedBlocks, nn.Module):
 GUMBEL_LOG_LOG_2 = math.log(math.log(2.0))      # -(median of Gumbel(0, 1)), about -0.3665
 
 class ATOController(nn.Module):
-    """The ATO controller (thesis ch. 4, METHODS card): fixed orthogonal tokens (one
+    """The ATO controller: a GRU over fixed block tokens, one mask logit per group.
+
+    Thesis ch. 4; docs/deep_methods.md, "ATO". Fixed orthogonal tokens (one
     ``token_dim``-d token per block, not trained) -> bidirectional GRU(token_dim -> hidden
     each way) -> LayerNorm(2 hidden) + ReLU -> one bias-free Linear(2 hidden -> |block|)
     per block -> logits o_b. Mask w = round(sigmoid((o + s + shift) / tau)), s ~
-    Gumbel(0, 1) (s = 0 with ``noise=False``), straight-through gradient."""
+    Gumbel(0, 1) (s = 0 with ``noise=False``), straight-through gradient.
+
+    Parameters
+    ----------
+    block_sizes : sequence of int
+        Groups per gated block.
+    token_dim : int, default=64
+        Token size.
+    hidden : int, default=128
+        GRU hidden size per direction.
+    shift : float, default=3.0
+        Added to the logits, so that w is all ones at init.
+    tau : float, default=0.4
+        Temperature of the sigmoid.
+    """
 
     def __init__(self, block_sizes, token_dim=64, hidden=128, shift=3.0, tau=0.4):
         super().__init__()
@@ -318,13 +540,32 @@ class ATOController(nn.Module):
                                    for b in self.block_sizes)
 
     def logits(self):
-        """o: one (|block|,) tensor per block."""
+        """Return the logits o.
+
+        Returns
+        -------
+        list of torch.Tensor
+            One (|block|,) tensor per block.
+        """
         out, _ = self.gru(self.tokens.unsqueeze(0))
         z = F.relu(self.norm(out[0]))
         return [head(z[b]) for b, head in enumerate(self.heads)]
 
     def forward(self, noise=True, generator=None):
-        """Straight-through masks: value round(sigmoid(.)), gradient of sigmoid(.)."""
+        """Return straight-through masks: value round(sigmoid(.)), gradient of sigmoid(.).
+
+        Parameters
+        ----------
+        noise : bool, default=True
+            Add Gumbel(0, 1) noise s to the logits.
+        generator : torch.Generator, default=None
+            The noise's generator.
+
+        Returns
+        -------
+        list of torch.Tensor
+            One (|block|,) mask per block.
+        """
         masks = []
         for o in self.logits():
             z = o + self.shift
@@ -337,23 +578,67 @@ class ATOController(nn.Module):
 
     @torch.no_grad()
     def mask(self):
-        """The most probable value of the sampled mask, w_g = [P(w_g = 1) > 1/2] =
-        [o + shift - ln ln 2 > 0] (the Gumbel median is -ln ln 2): the mask that the prox
-        uses and that is frozen at T_end."""
+        """Return the most probable value of the sampled mask.
+
+        w_g = [P(w_g = 1) > 1/2] = [o + shift - ln ln 2 > 0] (the Gumbel median is
+        -ln ln 2): the mask that the prox uses and that is frozen at T_end.
+
+        Returns
+        -------
+        list of torch.Tensor
+            One 0/1 (|block|,) mask per block.
+        """
         return [(o + self.shift - GUMBEL_LOG_LOG_2 > 0).float() for o in self.logits()]
 
 
 def flops_regularizer(flops, total, p, gamma=4.0):
-    """gamma * log(max(P(w), p P_total) / (p P_total)): zero once the mask keeps at most the
-    fraction p of the FLOPs (thesis ch. 4, METHODS card)."""
+    """Return the FLOPs regulariser gamma * log(max(P(w), p P_total) / (p P_total)).
+
+    It is zero once the mask keeps at most the fraction p of the FLOPs (thesis ch. 4).
+
+    Parameters
+    ----------
+    flops : torch.Tensor
+        P(w), a differentiable scalar (:meth:`GatedNet.flops` with masks).
+    total : float
+        P_total, the unpruned net's count.
+    p : float
+        The kept fraction of the budget, in (0, 1].
+    gamma : float, default=4.0
+        The regulariser's weight.
+
+    Returns
+    -------
+    torch.Tensor
+        The scalar regulariser.
+    """
     budget = p * total
     return gamma * torch.log(torch.clamp(flops, min=budget) / budget)
 
 
 def ato_schedule(epochs, t_start=0.1, t_w=0.2, t_end=0.5):
-    """(e_start, e_w, e_end) epoch indices: the controller trains in epochs e_start <= e <
-    e_end, the prox runs in epochs e >= e_w, the mask is frozen from e_end on (clamped to
-    epochs - 1 so that the frozen mask gets at least one epoch of prox)."""
+    """Return the (e_start, e_w, e_end) epoch indices of the ATO schedule.
+
+    The controller trains in epochs e_start <= e < e_end, the prox runs in epochs e >= e_w,
+    the mask is frozen from e_end on (clamped to epochs - 1 so that the frozen mask gets at
+    least one epoch of prox).
+
+    Parameters
+    ----------
+    epochs : int
+        Total epochs.
+    t_start : float, default=0.1
+        T_start as a fraction of the epochs.
+    t_w : float, default=0.2
+        T_w as a fraction of the epochs.
+    t_end : float, default=0.5
+        T_end as a fraction of the epochs.
+
+    Returns
+    -------
+    tuple of int
+        (e_start, e_w, e_end).
+    """
     e_start, e_w, e_end = (int(round(f * epochs)) for f in (t_start, t_w, t_end))
     e_end = max(min(e_end, epochs - 1), e_start)
     return e_start, min(e_w, e_end), e_end
@@ -423,19 +708,64 @@ def masks_from_counts(scores, counts):
 
 
 def magnitude_masks(model, counts):
-    """Magnitude pruning: keep the counts[b] ZIGs of largest ||M_g||_2 in block b."""
+    """Return magnitude-pruning masks: the counts[b] largest ZIGs of every block b.
+
+    The score of a ZIG is its norm ||M_g||_2.
+
+    Parameters
+    ----------
+    model : GatedNet or TinyResNet
+        The trained net.
+    counts : sequence of int
+        Groups to keep per block.
+
+    Returns
+    -------
+    list of torch.Tensor
+        0/1 masks, one per block.
+    """
     return masks_from_counts(model.group_norms(), counts)
 
 
 def random_masks(block_sizes, counts, seed=0):
-    """Random pruning: keep counts[b] random groups of block b."""
+    """Return random-pruning masks: counts[b] random groups of block b kept.
+
+    Parameters
+    ----------
+    block_sizes : sequence of int
+        Groups per block.
+    counts : sequence of int
+        Groups to keep per block.
+    seed : int, default=0
+        Seed of the draw.
+
+    Returns
+    -------
+    list of torch.Tensor
+        0/1 masks, one per block.
+    """
     g = torch.Generator().manual_seed(seed)
     return masks_from_counts([torch.rand(b, generator=g) for b in block_sizes], counts)
 
 
 def uniform_widths(model, target_flops):
-    """Widths round(r * widths) (>= 1), one factor r for every block, whose FLOPs are
-    closest to ``target_flops`` (bisection on r, then the best of the two neighbours)."""
+    """Return the widths round(r * widths) whose FLOPs are closest to ``target_flops``.
+
+    Every width is at least 1; one factor r serves every block (bisection on r, then
+    the best of the two neighbours).
+
+    Parameters
+    ----------
+    model : GatedNet or TinyResNet
+        The net whose widths are scaled.
+    target_flops : float
+        The FLOPs to match.
+
+    Returns
+    -------
+    list of int
+        One width per block.
+    """
     def widths(r):
         return [max(1, int(round(r * w))) for w in model.widths]
 
@@ -531,9 +861,25 @@ class _KeepZero:
 
 @dataclass
 class ATOResult:
-    """What :func:`train_ato` returns. ``model``: the trained target net (switched-off
-    groups exactly zero); ``masks``: the frozen 0/1 masks; ``compact``: the physically
-    pruned net; ``flops_kept`` = P(w) / P_total; ``history``: one dict per epoch."""
+    """What :func:`train_ato` returns.
+
+    Parameters
+    ----------
+    model : GatedNet
+        The trained target net (switched-off groups exactly zero).
+    masks : list of torch.Tensor
+        The frozen 0/1 masks.
+    compact : GatedNet
+        The physically pruned net.
+    flops_kept : float
+        P(w) / P_total.
+    controller : ATOController, default=None
+        The trained controller (None for the static-mask baseline).
+    history : list of dict, default=[]
+        One record per epoch.
+    seconds : float, default=0.0
+        Wall time of the run.
+    """
     model: GatedNet
     masks: list
     compact: GatedNet
@@ -558,8 +904,41 @@ def _train_epoch(model, opt, X, y, batch_size, gen):
 
 def train_dense(model, X, y, *, epochs=60, lr=0.05, momentum=0.9, weight_decay=5e-4,
                 batch_size=64, lr_schedule="cosine", seed=0, verbose=False):
-    """Plain training (the dense and the uniform-width-from-scratch baselines), same optimizer
-    as ATO."""
+    """Train a net plainly, with the optimizer ATO uses (the dense and uniform baselines).
+
+    SGD with momentum and weight decay on cross-entropy, minibatches from a seeded
+    generator.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The net, trained in place.
+    X : array-like or torch.Tensor
+        Inputs.
+    y : array-like or torch.Tensor
+        Labels.
+    epochs : int, default=60
+        Passes over the data.
+    lr : float, default=0.05
+        Learning rate.
+    momentum : float, default=0.9
+        SGD momentum.
+    weight_decay : float, default=5e-4
+        SGD weight decay.
+    batch_size : int, default=64
+        Minibatch size.
+    lr_schedule : {"cosine", "constant"}, default="cosine"
+        Learning-rate schedule over the epochs.
+    seed : int, default=0
+        Seed of the batch order.
+    verbose : bool, default=False
+        One line per epoch.
+
+    Returns
+    -------
+    torch.nn.Module
+        ``model``.
+    """
     X, y = _tensor(X), _labels(y)
     gen = torch.Generator().manual_seed(seed)
     opt = _make_optimizer(model, lr, momentum, weight_decay)
@@ -579,27 +958,93 @@ def train_ato(model, X, y, *, epochs=60, p=0.5, lam=10.0, gamma=4.0, t_start=0.1
               controller_lr=1e-3, controller_fraction=0.05, controller_batch_size=8,
               controller_passes=4, budget_margin=0.03, static_counts=None, X_val=None,
               y_val=None, seed=0, verbose=False, callback=None):
-    """Auto-Train-Once (thesis ch. 4, METHODS card "ATO") on a :class:`GatedNet`.
+    """Train a net once with ATO's controller-guided group prox, then prune it.
 
-    Every epoch e:
-      1. if e_start <= e < e_end (:func:`ato_schedule`): train the controller, target net
-         in eval mode and not updated, with Adam(lr ``controller_lr``) for
-         ``controller_passes`` passes over a fixed random ``controller_fraction`` of the
-         training data on CE(f(x; M, w)) + gamma log(max(P(w), p P_total) / (p P_total)),
-         w the straight-through Gumbel-sigmoid mask;
-      2. the mask w: the controller's noise-free mask; from e_end on the mask frozen at
-         e_end (moved into [p - budget_margin, p] if needed, see the module docstring);
-      3. one pass of SGD on CE(f(x; M)) (unmasked); from e >= e_w each step is followed by
-         the group prox with lam_g = lam (1 - w_g) through :class:`ProxOptimizer`
-         (``operator="soft_threshold"``: M_g <- M_g max(0, 1 - lr lam_g / ||M_g||);
-         ``"half_space"``: the HSPG step and projection with ``eps`` on the groups with
-         w_g = 0).
+    Auto-Train-Once (thesis ch. 4; docs/deep_methods.md, "ATO") on a :class:`GatedNet` or
+    :class:`TinyResNet`. Every epoch e:
 
-    ``static_counts`` (one count per block) replaces the controller by a static mask: at
-    e_w the counts[b] groups of largest norm are kept and frozen (the OTO-like static-mask
-    group Lasso baseline). ``callback(epoch, info)`` runs at the end of every epoch
-    (``info``: the history row plus ``model``, ``controller``, ``masks``).
-    Returns an :class:`ATOResult`.
+    1. if e_start <= e < e_end (:func:`ato_schedule`): train the controller, target net in
+       eval mode and not updated, with Adam(lr ``controller_lr``) for ``controller_passes``
+       passes over a fixed random ``controller_fraction`` of the training data on
+       CE(f(x; M, w)) + gamma log(max(P(w), p P_total) / (p P_total)), w the
+       straight-through Gumbel-sigmoid mask;
+    2. the mask w: the controller's noise-free mask; from e_end on the mask frozen at e_end
+       (moved into [p - budget_margin, p] if needed, see the module docstring);
+    3. one pass of SGD on CE(f(x; M)) (unmasked); from e >= e_w each step is followed by the
+       group prox with lam_g = lam (1 - w_g) through :class:`ProxOptimizer`
+       (``operator="soft_threshold"``: M_g <- M_g max(0, 1 - lr lam_g / ||M_g||);
+       ``"half_space"``: the HSPG step and projection with ``eps`` on the groups with
+       w_g = 0).
+
+    Parameters
+    ----------
+    model : GatedNet or TinyResNet
+        The target net, trained in place.
+    X : array-like or torch.Tensor
+        Training inputs.
+    y : array-like or torch.Tensor
+        Training labels.
+    epochs : int, default=60
+        Epochs E.
+    p : float, default=0.5
+        The FLOPs budget, a fraction of P_total.
+    lam : float, default=10.0
+        Group-prox strength.
+    gamma : float, default=4.0
+        Weight of the FLOPs regulariser.
+    t_start : float, default=0.1
+        T_start / E.
+    t_w : float, default=0.2
+        T_w / E.
+    t_end : float, default=0.5
+        T_end / E.
+    lr : float, default=0.05
+        SGD learning rate (the prox's eta).
+    momentum : float, default=0.9
+        SGD momentum.
+    weight_decay : float, default=5e-4
+        SGD weight decay.
+    batch_size : int, default=64
+        Minibatch size.
+    lr_schedule : {"cosine", "constant"}, default="cosine"
+        Learning-rate schedule.
+    operator : {"soft_threshold", "half_space"}, default="soft_threshold"
+        The block operator.
+    eps : float, default=0.0
+        Margin of the half-space projection.
+    controller : ATOController, default=None
+        A controller to train; None: a fresh one.
+    controller_lr : float, default=1e-3
+        Adam learning rate of the controller.
+    controller_fraction : float, default=0.05
+        Fraction of the training data the controller trains on.
+    controller_batch_size : int, default=8
+        Controller minibatch size.
+    controller_passes : int, default=4
+        Passes over the controller's data per controller epoch.
+    budget_margin : float or None, default=0.03
+        Width of the band [p - margin, p] the frozen mask is moved into; None: not moved.
+    static_counts : sequence of int, default=None
+        One count per block: replaces the controller by a static mask, the counts[b] groups
+        of largest norm kept and frozen at e_w (the OTO-like static-mask group Lasso
+        baseline).
+    X_val : array-like, default=None
+        Validation inputs; with ``y_val``, each epoch records ``val_acc``.
+    y_val : array-like, default=None
+        Validation labels.
+    seed : int, default=0
+        Seed of the batch orders, the controller's data and its initialisation.
+    verbose : bool, default=False
+        One line per epoch.
+    callback : callable, default=None
+        ``callback(epoch, info)`` at the end of every epoch (``info``: the history row plus
+        ``model``, ``controller``, ``masks``).
+
+    Returns
+    -------
+    ATOResult
+        The trained net, the frozen masks, the compact net, the kept FLOPs ratio, the
+        controller and the per-epoch history.
     """
     t0 = time.perf_counter()
     X, y = _tensor(X), _labels(y)
@@ -702,7 +1147,27 @@ def train_ato(model, X, y, *, epochs=60, p=0.5, lam=10.0, gamma=4.0, t_start=0.1
 
 
 def train_static_group_lasso(model, X, y, counts, **kwargs):
-    """The OTO-like baseline: static-mask group Lasso. Train as ATO without a controller;
-    at e_w freeze the mask keeping the ``counts[b]`` groups of largest norm per block, then
-    prox the others with lam to zero. Same keywords as :func:`train_ato`."""
+    """Train the OTO-like baseline: a static-mask group Lasso.
+
+    Train as ATO without a controller; at e_w freeze the mask keeping the ``counts[b]``
+    groups of largest norm per block, then prox the others with lam to zero.
+
+    Parameters
+    ----------
+    model : GatedNet or TinyResNet
+        The target net, trained in place.
+    X : array-like or torch.Tensor
+        Training inputs.
+    y : array-like or torch.Tensor
+        Training labels.
+    counts : sequence of int
+        Groups kept per block.
+    **kwargs
+        The keywords of :func:`train_ato`.
+
+    Returns
+    -------
+    ATOResult
+        As :func:`train_ato`'s, with ``controller=None``.
+    """
     return train_ato(model, X, y, static_counts=list(counts), **kwargs)

@@ -1,6 +1,6 @@
 """Attention-matrix pruning by gradient descent on a mask (paper 004, "Beyond Linear
 Approximations: A Novel Pruning Approach for Attention Matrix", Liang et al. 2024;
-``METHODS.md``, card "Attention-matrix pruning").
+docs/deep_methods.md, "Attention-matrix pruning").
 
 The fused query-key matrix W = W_Q W_K^T (d x d, queries Q = X W_Q, keys K = X W_K) is
 pruned so that the softmax attention matrix stays close to the dense one, not the linear
@@ -42,9 +42,8 @@ W_Q is ``weight.T``):
 Wanda and SparseGPT prune W_Q and W_K separately at sparsity rho each (the paper's setting,
 its Figure 1); the attention is then evaluated with their product (:func:`fused_from_factors`),
 whose entry (i, j) is zero only when no k has both W_Q[i, k] and W_K[j, k] kept, so it is
-denser than rho (on the benchmark's rank-4 instances, d = 64: zero fractions about 0.00 /
-0.06 / 0.3 / 0.8 at rho 0.3 / 0.5 / 0.7 / 0.9). They store 2 (1 - rho) d^2 numbers
-against (1 - rho) d^2 for the pruned fused matrix.
+denser than rho. They store 2 (1 - rho) d^2 numbers against (1 - rho) d^2 for the pruned
+fused matrix.
 
 Torch modules (:class:`~asyncopt.deep.transformer.MultiHeadAttention`, bidirectional: use
 ``causal=False`` unless the model is a decoder): per head h the scores are
@@ -162,24 +161,63 @@ class MaskOptimization:
 def optimize_mask(x, weight, lam=None, lr=None, steps=300, momentum=0.9, scale=1.0,
                   causal=True, valid=None, key_bias=None, lam_rel=0.03, lr_rel=1.0,
                   record_every=10, dtype=torch.float64):
-    """Algorithm 1: heavy-ball GD on L(M) from M = 1,
+    """Run Algorithm 1: heavy-ball gradient descent on L(M) from M = 1.
 
-        V <- momentum V - lr grad L(M),   M <- M + V.
+        V <- momentum V - lr grad L(M),   M <- M + V,
+        L(M) = 0.5 ||f(M) - f(1)||_F^2 + 0.5 lam ||M||_F^2           (Definition 3.2)
 
-    ``lam`` / ``lr`` absolute, or (when None) relative to the problem's own scale, so that
-    one setting serves every N, d and weight scale (our choice; the paper tunes lam by a
-    sweep, its Figure 2a, and takes lr inversely proportional to the gradient's Lipschitz
-    constant, Theorem 4.1):
+    with grad L in closed form (Theorem 5.3). ``lam`` / ``lr`` are absolute, or (when None)
+    relative to the problem's own scale, so that one setting serves every N, d and weight
+    scale (our choice; the paper tunes lam by a sweep, its Figure 2a, and takes lr inversely
+    proportional to the gradient's Lipschitz constant, Theorem 4.1):
 
         lam = lam_rel ||f(0) - f(1)||_F^2 / d^2,   lr = lr_rel / (lam + h),
 
     i.e. the penalty of the dense mask, 0.5 lam ||1||^2, is lam_rel times the loss of the
     empty mask (uniform attention), and h is the largest eigenvalue of the loss part's
-    Hessian at M = 1 (:func:`_hessian_norm`, power iteration on finite differences of the
-    closed-form gradient). Defaults lam_rel = 0.03, 300 steps: chosen on seeds 100-102 of
-    the benchmark's instances (larger lam or more steps fit the calibration inputs better
-    at rho 0.9 and worse at low rho and on held-out inputs). Computed in ``dtype``
-    (float64); the mask is returned in ``weight``'s dtype."""
+    Hessian at M = 1 (power iteration on finite differences of the closed-form gradient).
+    The defaults lam_rel = 0.03 and 300 steps balance the sparsities: larger lam or more
+    steps fit the calibration inputs better at high sparsity and worse at low sparsity and
+    on held-out inputs (benchmarks/notes/bench_attnprune.md).
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        Calibration inputs X, (N, d) or (B, N, d).
+    weight : torch.Tensor
+        The fused matrix W = W_Q W_K^T, (d, d).
+    lam : float, default=None
+        Absolute lam; None: from ``lam_rel``.
+    lr : float, default=None
+        Absolute learning rate; None: from ``lr_rel``.
+    steps : int, default=300
+        GD steps.
+    momentum : float, default=0.9
+        Heavy-ball momentum (Section 6.1).
+    scale : float, default=1.0
+        s, the scores' scale (the paper's attention has none).
+    causal : bool, default=True
+        Apply the causal mask Mc (key j visible from query i for j <= i).
+    valid : torch.Tensor, default=None
+        (..., N) bool, False for padded positions (never attended to, their query rows not
+        counted).
+    key_bias : torch.Tensor, default=None
+        u, (d,): adds 1 (x u)^T to the scores (a query bias folded into the fused matrix).
+    lam_rel : float, default=0.03
+        lam relative to the empty mask's loss.
+    lr_rel : float, default=1.0
+        lr relative to 1 / (lam + h).
+    record_every : int, default=10
+        Record L(M) every this many steps (0: only at the end).
+    dtype : torch.dtype, default=torch.float64
+        The computation's dtype.
+
+    Returns
+    -------
+    MaskOptimization
+        The real-valued mask (in ``weight``'s dtype), lam and lr as used, the steps and the
+        recorded losses.
+    """
     out_dtype = weight.dtype
     x, weight = x.to(dtype), weight.to(dtype)
     key_bias = None if key_bias is None else key_bias.to(dtype)
@@ -267,8 +305,27 @@ def _flat_inputs(x):
 
 
 def wanda_prune(weight, x, rho):
-    """Wanda: zero the round(rho in) entries of each output row i of ``weight`` (out, in)
-    with the smallest |W_ij| ||X_:,j||_2, X (n, in) the layer's inputs."""
+    """Prune a linear layer by Wanda: per output row, zero the lowest |W_ij| ||X_:,j||_2.
+
+    Sun et al. 2023: the round(rho in) entries of each output row i of ``weight`` (out, in)
+    with the smallest score, X (n, in) the layer's inputs.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        (out, in), ``nn.Linear`` convention.
+    x : torch.Tensor
+        The layer's inputs, (..., in).
+    rho : float
+        The sparsity of every row.
+
+    Returns
+    -------
+    pruned : torch.Tensor
+        W o mask.
+    mask : torch.Tensor
+        The binary mask.
+    """
     x = _flat_inputs(x).to(weight.dtype)
     score = weight.abs() * torch.linalg.vector_norm(x, dim=0)[None, :]
     n_zero = int(round(rho * weight.shape[1]))
@@ -297,7 +354,7 @@ def sparsegpt_hessian_inverse(x, percdamp=0.01):
 
 def sparsegpt_prune(weight, x, rho, blocksize=128, percdamp=0.01, update=True,
                     hessian_inverse=None):
-    """SparseGPT on a linear layer ``weight`` (out, in) with inputs X (n, in), float64:
+    """Prune a linear layer by SparseGPT (Frantar & Alistarh 2023, Algorithm 1), in float64.
 
         H = X^T X + percdamp mean(diag) I,   U = chol(H^-1) upper (U^T U = H^-1);
         per block of columns: mask = the round(rho * size) smallest w^2 / U_jj^2;
@@ -306,9 +363,32 @@ def sparsegpt_prune(weight, x, rho, blocksize=128, percdamp=0.01, update=True,
 
     Dead inputs (zero diagonal) get H_jj = 1 and their weights zeroed first, as in the
     reference code; H's scaling (the code's 2 / n) cancels in the mask and the updates.
-    ``update=False`` skips the weight updates (mask selection only). ``hessian_inverse``:
-    :func:`sparsegpt_hessian_inverse` of ``x`` (with ``percdamp``) when already computed.
-    Returns (pruned weight, mask) in ``weight``'s dtype."""
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        (out, in), ``nn.Linear`` convention.
+    x : torch.Tensor
+        The layer's inputs X, (..., in).
+    rho : float
+        The sparsity.
+    blocksize : int, default=128
+        Columns per block.
+    percdamp : float, default=0.01
+        Dampening, a fraction of the mean diagonal of H.
+    update : bool, default=True
+        Apply the OBS weight updates; False: mask selection only.
+    hessian_inverse : tuple, default=None
+        :func:`sparsegpt_hessian_inverse` of ``x`` (with ``percdamp``) when already
+        computed.
+
+    Returns
+    -------
+    pruned : torch.Tensor
+        The pruned (and updated) weight, ``weight``'s dtype.
+    mask : torch.Tensor
+        The binary mask.
+    """
     if hessian_inverse is None:
         hessian_inverse = sparsegpt_hessian_inverse(x, percdamp)
     hinv, dead = hessian_inverse
@@ -355,15 +435,57 @@ def _layer_pruner(method, x):
 
 
 def magnitude_prune(weight, rho):
-    """Zero the round(rho numel) entries of smallest |W_ij| (fused-matrix magnitude)."""
+    """Zero the round(rho numel) entries of smallest |W_ij| (fused-matrix magnitude).
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        The matrix.
+    rho : float
+        The sparsity, in [0, 1].
+
+    Returns
+    -------
+    pruned : torch.Tensor
+        W o mask.
+    mask : torch.Tensor
+        The binary mask, ``weight``'s dtype.
+    """
     binary = binarize_mask(torch.ones_like(weight), weight, rho)
     return weight * binary, binary
 
 
 def prune_fused(method, x, w_q, w_k, rhos, scale=1.0, causal=True, **gd_kwargs):
-    """{rho: pruned fused W} for one method on one head in the paper's convention (W_Q,
-    W_K d x d_k, W = W_Q W_K^T, inputs x). Wanda / SparseGPT prune the layers
-    ``W_Q.T`` and ``W_K.T`` (nn.Linear convention) at rho each and fuse the results."""
+    """Prune one head's fused matrix W = W_Q W_K^T by one method, at several sparsities.
+
+    The paper's convention (W_Q, W_K d x d_k, inputs x). "ours": GD on the mask and
+    binarisation; "magnitude": |W| of the fused matrix; Wanda / SparseGPT prune the layers
+    ``W_Q.T`` and ``W_K.T`` (nn.Linear convention) at rho each and fuse the results.
+
+    Parameters
+    ----------
+    method : {"ours", "wanda", "sparsegpt", "magnitude"}
+        The method.
+    x : torch.Tensor
+        Calibration inputs.
+    w_q : torch.Tensor
+        W_Q, (d, d_k).
+    w_k : torch.Tensor
+        W_K, (d, d_k).
+    rhos : float or sequence of float
+        The sparsities.
+    scale : float, default=1.0
+        The scores' scale s (for "ours").
+    causal : bool, default=True
+        Causal mask (for "ours").
+    **gd_kwargs
+        Further keywords of :func:`optimize_mask` (for "ours").
+
+    Returns
+    -------
+    dict of float to torch.Tensor
+        rho -> the pruned fused W.
+    """
     weight = fused_from_factors(w_q, w_k)
     rhos = np.atleast_1d(rhos).tolist()
     if method == "ours":
@@ -409,9 +531,26 @@ def fused_head_matrices(attn, q_weight=None, k_weight=None):
 
 @dataclass
 class PrunedAttention:
-    """Per-head pruned fused matrices ``fused`` (H, d, d), their binary masks ``masks``
-    (H, d, d; for Wanda / SparseGPT the nonzero pattern of the fused product), the dense
-    key biases ``key_bias`` (H, d), and per-head details (``gd``: the GD runs)."""
+    """Per-head pruned fused score matrices of a MultiHeadAttention.
+
+    What :func:`prune_attention_module` returns.
+
+    Parameters
+    ----------
+    method : str
+        The method that pruned them.
+    rho : float
+        The sparsity.
+    fused : torch.Tensor
+        The pruned fused matrices W_h, (H, d, d).
+    masks : torch.Tensor
+        Their binary masks, (H, d, d); for Wanda / SparseGPT the nonzero pattern of the
+        fused product.
+    key_bias : torch.Tensor
+        The dense key biases u_h, (H, d).
+    gd : list of MaskOptimization, default=[]
+        The GD runs, one per head ("ours" only).
+    """
 
     method: str
     rho: float
@@ -423,11 +562,36 @@ class PrunedAttention:
 
 def prune_attention_module(attn, x, rho, method="ours", causal=False, attention_mask=None,
                            **gd_kwargs):
-    """Prune every head of ``attn`` (MultiHeadAttention) with calibration inputs ``x``
-    (B, N, d) or (N, d) (its inputs: hidden states, ``attention_mask`` (B, N) 1 for real
-    tokens). ``ours``: GD + binarisation of W_h at rho; ``magnitude``: W_h at rho;
-    ``wanda`` / ``sparsegpt``: ``q.weight`` and ``k.weight`` pruned as whole layers at rho
-    each, then fused per head (biases untouched). Returns :class:`PrunedAttention`."""
+    """Prune every head of a MultiHeadAttention with calibration inputs.
+
+    Per head h the scores are x W_h x^T + 1 (x u_h)^T up to row constants,
+    W_h = W_Q,h^T W_K,h / sqrt(d_h) (module docstring). ``ours``: GD + binarisation of W_h
+    at rho; ``magnitude``: W_h at rho; ``wanda`` / ``sparsegpt``: ``q.weight`` and
+    ``k.weight`` pruned as whole layers at rho each, then fused per head (biases
+    untouched).
+
+    Parameters
+    ----------
+    attn : MultiHeadAttention
+        The attention module (left as is).
+    x : torch.Tensor
+        Its inputs (hidden states), (B, N, d) or (N, d).
+    rho : float
+        The sparsity.
+    method : {"ours", "wanda", "sparsegpt", "magnitude"}, default="ours"
+        The method.
+    causal : bool, default=False
+        Causal mask (bidirectional encoders: False).
+    attention_mask : torch.Tensor, default=None
+        (B, N), 1 for real tokens.
+    **gd_kwargs
+        Further keywords of :func:`optimize_mask` (for "ours").
+
+    Returns
+    -------
+    PrunedAttention
+        The pruned per-head matrices, masks and key biases.
+    """
     fused, key_bias = fused_head_matrices(attn)
     x = x.detach().to(fused.dtype)
     if x.dim() == 2:
@@ -458,14 +622,27 @@ def prune_attention_module(attn, x, rho, method="ours", causal=False, attention_
 
 
 class FusedScoreAttention(nn.Module):
-    """``attn`` (MultiHeadAttention) run with per-head fused score matrices:
+    """A MultiHeadAttention run with per-head fused score matrices.
 
         scores_h = x W_h x^T + 1 (x u_h)^T,   out = o(concat_h softmax(scores_h) v_h(x)),
 
     W_h from :func:`prune_attention_module` (or :func:`fused_head_matrices`: the dense
     module). The row-constant bias terms it drops change nothing after the softmax. Padding
     (``attention_mask`` 0) is masked as in the module; ``causal`` adds the causal mask.
-    Shares ``attn.v`` and ``attn.o``; attention dropout is not applied."""
+    Shares ``attn.v`` and ``attn.o``; attention dropout is not applied. With the dense W_h
+    it reproduces the module's output.
+
+    Parameters
+    ----------
+    attn : MultiHeadAttention
+        The module whose v and o projections are used.
+    fused : torch.Tensor
+        W_h, (H, d, d) (copied into a buffer).
+    key_bias : torch.Tensor, default=None
+        u_h, (H, d); None: zeros.
+    causal : bool, default=False
+        Apply the causal mask.
+    """
 
     def __init__(self, attn, fused, key_bias=None, causal=False):
         super().__init__()
@@ -478,16 +655,59 @@ class FusedScoreAttention(nn.Module):
 
     @classmethod
     def from_pruned(cls, attn, pruned, causal=False):
+        """Build the module from a :class:`PrunedAttention`.
+
+        Parameters
+        ----------
+        attn : MultiHeadAttention
+            The pruned module.
+        pruned : PrunedAttention
+            Its pruned matrices and key biases.
+        causal : bool, default=False
+            Apply the causal mask.
+
+        Returns
+        -------
+        FusedScoreAttention
+            The module.
+        """
         return cls(attn, pruned.fused, pruned.key_bias, causal=causal)
 
     def attention_probabilities(self, x, attention_mask=None):
-        """(B, H, N, N) softmax attention of every head."""
+        """Return every head's softmax attention.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Inputs, (B, N, d).
+        attention_mask : torch.Tensor, default=None
+            (B, N), 1 for real tokens.
+
+        Returns
+        -------
+        torch.Tensor
+            (B, H, N, N).
+        """
         xh = x[:, None].to(self.fused.dtype)
         valid = None if attention_mask is None else attention_mask[:, None]
         return attention_matrix(xh, self.fused, causal=self.causal, valid=valid,
                                 key_bias=self.key_bias).to(x.dtype)
 
     def forward(self, x, attention_mask=None):
+        """Apply the attention with the fused score matrices.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Inputs, (B, N, d).
+        attention_mask : torch.Tensor, default=None
+            (B, N), 1 for real tokens.
+
+        Returns
+        -------
+        torch.Tensor
+            (B, N, d).
+        """
         probs = self.attention_probabilities(x, attention_mask)
         v = self.attn._heads(self.attn.v(x))
         return self.attn.o((probs @ v).transpose(1, 2).reshape(x.shape))

@@ -1,4 +1,4 @@
-"""Synchronous federated rounds over flat float32 parameter vectors (DESIGN 6).
+"""Synchronous federated rounds over flat float32 parameter vectors (docs/design.md §6).
 
 Protocol of round r (FedAvg, McMahan et al. 2017; FedProx, Li et al. 2020):
 
@@ -55,9 +55,30 @@ class ParameterVector:
 
     The layout is fixed at construction: parameters in ``named_parameters()`` order, then,
     when ``buffers`` is true, floating-point buffers in ``named_buffers()`` order; each
-    tensor flattened (row-major). ``names`` and ``shapes`` describe it; ``size`` is P.
-    ``trainable_only``: only the parameters with ``requires_grad`` (the adapters and head
-    of a LoRA-tuned model, ``asyncopt.deep.lora``); frozen weights never travel.
+    tensor flattened (row-major).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model whose tensors the vector holds (views: :meth:`set` writes into them).
+    buffers : bool, default=True
+        Include the floating-point buffers (BatchNorm running statistics).
+    trainable_only : bool, default=False
+        Only the parameters with ``requires_grad`` (the adapters and head of a LoRA-tuned
+        model, ``asyncopt.deep.lora``); frozen weights never travel.
+
+    Attributes
+    ----------
+    names : list of str
+        The tensors' names, in layout order.
+    tensors : list of torch.Tensor
+        The tensors themselves.
+    shapes : list of tuple
+        Their shapes.
+    numels : list of int
+        Their entry counts.
+    size : int
+        P, the vector's length.
     """
 
     def __init__(self, model, buffers=True, trainable_only=False):
@@ -72,8 +93,20 @@ class ParameterVector:
 
     @classmethod
     def of_tensors(cls, tensors):
-        """The same layout over an explicit list of tensors (names "0", "1", ...), e.g.
-        Multi-LoRA's shared factors or one task's; an empty list gives P = 0."""
+        """Make the same layout over an explicit list of tensors (names "0", "1", ...).
+
+        E.g. Multi-LoRA's shared factors or one task's; an empty list gives P = 0.
+
+        Parameters
+        ----------
+        tensors : iterable of torch.Tensor
+            The tensors.
+
+        Returns
+        -------
+        ParameterVector
+            The layout over ``tensors``.
+        """
         flat = cls.__new__(cls)
         flat._set_layout([(str(i), t) for i, t in enumerate(tensors)])
         return flat
@@ -92,7 +125,13 @@ class ParameterVector:
 
     @torch.no_grad()
     def get(self):
-        """The current values as a new float32 numpy vector of length P."""
+        """Return the current values as a new float32 numpy vector of length P.
+
+        Returns
+        -------
+        ndarray of float32, shape (P,)
+            The flattened tensors.
+        """
         if not self.tensors:
             return np.zeros(0, dtype=np.float32)
         return torch.cat([t.detach().reshape(-1).to("cpu", torch.float32)
@@ -100,7 +139,13 @@ class ParameterVector:
 
     @torch.no_grad()
     def set(self, vector):
-        """Load a length-P vector into the tensors (cast to each tensor's dtype)."""
+        """Load a length-P vector into the tensors (cast to each tensor's dtype).
+
+        Parameters
+        ----------
+        vector : array-like of shape (P,)
+            The values, in layout order.
+        """
         vector = np.asarray(vector)
         if vector.shape != (self.size,):
             raise ValueError(f"expected a vector of shape ({self.size},), got {vector.shape}")
@@ -110,8 +155,25 @@ class ParameterVector:
 
 
 def fedprox_term(params, global_params, mu):
-    """The FedProx proximal term mu/2 sum_j ||w_j - w_global_j||^2 (Li et al. 2020, eq. 2),
-    with gradient mu (w - w_global) with respect to w; ``global_params`` are constants."""
+    """Return the FedProx proximal term mu/2 sum_j ||w_j - w_global_j||^2.
+
+    Li et al. 2020, eq. 2; its gradient with respect to w is mu (w - w_global), the global
+    parameters being constants.
+
+    Parameters
+    ----------
+    params : iterable of torch.Tensor
+        The client's parameters w.
+    global_params : iterable of torch.Tensor
+        The received global parameters, same shapes (detached).
+    mu : float
+        The proximal coefficient.
+
+    Returns
+    -------
+    torch.Tensor
+        The scalar term.
+    """
     params, global_params = list(params), list(global_params)
     if len(params) != len(global_params):
         raise ValueError("params and global_params differ in length")
@@ -120,24 +182,56 @@ def fedprox_term(params, global_params, mu):
 
 
 class LocalTrainer:
-    """The usual client update: ``epochs`` passes of minibatch SGD over the client's
-    samples with ``loss_fn(model(x), y)`` (default cross-entropy), plus the FedProx term
-    mu/2 ||w - w_r||^2 when ``mu > 0`` (w_r: the parameters the client received).
-    ``batch_loss(model, x, y, client) -> loss``, when given, replaces ``loss_fn(model(x),
-    y)`` as the minibatch loss (the FedProx term is still added): the hook for local
-    objectives that need more than the model's outputs, e.g. distillation from a client's
-    frozen teacher (``asyncopt.deep.fedlpfm``); it runs inside the seeded RNG block.
+    """The usual client update of a federated round: local minibatch SGD epochs.
 
-    ``trainer(model, client, round)`` trains ``model`` in place on ``X[partition[client]]``
-    and returns the client's sample count. Batches are consecutive slices of the epoch's
-    order; a last batch of one sample joins the batch before it (BatchNorm cannot train
-    on one sample). Each call builds a fresh ``torch.optim.SGD(lr,
-    momentum, weight_decay)`` (no optimizer state crosses rounds). Reproducible: epoch e
-    visits the samples in the order ``numpy.random.default_rng([seed, round, client])
-    .permutation(n_i)`` (one permutation per epoch, batches of ``batch_size`` in that
-    order), after a first draw ``integers(2**63)`` of that generator that seeds torch's
+    ``trainer(model, client, round)`` trains ``model`` in place for ``epochs`` passes over
+    ``X[partition[client]]`` on ``loss_fn(model(x), y)``, plus the FedProx term
+    mu/2 ||w - w_r||^2 when ``mu > 0`` (w_r: the parameters the client received), and
+    returns the client's sample count. Batches are consecutive slices of the epoch's order;
+    a last batch of one sample joins the batch before it (BatchNorm cannot train on one
+    sample). Each call builds a fresh optimizer (no optimizer state crosses rounds).
+    Reproducible: epoch e visits the samples in the order
+    ``numpy.random.default_rng([seed, round, client]).permutation(n_i)`` (one permutation
+    per epoch), after a first draw ``integers(2**63)`` of that generator that seeds torch's
     global RNG (dropout) inside a ``torch.random.fork_rng`` block, which leaves it as it
     was.
+
+    Parameters
+    ----------
+    X : array-like or torch.Tensor
+        All clients' inputs.
+    y : array-like or torch.Tensor
+        All clients' targets.
+    partition : sequence of array-like of int
+        ``partition[client]``: the client's row indices.
+    epochs : int, default=1
+        Local passes per round.
+    batch_size : int, default=32
+        Minibatch size.
+    lr : float, default=0.05
+        SGD learning rate.
+    momentum : float, default=0.0
+        SGD momentum.
+    weight_decay : float, default=0.0
+        SGD weight decay.
+    mu : float, default=0.0
+        FedProx coefficient; 0: FedAvg's plain local loss.
+    loss_fn : callable, default=None
+        ``loss_fn(outputs, y)``; None: cross-entropy.
+    seed : int, default=0
+        Seed of the sample orders (with the round and the client).
+    batch_loss : callable, default=None
+        ``batch_loss(model, x, y, client) -> loss`` replaces ``loss_fn(model(x), y)`` as the
+        minibatch loss (the FedProx term is still added): the hook for local objectives that
+        need more than the model's outputs, e.g. distillation from a client's frozen teacher
+        (``asyncopt.deep.fedlpfm``); it runs inside the seeded RNG block.
+    make_optimizer : callable, default=None
+        ``make_optimizer(params)`` builds the optimizer; None:
+        ``torch.optim.SGD(params, lr, momentum, weight_decay)``.
+
+    See Also
+    --------
+    run_federated : Runs the rounds this trainer serves.
     """
 
     def __init__(self, X, y, partition, *, epochs=1, batch_size=32, lr=0.05, momentum=0.0,
@@ -189,15 +283,43 @@ class LocalTrainer:
 
 
 def aggregation_weights(counts):
-    """FedAvg's weights n_i / sum_j n_j as a list of floats (a client with n_i = 0 weighs
-    0; all zeros when every client is empty, the round that keeps the global vector)."""
+    """Return FedAvg's weights n_i / sum_j n_j.
+
+    A client with n_i = 0 weighs 0; all weights are 0 when every client is empty (the round
+    that keeps the global vector).
+
+    Parameters
+    ----------
+    counts : array-like of int
+        The participants' sample counts.
+
+    Returns
+    -------
+    list of float
+        One weight per participant.
+    """
     counts = np.asarray(counts, dtype=np.float64)
     total = counts.sum()
     return (counts / total if total > 0 else np.zeros_like(counts)).tolist()
 
 
 def sample_clients(rng, n_clients, fraction):
-    """m = max(1, round(fraction * K)) distinct clients, ascending (all K when m = K)."""
+    """Draw m = max(1, round(fraction * K)) distinct clients, in ascending order.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The server's generator (one draw per round).
+    n_clients : int
+        K.
+    fraction : float
+        The participating fraction, in (0, 1]; all K when m = K.
+
+    Returns
+    -------
+    ndarray of int64
+        The participants, ascending.
+    """
     if not 0 < fraction <= 1:
         raise ValueError(f"client_fraction must be in (0, 1], got {fraction}")
     m = max(1, int(round(fraction * n_clients)))
@@ -207,25 +329,76 @@ def sample_clients(rng, n_clients, fraction):
 
 
 class InProcessTransport:
-    """All clients in this process, run one after the other on the server's model."""
+    """All clients in this process, run one after the other on the server's model.
+
+    The transport interface of :func:`run_federated` (module docstring) without messages.
+
+    Attributes
+    ----------
+    is_server : bool
+        Always True.
+    """
 
     is_server = True
 
     def start(self, n_clients, vector_size):
+        """Prepare a run (nothing to do in process).
+
+        Parameters
+        ----------
+        n_clients : int
+            K.
+        vector_size : int
+            P.
+        """
         pass
 
     def exchange(self, round_index, clients, vector, run_client):
+        """Run one round's participants here, in ascending client order.
+
+        Parameters
+        ----------
+        round_index : int
+            The round r.
+        clients : array-like of int
+            The participants.
+        vector : ndarray of float32
+            The global vector w_r.
+        run_client : callable
+            ``run_client(client, vector, round) -> (vector, n)``.
+
+        Yields
+        ------
+        tuple
+            ``(client, vector, n)`` per participant.
+        """
         for client in np.sort(np.asarray(clients, dtype=np.int64)):
             reply, n = run_client(int(client), vector, round_index)
             yield int(client), reply, n
 
     def serve(self, run_client):
+        """Raise: an in-process transport has no worker side.
+
+        Parameters
+        ----------
+        run_client : callable
+            Unused.
+
+        Raises
+        ------
+        RuntimeError
+            Always.
+        """
         raise RuntimeError("InProcessTransport has no worker side")
 
     def close(self):
+        """End a run (nothing to do in process).
+        """
         pass
 
     def abort(self):
+        """Handle a failure (nothing to do in process).
+        """
         pass
 
 
@@ -233,9 +406,23 @@ TAG_VECTOR, TAG_COUNT = 31, 32
 
 
 def client_ranks(n_clients, n_workers, assignment="round_robin"):
-    """The MPI rank (1..n_workers) that runs each client 0..K-1: ``"round_robin"``, client
-    c on rank 1 + c mod W; ``"contiguous"``, clients cut into W consecutive blocks of
-    ``numpy.array_split`` sizes, block w on rank w + 1."""
+    """Return the MPI rank (1..n_workers) that runs each client 0..K-1.
+
+    Parameters
+    ----------
+    n_clients : int
+        K.
+    n_workers : int
+        W, the worker ranks.
+    assignment : {"round_robin", "contiguous"}, default="round_robin"
+        ``"round_robin"``: client c on rank 1 + c mod W; ``"contiguous"``: clients cut into
+        W consecutive blocks of ``numpy.array_split`` sizes, block w on rank w + 1.
+
+    Returns
+    -------
+    ndarray of int64, shape (K,)
+        The rank of each client.
+    """
     if assignment == "round_robin":
         return 1 + np.arange(n_clients, dtype=np.int64) % n_workers
     if assignment == "contiguous":
@@ -245,10 +432,7 @@ def client_ranks(n_clients, n_workers, assignment="round_robin"):
 
 
 class MPITransport:
-    """rank 0: the server; ranks 1..W (W = size - 1 >= 1): the clients, assigned
-    ``"round_robin"`` (client c on rank 1 + c mod W, the default) or ``"contiguous"``
-    (clients cut into W consecutive blocks, ``numpy.array_split`` sizes); see
-    :func:`client_ranks`.
+    """The federated rounds over MPI: rank 0 the server, ranks 1..W the clients.
 
     It runs on Dis-DDSS's wire (:class:`asyncopt.comm.wire.Wire`: numpy buffers, no
     pickles; waits sleep instead of spinning, so more ranks than cores stay usable).
@@ -256,9 +440,25 @@ class MPITransport:
     m participant ids (int64), Bcast of the global vector (float32, P); then every worker,
     for its participants in ascending order, Sends its vector (float32, P, tag 31) and
     [client, n] (int64, tag 32) to rank 0, which receives the participants in ascending
-    client order (each worker sends in that order too, so no message waits on a later
-    one). ``wire_bytes_sent`` / ``wire_bytes_received``: the bytes this rank put on / took
-    off the wire, headers included (a Bcast counts once per worker rank on rank 0).
+    client order (each worker sends in that order too, so no message waits on a later one).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm, default=None
+        The communicator, at least 2 ranks; None: ``MPI.COMM_WORLD``.
+    assignment : {"round_robin", "contiguous"}, default="round_robin"
+        How clients map to worker ranks (:func:`client_ranks`).
+
+    Attributes
+    ----------
+    is_server : bool
+        Whether this rank is rank 0.
+    rank : int
+        This rank.
+    size : int
+        The communicator's size, W + 1.
+    wire : asyncopt.comm.wire.Wire
+        The wire, which counts this rank's bytes.
     """
 
     def __init__(self, comm=None, assignment="round_robin"):
@@ -277,23 +477,67 @@ class MPITransport:
 
     @property
     def wire_bytes_sent(self):
+        """Bytes this rank put on the wire, headers included.
+
+        A Bcast counts once per worker rank on rank 0.
+        """
         return self.wire.sent
 
     @property
     def wire_bytes_received(self):
+        """Bytes this rank took off the wire, headers included.
+        """
         return self.wire.received
 
     def start(self, n_clients, vector_size):
+        """Prepare a run: record K and P and assign the clients to ranks.
+
+        Parameters
+        ----------
+        n_clients : int
+            K.
+        vector_size : int
+            P.
+        """
         self.n_clients, self.vector_size = int(n_clients), int(vector_size)
         self.client_rank = client_ranks(n_clients, self.size - 1, self.assignment)
 
     def rank_of(self, clients):
-        """The worker rank of each client."""
+        """Return the worker rank of each client.
+
+        Parameters
+        ----------
+        clients : array-like of int
+            Client ids.
+
+        Returns
+        -------
+        ndarray of int64
+            Their ranks.
+        """
         return self.client_rank[np.asarray(clients, dtype=np.int64)]
 
     def exchange(self, round_index, clients, vector, run_client):
-        """Server side of one round: yields (client, vector, n) in ascending client order
-        (``run_client`` runs on the workers, not here)."""
+        """Run the server side of one round.
+
+        ``run_client`` runs on the workers, not here.
+
+        Parameters
+        ----------
+        round_index : int
+            The round r.
+        clients : array-like of int
+            The participants.
+        vector : ndarray of float32
+            The global vector w_r.
+        run_client : callable
+            Unused on the server.
+
+        Yields
+        ------
+        tuple
+            ``(client, vector, n)`` per participant, in ascending client order.
+        """
         clients = np.sort(np.asarray(clients, dtype=np.int64))
         self.wire.bcast(np.array([round_index, len(clients)], dtype=np.int64))
         self.wire.bcast(clients)
@@ -309,7 +553,13 @@ class MPITransport:
             yield int(client), buf.copy(), int(count[1])
 
     def serve(self, run_client):
-        """Worker side: run this rank's participants every round until the server stops."""
+        """Run the worker side: this rank's participants every round until the server stops.
+
+        Parameters
+        ----------
+        run_client : callable
+            ``run_client(client, vector, round) -> (vector, n)``.
+        """
         vector = np.empty(self.vector_size, dtype=np.float32)
         while True:
             header = self.wire.bcast(np.empty(2, dtype=np.int64))
@@ -324,29 +574,44 @@ class MPITransport:
                 self.wire.send(np.array([client, n], dtype=np.int64), 0, TAG_COUNT)
 
     def close(self):
-        """Server side: tell the workers to stop."""
+        """Tell the workers to stop (server side).
+        """
         if self.is_server:
             self.wire.bcast(np.array([-1, -1], dtype=np.int64))
 
     def abort(self):
-        """A rank failed: :func:`abort_all_ranks`."""
+        """End every rank after a failure (:func:`asyncopt.comm.wire.abort_all_ranks`).
+        """
         abort_all_ranks(self.comm, "asyncopt.deep.federated")
 
 
 @dataclass
 class FederatedResult:
-    """``vector``: the final global vector (None on worker ranks, which also get an empty
-    ``history``); ``history``: one dict per round (see :func:`run_federated`)."""
+    """What :func:`run_federated` returns.
+
+    Parameters
+    ----------
+    vector : ndarray of float32 or None
+        The final global vector (None on worker ranks).
+    history : list of dict, default=[]
+        One record per round (see :func:`run_federated`); empty on worker ranks.
+    is_server : bool, default=True
+        Whether this is the server's result.
+    """
     vector: object
     history: list = field(default_factory=list)
     is_server: bool = True
 
     @property
     def bytes_sent(self):
+        """Protocol bytes the server sent over the whole run, 4 P m per round.
+        """
         return self.history[-1]["bytes_sent_total"] if self.history else 0
 
     @property
     def bytes_received(self):
+        """Protocol bytes the server received over the whole run, 4 P m per round.
+        """
         return self.history[-1]["bytes_received_total"] if self.history else 0
 
 
@@ -370,24 +635,54 @@ def _format_round(record, rounds, n_clients, label):
 def run_federated(model, local_train, n_clients, rounds, *, client_fraction=1.0, seed=0,
                   transport=None, evaluate=None, buffers=True, trainable_only=False,
                   verbose=True, label="fedavg"):
-    """Run ``rounds`` synchronous rounds of the protocol in the module docstring.
+    """Run synchronous FedAvg rounds (the protocol of the module docstring).
 
-    ``model``: the global model on the server (its current values are w_0) and the
-    client model on MPI worker ranks (the same architecture on every rank);
-    ``local_train(model, client, round) -> n_samples`` trains in place (see
-    :class:`LocalTrainer`); ``evaluate(model) -> float | dict`` runs on the server after
-    each round with the new global values loaded. ``transport``: an
-    :class:`InProcessTransport` (default) or :class:`MPITransport` (call this on every
-    rank). ``verbose``: one line per round on stderr. ``trainable_only``: the vector holds
-    only the parameters with ``requires_grad`` (LoRA adapters and head), so P and the
-    byte counts are those of the tuned part.
+    Round r: the server samples m = max(1, round(client_fraction * K)) clients and sends
+    each w_r; client i trains locally and replies with w_r^i and n_i; the server sets
+    w_{r+1} = sum_i n_i w_r^i / sum_i n_i (McMahan et al. 2017; in float64, an empty client
+    weighs 0, and w_{r+1} = w_r when all are empty).
 
-    Each history record: ``round`` (0-based), ``participants`` (client ids),
-    ``n_samples`` (their counts), ``weights`` (the aggregation weights n_i / sum_j n_j:
-    0 for an empty client, summing to 1 unless all are empty), ``bytes_sent`` and
-    ``bytes_received`` (4 P m each), ``bytes_sent_total`` and ``bytes_received_total``
-    (cumulative), ``time`` (seconds since the start), and ``metric`` when ``evaluate`` is
-    given. On the server the model ends holding the final global vector.
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The global model on the server (its current values are w_0) and the client model on
+        MPI worker ranks (the same architecture on every rank).
+    local_train : callable
+        ``local_train(model, client, round) -> n_samples`` trains in place (see
+        :class:`LocalTrainer`).
+    n_clients : int
+        K.
+    rounds : int
+        Rounds to run.
+    client_fraction : float, default=1.0
+        The participating fraction per round, in (0, 1].
+    seed : int, default=0
+        Seed of the client sampling (``numpy.random.default_rng(seed)``).
+    transport : InProcessTransport or MPITransport, default=None
+        None: :class:`InProcessTransport`; with :class:`MPITransport`, call this on every
+        rank.
+    evaluate : callable, default=None
+        ``evaluate(model) -> float | dict``, run on the server after each round with the
+        new global values loaded.
+    buffers : bool, default=True
+        The vector includes the floating-point buffers.
+    trainable_only : bool, default=False
+        The vector holds only the parameters with ``requires_grad`` (LoRA adapters and
+        head), so P and the byte counts are those of the tuned part.
+    verbose : bool, default=True
+        One line per round on stderr.
+    label : str, default="fedavg"
+        The label of the progress lines.
+
+    Returns
+    -------
+    FederatedResult
+        On the server: the final vector and one record per round: ``round`` (0-based),
+        ``participants``, ``n_samples``, ``weights`` (n_i / sum_j n_j), ``bytes_sent`` and
+        ``bytes_received`` (4 P m each), ``bytes_sent_total`` and ``bytes_received_total``
+        (cumulative), ``time`` (seconds since the start) and ``metric`` when ``evaluate`` is
+        given; the model ends holding the final global vector. On a worker rank:
+        ``vector=None``, an empty history, ``is_server=False``.
     """
     transport = transport if transport is not None else InProcessTransport()
     flat = ParameterVector(model, buffers=buffers, trainable_only=trainable_only)

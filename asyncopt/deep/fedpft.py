@@ -1,4 +1,4 @@
-"""FedPFT, federated proxy fine-tuning (paper 000; ``METHODS.md``, card "FedPFT").
+"""FedPFT, federated proxy fine-tuning (paper 000; docs/deep_methods.md, "FedPFT").
 
 The server keeps the foundation model (FM); clients fine-tune LoRA adapters (Q, K, V, O;
 r = 4, alpha = 16) and the task head on a compressed proxy, the sub-FM; the server
@@ -50,7 +50,7 @@ from torch import nn
 from .ato import _train_epoch as train_epoch
 from .ato import accuracy
 from .fedlpfm import digits_pools
-from .federated import (FLOAT32_BYTES, LocalTrainer, ParameterVector, run_federated,
+from .federated import (FLOAT32_BYTES, LocalTrainer, run_federated,
                         sample_clients)
 from .lora import (adapter_parameter_count, attach_lora, freeze_except, is_adapter_parameter,
                    lora_layers, trainable_parameter_count)
@@ -93,9 +93,27 @@ def compressed_layers(n_layers):
 
 
 def build_sub_fm(fm, drop_ratio=0.75):
-    """The sub-FM: a deep copy of ``fm`` whose compressed layers keep the top
-    ``1 - drop_ratio`` FFN neurons by saliency. Returns ``(sub_fm, kept)``, ``kept`` mapping
-    each compressed layer to the kept neuron indices of the FM's FFN."""
+    """Build the sub-FM: the FM with its middle FFNs cut to their most salient neurons.
+
+    A deep copy of ``fm`` whose compressed layers (all but the first and the last) keep the
+    top ``1 - drop_ratio`` FFN neurons by saliency(i) = sqrt(sum_j (u_ij^2 + w_ji^2))
+    (paper 000, section 3.4, eq. 8); attention is unchanged, so adapters have the same
+    shapes on both models.
+
+    Parameters
+    ----------
+    fm : TransformerEncoder
+        The foundation model (left as is).
+    drop_ratio : float, default=0.75
+        Fraction of FFN neurons dropped in every compressed layer, in [0, 1).
+
+    Returns
+    -------
+    sub_fm : TransformerEncoder
+        The compressed copy.
+    kept : dict of int to torch.Tensor
+        For each compressed layer, the kept neuron indices of the FM's FFN (ascending).
+    """
     if not 0 <= drop_ratio < 1:
         raise ValueError(f"drop_ratio must be in [0, 1), got {drop_ratio}")
     sub = copy.deepcopy(fm)
@@ -410,14 +428,79 @@ def run_fedpft(fm, X, y, partition, X_test, y_test, X_distill, *, method="fedpft
                local_epochs=1, batch_size=16, drop_ratio=0.75, distill_epochs=5,
                distill_lr=2e-3, mu=1.0, align_every=10, align_fraction=0.5,
                align_epochs=0.2, emulator_layers=2, seed=0, verbose=False):
-    """Fine-tune the pretrained ``fm`` on the clients' data (``partition``: client ->
-    row indices of ``X``) by ``method`` (one of :data:`METHODS`, module docstring) and
-    return a dict: ``acc`` (the FM with the averaged adapters plugged in, on the test
-    set), ``proxy_acc`` (the proxy with them), ``history`` (the federated records, with
-    alignment rounds' extra bytes), ``bytes_per_round`` (mean over rounds, both
-    directions), ``client_params`` (scalars the client holds: the proxy with adapters),
-    ``fm_params`` (the FM with adapters), ``trainable`` (adapters + head) and
-    ``lora_params``; ``model`` and ``proxy`` are the tuned FM and proxy."""
+    """Fine-tune a pretrained FM federatedly by FedPFT or one of its baselines.
+
+    The clients train LoRA adapters (Q, K, V, O) and the task head on a proxy (FedPFT: the
+    distilled sub-FM; "fedpetuning": the FM itself; "fedot": the layer-drop emulator), the
+    server averages them (FedAvg) and plugs them into the FM; FedPFT re-aligns the proxy's
+    most-inactive neurons every ``align_every`` rounds (module docstring).
+
+    Parameters
+    ----------
+    fm : TransformerEncoder
+        The pretrained foundation model (copied, not changed).
+    X : array-like
+        All clients' inputs.
+    y : array-like
+        All clients' labels.
+    partition : sequence of array-like of int
+        Client -> row indices of ``X``.
+    X_test : array-like
+        Test inputs.
+    y_test : array-like
+        Test labels.
+    X_distill : array-like
+        Distillation data (the pretraining domain, not the task's).
+    method : str, default="fedpft"
+        One of METHODS: "fedpetuning", "fedot", "fedpft", "fedpft_n" (no distillation),
+        "fedpft_b" (before FL only), "fedpft_d" (during FL only).
+    n_classes : int, default=10
+        Outputs of the task head.
+    rounds : int, default=30
+        Federated rounds.
+    client_fraction : float, default=0.5
+        Participating fraction per round.
+    r : int, default=4
+        LoRA rank.
+    alpha : float, default=16.0
+        LoRA scale numerator.
+    lr : float, default=2e-3
+        The clients' AdamW learning rate.
+    local_epochs : int, default=1
+        Local epochs per round.
+    batch_size : int, default=16
+        Local minibatch size.
+    drop_ratio : float, default=0.75
+        FFN neurons dropped in the sub-FM's compressed layers.
+    distill_epochs : float, default=5
+        Epochs of layer-level distillation before FL (0: none).
+    distill_lr : float, default=2e-3
+        AdamW learning rate of the distillations.
+    mu : float, default=1.0
+        Weight of eq. 13's W U term.
+    align_every : int, default=10
+        Rounds between neuron-level alignments (0: none).
+    align_fraction : float, default=0.5
+        Fraction p of each compressed FFN's neurons re-aligned, those of highest APoZ.
+    align_epochs : float, default=0.2
+        Epochs of each alignment.
+    emulator_layers : int, default=2
+        Middle layers kept by FedOT's emulator.
+    seed : int, default=0
+        Seed of the adapters, the batch orders and the client sampling.
+    verbose : bool, default=False
+        One line per round.
+
+    Returns
+    -------
+    dict
+        ``method``; ``acc`` (the FM with the averaged adapters plugged in, on the test
+        set); ``proxy_acc`` (the proxy with them); ``history`` (the federated records, with
+        alignment rounds' extra bytes); ``bytes_per_round`` (mean over rounds, both
+        directions); ``client_params`` (scalars the client holds: the proxy with adapters);
+        ``fm_params`` (the FM with adapters); ``trainable`` (adapters + head);
+        ``lora_params``; ``model`` and ``proxy``, the tuned FM and proxy.
+    """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     L = len(fm.layers)

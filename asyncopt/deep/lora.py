@@ -21,7 +21,7 @@ compressed proxy, which differ only in their FFNs) have the same adapter layout,
 vector trained on one loads into the other unchanged.
 
 PEFT's ``LoraConfig`` does the same for Hugging Face models, but it requires
-``transformers`` and ``accelerate``; this module is the ~100 lines the bridge needs,
+``transformers`` and ``accelerate``; this module is the part the bridge needs,
 with no dependency beyond torch.
 """
 import math
@@ -94,9 +94,21 @@ class LowRankLinear(nn.Module):
         raise NotImplementedError
 
     def new_factor(self, side, init=None):
-        """A new factor ``nn.Parameter`` on W0's device and dtype, ``side`` ``"A"`` (r, d)
-        or ``"B"`` (m, r): zeros when ``init`` is None, else drawn by
-        :func:`init_random_factor` (``init``)."""
+        """Return a new factor ``nn.Parameter`` on W0's device and dtype.
+
+        Parameters
+        ----------
+        side : {"A", "B"}
+            ``"A"``: shape (r, d); ``"B"``: shape (m, r).
+        init : str or callable, default=None
+            None: zeros; else drawn by :func:`init_random_factor` (``"kaiming"``,
+            ``"gaussian"``, ``"orthogonal"`` or a callable filling the tensor).
+
+        Returns
+        -------
+        torch.nn.Parameter
+            The factor.
+        """
         shape = (self.r, self.in_features) if side == "A" else (self.out_features, self.r)
         factory = {"device": self.base.weight.device, "dtype": self.base.weight.dtype}
         if init is None:
@@ -105,10 +117,14 @@ class LowRankLinear(nn.Module):
 
     @property
     def in_features(self):
+        """The input size d of the wrapped layer.
+        """
         return self.base.in_features
 
     @property
     def out_features(self):
+        """The output size m of the wrapped layer.
+        """
         return self.base.out_features
 
     def factors(self, task=None):
@@ -116,20 +132,69 @@ class LowRankLinear(nn.Module):
         raise NotImplementedError
 
     def forward(self, x):
+        """Apply y = x W0^T + b + s * dropout(x) A^T B^T with the active factors.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Inputs, (..., d).
+
+        Returns
+        -------
+        torch.Tensor
+            Outputs, (..., m).
+        """
         A, B = self.factors()
         return self.base(x) + self.scale * F.linear(F.linear(self.dropout(x), A), B)
 
     def merged_weight(self, task=None):
-        """W0 + s B A, the weight of the equivalent plain linear layer (``task``: whose
-        factors, where the layer has several; default the active ones)."""
+        """Return W0 + s B A, the weight of the equivalent plain linear layer.
+
+        Parameters
+        ----------
+        task : int, default=None
+            Whose factors, where the layer has several; None: the active ones.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape (m, d).
+        """
         A, B = self.factors(task)
         return self.base.weight + self.scale * (B @ A)
 
 
 class LoRALinear(LowRankLinear):
-    """A frozen ``nn.Linear`` plus the trainable low-rank update (alpha / r) B A (module
-    docstring), A drawn by ``kaiming_uniform_(a=sqrt(5))``, B = 0. ``base`` is kept as a
-    submodule (its weight and bias frozen in place)."""
+    """A frozen ``nn.Linear`` plus the trainable low-rank update (alpha / r) B A.
+
+        y = x W0^T + b + (alpha / r) * dropout(x) A^T B^T,    A: (r, d), B: (m, r),
+
+    A drawn by ``kaiming_uniform_(a=sqrt(5))`` (as PEFT), B = 0, so the layer starts as W0
+    exactly (Hu et al. 2021, eq. 3). Only A and B train; ``base`` is kept as a submodule
+    (its weight and bias frozen in place).
+
+    Parameters
+    ----------
+    base : torch.nn.Linear
+        The layer W0 (weight (m, d)).
+    r : int, default=4
+        The rank, >= 1.
+    alpha : float, default=16.0
+        The scale numerator: s = alpha / r (None: s = 1).
+    dropout : float, default=0.0
+        Dropout on the update's input.
+
+    Attributes
+    ----------
+    lora_A : torch.nn.Parameter
+        A, (r, d).
+    lora_B : torch.nn.Parameter
+        B, (m, r).
+    scale : float
+        s = alpha / r.
+    base : torch.nn.Linear
+        The frozen layer.
+    """
 
     def __init__(self, base, r=4, alpha=16.0, dropout=0.0):
         super().__init__(base, r, alpha, dropout)
@@ -139,10 +204,28 @@ class LoRALinear(LowRankLinear):
         self.lora_B = self.new_factor("B")
 
     def factors(self, task=None):
-        """(A, B) (one update: ``task`` is not used)."""
+        """Return (A, B); the layer has one update, so ``task`` is not used.
+
+        Parameters
+        ----------
+        task : int, default=None
+            Ignored.
+
+        Returns
+        -------
+        tuple of torch.nn.Parameter
+            (A, B).
+        """
         return self.lora_A, self.lora_B
 
     def extra_repr(self):
+        """Return the rank and alpha for the module's repr.
+
+        Returns
+        -------
+        str
+            ``"r=..., alpha=..."``.
+        """
         return f"r={self.r}, alpha={self.alpha:g}"
 
 
@@ -173,10 +256,37 @@ def freeze_except(model, trainable=()):
 
 def attach_lora(model, targets=ATTENTION_TARGETS, r=4, alpha=16.0, dropout=0.0,
                 trainable=("head",)):
-    """Wrap each ``nn.Linear`` of ``model`` whose attribute name is in ``targets`` in a
-    :class:`LoRALinear` (in place), then freeze everything but the adapters and the
-    submodules named in ``trainable``. Returns the qualified names of the wrapped layers
-    (an error if none matched)."""
+    """Wrap the named ``nn.Linear`` layers of ``model`` in :class:`LoRALinear`, in place.
+
+    Every ``nn.Linear`` whose attribute name is in ``targets`` is wrapped; then everything
+    but the adapters and the submodules named in ``trainable`` is frozen.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model, changed in place.
+    targets : iterable of str, default=("q", "k", "v", "o")
+        Attribute names of the layers to wrap (the attention projections of
+        :mod:`asyncopt.deep.transformer`).
+    r : int, default=4
+        The rank.
+    alpha : float, default=16.0
+        The scale numerator (s = alpha / r).
+    dropout : float, default=0.0
+        Dropout on the updates' input.
+    trainable : iterable of str, default=("head",)
+        Qualified names of submodules left trainable (the task head).
+
+    Returns
+    -------
+    list of str
+        The qualified names of the wrapped layers.
+
+    Raises
+    ------
+    ValueError
+        If no layer matched.
+    """
     wrapped = wrap_linear_layers(
         model, targets, lambda base: LoRALinear(base, r=r, alpha=alpha, dropout=dropout))
     freeze_except(model, trainable)
@@ -205,8 +315,21 @@ def lora_layers(model):
 
 
 def adapter_vector(model):
-    """The :class:`ParameterVector` of the trainable parameters (adapters and head): the
-    vector FedPFT's and Multi-LoRA's clients send, 4 bytes per entry."""
+    """Return the :class:`ParameterVector` of the trainable parameters (adapters and head).
+
+    It is the vector FedPFT's and Multi-LoRA's clients send, 4 bytes per entry; two models
+    whose adapted layers have the same shapes have the same layout.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A model with adapters attached.
+
+    Returns
+    -------
+    ParameterVector
+        Trainable parameters only, no buffers.
+    """
     return ParameterVector(model, buffers=False, trainable_only=True)
 
 

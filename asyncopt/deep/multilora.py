@@ -1,6 +1,6 @@
 """Multi-LoRA: k parallel fine-tuning tasks share one low-rank factor of every adapted layer
 (paper 003, "Parameter-efficient fine-tuning via partially decomposable loss analysis and
-sharing", section 3 and Algorithm 1; ``METHODS.md``, card "Multi-LoRA").
+sharing", section 3 and Algorithm 1; docs/deep_methods.md, "Multi-LoRA").
 
 A :class:`MultiLoRALinear` wraps a frozen ``nn.Linear`` W0 (weight (m, d), y = x W0^T + b)
 and gives task i = 0..k-1 the rank-r update
@@ -74,19 +74,6 @@ shared factor moves k times as far per unit of learning rate as with the mean; `
 defaults to 16 (the paper's RoBERTa setting, as :class:`~asyncopt.deep.lora.LoRALinear`),
 ``alpha=None`` sets s = 1. Each adapted layer has its own shared factor (shared across
 tasks, not layers).
-
-Measured (``benchmarks/bench_multilora.py``, full mode: 5 seeds, Adam, 2000 full-batch
-steps, each method's rate chosen on validation data from 1e-3..1e-1). Regression of the
-card (d = m = 32, r = 4, k = 8, :func:`multitask_regression`, noise floor 1.0), test MSE
-at n = 32 / 128 / 512 training samples per task: LoRA 2.348 / 1.101 / 1.045, shared factor
-trained 1.213 / 1.071 / 1.043, shared factor frozen (Algorithm 1) 5.242 / 4.742 / 4.619,
-W0 alone 4.927 / 4.936 / 4.944, with 0.5625 = (1 + k)/(2k) of LoRA's parameters. The
-trained shared factor learns from all k tasks' data, so it wins where each task has few
-samples; the frozen random factor spans a random r-dimensional input subspace and
-recovers only about r/d of the update, as the card expected. Rotated digits (MLP
-64-128-10, 80 images per task): test error LoRA 0.163, shared trained 0.190, frozen
-0.263, W0 alone 0.601, with 0.49 of LoRA's parameters: there the tasks' updates have no
-planted common factor and sharing costs accuracy.
 """
 import copy
 from contextlib import contextmanager
@@ -118,13 +105,45 @@ __all__ = ["MultiLoRALinear", "MultiTaskHead", "attach_multilora", "set_active_t
 
 
 class MultiLoRALinear(LowRankLinear):
-    """A frozen ``nn.Linear`` W0 plus k task updates s B_i A_i, one factor shared
-    (module docstring). ``active_task`` picks the update used by ``forward`` (None until
-    set when k > 1).
+    """A frozen ``nn.Linear`` W0 plus k task updates s B_i A_i that share one factor.
 
-    Attributes: ``lora_A`` and ``lora_B``, each an ``nn.Parameter`` when shared (A: (r, d),
-    B: (m, r)) or an ``nn.ParameterList`` of k per-task factors; ``scale`` = s. The frozen
-    base, s and the dropout are :class:`~asyncopt.deep.lora.LowRankLinear`'s.
+        y_i = x W0^T + b + s * dropout(x) A_i^T B_i^T,    s = alpha / r,
+
+    A_i: (r, d), B_i: (m, r); ``shared="input"``: A_i = A (paper 003's choice),
+    ``"output"``: B_i = B, None: k independent LoRAs (module docstring). ``active_task``
+    picks the update ``forward`` uses (None until set when k > 1). The per-task factor
+    starts at zero, so every task starts at W0 exactly.
+
+    Parameters
+    ----------
+    base : torch.nn.Linear
+        The layer W0 (weight (m, d)), frozen in place.
+    r : int, default=8
+        The rank.
+    n_tasks : int, default=2
+        k.
+    alpha : float, default=16.0
+        The scale numerator, s = alpha / r (None: s = 1); 16 is the paper's RoBERTa
+        setting.
+    shared : {"input", "output", None}, default="input"
+        Which factor the tasks share.
+    shared_init : {"kaiming", "gaussian", "orthogonal"} or callable, default="kaiming"
+        Initialisation of the shared factor (and of every A_i with ``shared=None``).
+    train_shared : bool, default=False
+        Whether the shared factor trains (False: Algorithm 1, only the per-task factors).
+    dropout : float, default=0.0
+        Dropout on the updates' input.
+
+    Attributes
+    ----------
+    lora_A : torch.nn.Parameter or torch.nn.ParameterList
+        A when shared ((r, d)), else the k per-task A_i.
+    lora_B : torch.nn.Parameter or torch.nn.ParameterList
+        B when shared ((m, r)), else the k per-task B_i.
+    scale : float
+        s.
+    active_task : int or None
+        The task ``forward`` uses.
     """
 
     kind = "Multi-LoRA"
@@ -167,17 +186,45 @@ class MultiLoRALinear(LowRankLinear):
             p.requires_grad_(bool(value))
 
     def shared_parameters(self):
-        """The shared factor as a list (empty for ``shared=None``)."""
+        """Return the shared factor as a list (empty for ``shared=None``).
+
+        Returns
+        -------
+        list of torch.nn.Parameter
+            [A], [B] or [].
+        """
         return {"input": [self.lora_A], "output": [self.lora_B], None: []}[self.shared]
 
     def task_parameters(self, task):
-        """Task ``task``'s own factor(s): B_i, A_i, or both (``shared=None``)."""
+        """Return a task's own factor(s): B_i, A_i, or both (``shared=None``).
+
+        Parameters
+        ----------
+        task : int
+            The task i.
+
+        Returns
+        -------
+        list of torch.nn.Parameter
+            Its factors.
+        """
         own = {"input": [self.lora_B], "output": [self.lora_A],
                None: [self.lora_A, self.lora_B]}[self.shared]
         return [factors[task] for factors in own]
 
     def factors(self, task=None):
-        """(A_i, B_i) of ``task`` (default: the active task)."""
+        """Return (A_i, B_i) of a task.
+
+        Parameters
+        ----------
+        task : int, default=None
+            The task; None: the active one.
+
+        Returns
+        -------
+        tuple of torch.nn.Parameter
+            (A_i, B_i).
+        """
         task = self._task(task)
         A = self.lora_A if self.shared == "input" else self.lora_A[task]
         B = self.lora_B if self.shared == "output" else self.lora_B[task]
@@ -192,12 +239,34 @@ class MultiLoRALinear(LowRankLinear):
         return int(task)
 
     def extra_repr(self):
+        """Return the rank, task count, alpha and shared side for the module's repr.
+
+        Returns
+        -------
+        str
+            ``"r=..., n_tasks=..., alpha=..., shared=..."``.
+        """
         return (f"r={self.r}, n_tasks={self.n_tasks}, alpha={self.alpha:g}, "
                 f"shared={self.shared!r}")
 
 
 class MultiTaskHead(nn.Module):
-    """k task heads; ``forward`` applies ``heads[active_task]``."""
+    """A set of k task heads; ``forward`` applies ``heads[active_task]``.
+
+    Parameters
+    ----------
+    heads : iterable of torch.nn.Module
+        One head per task.
+
+    Attributes
+    ----------
+    heads : torch.nn.ModuleList
+        The heads.
+    n_tasks : int
+        k.
+    active_task : int or None
+        The head ``forward`` uses (None until set when k > 1).
+    """
 
     def __init__(self, heads):
         super().__init__()
@@ -206,9 +275,33 @@ class MultiTaskHead(nn.Module):
         self.active_task = 0 if self.n_tasks == 1 else None
 
     def task_parameters(self, task):
+        """Return the parameters of a task's head.
+
+        Parameters
+        ----------
+        task : int
+            The task.
+
+        Returns
+        -------
+        list of torch.nn.Parameter
+            Its head's parameters.
+        """
         return list(self.heads[task].parameters())
 
     def forward(self, x):
+        """Apply the active task's head.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The head's input.
+
+        Returns
+        -------
+        torch.Tensor
+            ``heads[active_task](x)``.
+        """
         if self.active_task is None:
             raise RuntimeError("no active task: call set_active_task(model, i) first")
         return self.heads[self.active_task](x)
@@ -219,7 +312,20 @@ def _task_modules(model):
 
 
 def set_active_task(model, task):
-    """Make ``task`` the active one in every adapted layer and task head of ``model``."""
+    """Make ``task`` the active one in every adapted layer and task head of ``model``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A model with Multi-LoRA layers or task heads.
+    task : int
+        The task.
+
+    Returns
+    -------
+    torch.nn.Module
+        ``model``.
+    """
     modules = _task_modules(model)
     if not modules:
         raise ValueError("the model has no Multi-LoRA layer or task head")
@@ -232,7 +338,22 @@ def set_active_task(model, task):
 
 @contextmanager
 def task_context(model, task):
-    """``with task_context(model, i):`` task i is active inside, the previous one after."""
+    """Make task i active inside a ``with`` block, the previous one after.
+
+    ``with task_context(model, i):``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A model with Multi-LoRA layers or task heads.
+    task : int
+        The task.
+
+    Yields
+    ------
+    torch.nn.Module
+        ``model``, with ``task`` active.
+    """
     previous = [(m, m.active_task) for m in _task_modules(model)]
     set_active_task(model, task)
     try:
@@ -245,13 +366,49 @@ def task_context(model, task):
 def attach_multilora(model, n_tasks, targets=PAPER_TARGETS, r=8, alpha=16.0, dropout=0.0,
                      shared="input", shared_init="kaiming", train_shared=False,
                      task_head="head", trainable=()):
-    """Wrap each ``nn.Linear`` of ``model`` whose attribute name is in ``targets`` in a
-    :class:`MultiLoRALinear` (in place), replace the submodule named ``task_head`` (if the
-    model has one and it is not None) by a :class:`MultiTaskHead` of k deep copies (every
-    task starts at the base model's output), freeze everything else except the
-    submodules named in ``trainable`` (shared by the tasks), and set the shared factors'
-    ``requires_grad`` to ``train_shared``. Returns the qualified names of the wrapped
-    layers (an error if none matched)."""
+    """Wrap the named ``nn.Linear`` layers of ``model`` in Multi-LoRA layers, in place.
+
+    Each becomes a :class:`MultiLoRALinear`. The submodule named ``task_head`` (if the
+    model has one and it is not None) is replaced by a :class:`MultiTaskHead` of k deep
+    copies (every task starts at the base model's output); everything else is frozen except
+    the submodules named in ``trainable`` (shared by the tasks), and the shared factors'
+    ``requires_grad`` is set to ``train_shared``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model, changed in place.
+    n_tasks : int
+        k.
+    targets : iterable of str, default=("q", "v")
+        Attribute names of the layers to wrap (the paper's q and v).
+    r : int, default=8
+        The rank.
+    alpha : float, default=16.0
+        The scale numerator.
+    dropout : float, default=0.0
+        Dropout on the updates' input.
+    shared : {"input", "output", None}, default="input"
+        Which factor the tasks share.
+    shared_init : {"kaiming", "gaussian", "orthogonal"} or callable, default="kaiming"
+        Initialisation of the shared factor.
+    train_shared : bool, default=False
+        Whether the shared factors train.
+    task_head : str, default="head"
+        Name of the head to replace by k copies (falsy: none).
+    trainable : iterable of str, default=()
+        Qualified names of further submodules left trainable.
+
+    Returns
+    -------
+    list of str
+        The qualified names of the wrapped layers.
+
+    Raises
+    ------
+    ValueError
+        If no layer matched.
+    """
     wrapped = wrap_linear_layers(model, targets, lambda base: MultiLoRALinear(
         base, r=r, n_tasks=n_tasks, alpha=alpha, shared=shared, shared_init=shared_init,
         dropout=dropout))
@@ -302,10 +459,26 @@ def adapter_parameter_formula(shapes, r, n_tasks, shared="input"):
 
 
 def roberta_base_adapter_counts(r=8, n_tasks=8, targets=PAPER_TARGETS):
-    """Adapter parameters of the paper's table 1 setting, counted on RoBERTa-base built on
-    the meta device (no memory) with the adapters attached: {"lora": k independent LoRAs
-    (``shared=None``), "multilora": shared input factor, "multilora_output": shared
-    output factor, "ratio": multilora / lora}. Defaults: r = 8, k = 8, q and v."""
+    """Count the adapter parameters of the paper's table 1 setting on RoBERTa-base.
+
+    The model is built on the meta device (no memory) with the adapters attached.
+
+    Parameters
+    ----------
+    r : int, default=8
+        The rank.
+    n_tasks : int, default=8
+        k.
+    targets : iterable of str, default=("q", "v")
+        The adapted layers.
+
+    Returns
+    -------
+    dict
+        ``"lora"``: k independent LoRAs (``shared=None``); ``"multilora"``: shared input
+        factor; ``"multilora_output"``: shared output factor; ``"ratio"``:
+        multilora / lora.
+    """
     counts = {}
     for key, shared in (("lora", None), ("multilora", "input"), ("multilora_output", "output")):
         with torch.device("meta"):
@@ -346,22 +519,44 @@ def _sgd(lr):
 
 def train_multilora(model, task_loss, n_tasks, steps, *, lr=0.01, make_optimizer=None,
                     evaluate=None, eval_every=0, comm=None):
-    """Train the Multi-LoRA model ``model`` for ``steps`` synchronous steps of the
-    parameter-server protocol of the module docstring (in process).
+    """Train a Multi-LoRA model by the synchronous parameter-server protocol.
 
-    ``task_loss(model, task, step) -> scalar tensor``: worker ``task``'s loss L_i on its
-    minibatch of step ``step``, called with the task active. The server's part is
+    The protocol of the module docstring: per step, the server's shared factors x go to
+    every worker, worker i steps its own factors y_i on dL_i/dy_i and returns dL_i/dx, and
+    the server steps x on sum_i dL_i/dx (Claim 4.2). The server's part is
     :func:`shared_parameters` (empty when the shared factors are frozen), worker i's is
-    :func:`task_parameters`; each has its own optimizer, ``make_optimizer(params)``
-    (default ``torch.optim.SGD(params, lr=lr)``). The server steps on the sum of the
-    workers' shared gradients (Claim 4.2). ``evaluate(model) -> float | dict`` runs every
-    ``eval_every`` steps and after the last (0: only after the last). Returns a
-    :class:`MultiLoRAResult`; ``model`` ends with the trained factors.
+    :func:`task_parameters`; each has its own optimizer.
 
-    ``comm``: an MPI communicator of W + 1 >= 2 ranks (call this on every rank, each with
-    the same model and ``task_loss``): the protocol then runs over MPI,
-    :func:`_train_over_mpi`; rank 0 returns the result, the workers one with
-    ``is_server=False``.
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model with Multi-LoRA layers (:func:`attach_multilora`); ends with the trained
+        factors.
+    task_loss : callable
+        ``task_loss(model, task, step) -> scalar tensor``: worker ``task``'s loss L_i on its
+        minibatch of step ``step``, called with the task active.
+    n_tasks : int
+        k.
+    steps : int
+        Synchronous steps.
+    lr : float, default=0.01
+        Learning rate of the default SGD optimizers.
+    make_optimizer : callable, default=None
+        ``make_optimizer(params)``; None: ``torch.optim.SGD(params, lr=lr)``.
+    evaluate : callable, default=None
+        ``evaluate(model) -> float | dict``, run every ``eval_every`` steps and after the
+        last.
+    eval_every : int, default=0
+        Steps between evaluations (0: only after the last).
+    comm : mpi4py.MPI.Comm, default=None
+        A communicator of W + 1 >= 2 ranks: the protocol then runs over MPI (call this on
+        every rank, each with the same model and ``task_loss``); None: in process.
+
+    Returns
+    -------
+    MultiLoRAResult
+        The final shared vector, one history record per step (losses and bytes) and the
+        protocol's sizes; on MPI worker ranks one with ``is_server=False``.
     """
     make_optimizer = make_optimizer or _sgd(lr)
     if comm is not None:
@@ -534,8 +729,10 @@ def _train_over_mpi(model, task_loss, n_tasks, steps, make_optimizer, evaluate, 
 
 def multitask_regression(n_tasks=8, d=32, m=32, r=4, n_train=128, n_val=128, n_test=1000,
                          noise=1.0, weight_noise=0.1, seed=0, dtype=torch.float32):
-    """The card's small experiment: k linear regression tasks on one pre-trained W0 whose
-    true updates share an input factor.
+    """The specification's small experiment: k linear regressions sharing an input factor.
+
+    The k tasks are regressions on one pre-trained W0 whose true updates share an input
+    factor.
 
     W0 (m, d) and b0 (m,) ~ N(0, 1/d) and N(0, 1): the "pre-trained" layer; A* (r, d) with
     orthonormal rows (common to all tasks); per task B_i* (m, r) ~ N(0, 1) and a

@@ -1,8 +1,9 @@
-"""Client partitions of a labelled data set for federated runs (METHODS Fed-LPFM).
+"""Client partitions of a labelled data set for federated runs.
 
-Every partitioner returns ``n_clients`` sorted int64 index arrays that are disjoint, cover
-range(n_samples) and are non-empty; it is seeded (``seed``: an int or a
-``numpy.random.Generator``), so the same seed gives the same partition.
+See docs/deep_methods.md, "Fed-LPFM". Every partitioner returns ``n_clients`` sorted
+int64 index arrays that are disjoint, cover range(n_samples) and are non-empty; it is
+seeded (``seed``: an int or a ``numpy.random.Generator``), so the same seed gives the
+same partition.
 
 - :func:`iid_partition`: a uniform random permutation cut into near-equal parts.
 - :func:`dirichlet_partition`: label skew of Hsu et al. (2019): for every class c,
@@ -43,23 +44,59 @@ def _finish(parts):
 
 
 def iid_partition(labels, n_clients, seed=0):
-    """A uniform random permutation of the samples cut into ``n_clients`` parts of sizes
-    differing by at most one. ``labels`` may be the sample count instead (only its length
-    matters)."""
+    """Cut a uniform random permutation of the samples into near-equal client parts.
+
+    The parts' sizes differ by at most one.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_samples,) or int
+        The labels, or the sample count instead (only the length matters).
+    n_clients : int
+        K >= 1, at most n_samples.
+    seed : int or numpy.random.Generator, default=0
+        Seed of the draw: the same seed gives the same partition.
+
+    Returns
+    -------
+    list of ndarray of int64
+        ``n_clients`` sorted index arrays, disjoint, non-empty, covering range(n_samples).
+    """
     n = int(labels) if np.ndim(labels) == 0 else len(labels)
     _, n_clients, rng = _labels_and_rng(np.empty(n), n_clients, seed)
     return _finish(np.array_split(rng.permutation(n), n_clients))
 
 
 def dirichlet_partition(labels, n_clients, alpha, seed=0, min_size=1, max_redraws=100):
-    """Label skew by class-wise Dirichlet proportions.
+    """Partition with label skew by class-wise Dirichlet proportions.
 
     For every class c (its samples in random order), q_c ~ Dir(alpha 1_K) and the samples
     are cut at floor(cumsum(q_c) n_c), so client k gets about q_{c,k} n_c of them. The
     whole draw is repeated (at most ``max_redraws`` times) until every client has at least
-    ``min_size`` samples; if that never happens (small alpha and many clients), each
-    client short of ``min_size`` takes random samples from the currently largest client
-    until it has enough (the fix-up moves at most K * min_size samples).
+    ``min_size`` samples; if that never happens (small alpha and many clients), each client
+    short of ``min_size`` takes random samples from the currently largest client until it
+    has enough (the fix-up moves at most K * min_size samples).
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_samples,)
+        The class labels.
+    n_clients : int
+        K >= 1.
+    alpha : float
+        The Dirichlet concentration, > 0; small alpha concentrates each class on few
+        clients.
+    seed : int or numpy.random.Generator, default=0
+        Seed of the draw: the same seed gives the same partition.
+    min_size : int, default=1
+        The least number of samples of a client.
+    max_redraws : int, default=100
+        Draws tried before the fix-up.
+
+    Returns
+    -------
+    list of ndarray of int64
+        ``n_clients`` sorted index arrays, disjoint, non-empty, covering range(n_samples).
     """
     labels, n_clients, rng = _labels_and_rng(labels, n_clients, seed)
     if not alpha > 0:
@@ -101,13 +138,28 @@ def _split_among_holders(per_class, holders):
 
 
 def k_classes_partition(labels, n_clients, k, seed=0):
-    """Every client holds exactly ``k`` distinct classes, each class's samples split evenly
-    among the clients holding it.
+    """Give every client exactly ``k`` distinct classes, split evenly among holders.
 
     Classes are dealt first so that every class has a holder: in a random class order,
-    class j goes to client j mod K; then every client draws its remaining classes
-    uniformly at random among those it does not hold. Needs K k >= n_classes (else some
-    class would stay unassigned) and k <= n_classes.
+    class j goes to client j mod K; then every client draws its remaining classes uniformly
+    at random among those it does not hold. Needs K k >= n_classes (else some class would
+    stay unassigned) and k <= n_classes.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_samples,)
+        The class labels.
+    n_clients : int
+        K >= 1.
+    k : int
+        Classes per client, in [1, n_classes].
+    seed : int or numpy.random.Generator, default=0
+        Seed of the draw: the same seed gives the same partition.
+
+    Returns
+    -------
+    list of ndarray of int64
+        ``n_clients`` sorted index arrays, disjoint, non-empty, covering range(n_samples).
     """
     labels, n_clients, rng = _labels_and_rng(labels, n_clients, seed)
     classes, per_class = _class_indices(labels, rng)
@@ -131,11 +183,29 @@ def k_classes_partition(labels, n_clients, k, seed=0):
 
 
 def class_split_partition(labels, n_clients, classes_per_client=2, seed=0):
-    """Fed-LPFM's class split: with the classes in a random cyclic order pi, client i holds
-    classes pi[i mod C], pi[(i + 1) mod C], ..., pi[(i + k - 1) mod C] (k =
-    ``classes_per_client``), and each class's samples are split evenly among its holders.
-    Every client has exactly k classes. Needs K + k - 1 >= C (every class held) and
-    k <= C."""
+    """Partition by Fed-LPFM's class split: consecutive classes of a random cyclic order.
+
+    With the classes in a random cyclic order pi, client i holds classes pi[i mod C],
+    pi[(i + 1) mod C], ..., pi[(i + k - 1) mod C] (k = ``classes_per_client``), and each
+    class's samples are split evenly among its holders. Every client has exactly k classes.
+    Needs K + k - 1 >= C (every class held) and k <= C.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_samples,)
+        The class labels (C classes).
+    n_clients : int
+        K >= 1.
+    classes_per_client : int, default=2
+        k, in [1, C]; 2 is the thesis' setting.
+    seed : int or numpy.random.Generator, default=0
+        Seed of the draw: the same seed gives the same partition.
+
+    Returns
+    -------
+    list of ndarray of int64
+        ``n_clients`` sorted index arrays, disjoint, non-empty, covering range(n_samples).
+    """
     labels, n_clients, rng = _labels_and_rng(labels, n_clients, seed)
     classes, per_class = _class_indices(labels, rng)
     n_classes, k = classes.size, int(classes_per_client)

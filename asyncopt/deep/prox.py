@@ -1,11 +1,11 @@
-"""Block proximal operators on structured groups of torch parameters (DESIGN 6, METHODS ATO).
+"""Block proximal operators on structured groups of torch parameters.
 
-A structured group g is a set of slices of one or more tensors; the usual one is a
-zero-invariant group (ZIG): output channel c of a conv weight (``weight[c]``) together
-with ``bn.weight[c]`` and ``bn.bias[c]``, so that zeroing the group zeroes that channel's
-output exactly. :class:`ParamGroupSpec` describes G such groups; its operations run one
-vectorised pass per tensor (index_select / index_add_ / index_copy_), never a Python loop
-over groups.
+docs/design.md §6; docs/deep_methods.md, "ATO". A structured group g is a set of slices
+of one or more tensors; the usual one is a zero-invariant group (ZIG): output channel c
+of a conv weight (``weight[c]``) together with ``bn.weight[c]`` and ``bn.bias[c]``, so
+that zeroing the group zeroes that channel's output exactly. :class:`ParamGroupSpec`
+describes G such groups; its operations run one vectorised pass per tensor
+(index_select / index_add_ / index_copy_), never a Python loop over groups.
 
 Operators (x_g: the entries of group g, concatenated over its slices):
 
@@ -60,15 +60,33 @@ class _Member:
 
 
 class ParamGroupSpec:
-    """G structured groups, each a list of tensor slices.
+    """G structured groups of torch parameters, each a list of tensor slices.
 
-    ``groups[g]`` is a sequence of ``(tensor, dim, index)``: the slice ``index`` of
-    ``tensor`` along ``dim`` (``dim=None``: the single entry ``tensor.view(-1)[index]``).
     Groups must be disjoint and non-empty; every tensor must be contiguous, and all share
     one dtype and device. Shortcuts: :meth:`aligned` (slice g of every tensor is group g,
-    e.g. conv out-channels with their BN parameters), :meth:`output_channels` (the same
-    for modules' ``weight`` and ``bias``) and :meth:`elementwise` (one group per entry:
-    L1).
+    e.g. conv out-channels with their BN parameters), :meth:`output_channels` (the same for
+    modules' ``weight`` and ``bias``) and :meth:`elementwise` (one group per entry: L1).
+
+    Parameters
+    ----------
+    groups : sequence of sequences of (tensor, dim, index)
+        ``groups[g]`` lists the slices of group g: the slice ``index`` of ``tensor`` along
+        ``dim`` (``dim=None``: the single entry ``tensor.view(-1)[index]``).
+
+    Attributes
+    ----------
+    n_groups : int
+        G.
+    sizes : ndarray of int64, shape (G,)
+        Entries per group.
+    dtype : torch.dtype
+        The tensors' dtype.
+    device : torch.device
+        The tensors' device.
+
+    See Also
+    --------
+    ProxOptimizer : Applies a block operator to such groups after every step.
     """
 
     def __init__(self, groups):
@@ -95,8 +113,21 @@ class ParamGroupSpec:
 
     @classmethod
     def aligned(cls, tensors_and_dims):
-        """Group g = slice g along ``dim`` of every listed tensor (all with the same size
-        along their dim): ``aligned([(conv.weight, 0), (bn.weight, 0), (bn.bias, 0)])``."""
+        """Make group g the slice g along ``dim`` of every listed tensor.
+
+        All tensors must have the same size along their dim, e.g.
+        ``aligned([(conv.weight, 0), (bn.weight, 0), (bn.bias, 0)])``.
+
+        Parameters
+        ----------
+        tensors_and_dims : iterable of (tensor, int)
+            The tensors and the dim along which each is sliced.
+
+        Returns
+        -------
+        ParamGroupSpec
+            One group per slice index.
+        """
         tensors_and_dims = list(tensors_and_dims)
         if not tensors_and_dims:
             raise ValueError("aligned() needs at least one (tensor, dim)")
@@ -112,16 +143,40 @@ class ParamGroupSpec:
 
     @classmethod
     def output_channels(cls, *modules):
-        """One group per output channel (row) of the modules' ``weight`` and ``bias``
-        (dim 0): the zero-invariant groups of Conv/Linear followed by BatchNorm/GroupNorm
-        (``output_channels(conv, bn)``). Parameters that are None are skipped."""
+        """Make one group per output channel (row) of the modules' ``weight`` and ``bias``.
+
+        The slices are along dim 0: the zero-invariant groups of Conv/Linear followed by
+        BatchNorm/GroupNorm (``output_channels(conv, bn)``). Parameters that are None are
+        skipped.
+
+        Parameters
+        ----------
+        *modules : torch.nn.Module
+            Modules with ``weight`` and (optionally) ``bias`` of equal size along dim 0.
+
+        Returns
+        -------
+        ParamGroupSpec
+            One group per output channel.
+        """
         members = [(param, 0) for module in modules for name in ("weight", "bias")
                    if (param := getattr(module, name, None)) is not None]
         return cls.aligned(members)
 
     @classmethod
     def elementwise(cls, tensors):
-        """One group per entry of every tensor, numbered tensor by tensor (L1)."""
+        """Make one group per entry of every tensor, numbered tensor by tensor (L1).
+
+        Parameters
+        ----------
+        tensors : iterable of torch.Tensor
+            The tensors.
+
+        Returns
+        -------
+        ParamGroupSpec
+            One group per entry.
+        """
         tensors = list(tensors)
         if not tensors:
             raise ValueError("elementwise() needs at least one tensor")
@@ -192,8 +247,15 @@ class ParamGroupSpec:
         return moved.reshape(moved.shape[0], -1)
 
     def snapshot(self):
-        """A copy of every group's current values (the reference x^ of the half-space
-        projection)."""
+        """Return a copy of every group's current values.
+
+        It is the reference x^ of the half-space projection.
+
+        Returns
+        -------
+        list of torch.Tensor
+            One (n_listed_slices, slice_size) matrix per member tensor.
+        """
         return [self._rows(m).clone() for m in self._members]
 
     def _reduce(self, per_slice_rows):
@@ -203,12 +265,34 @@ class ParamGroupSpec:
         return out
 
     def sq_norms(self, values=None):
-        """||x_g||_2^2 for every group (of the snapshot ``values`` when given)."""
+        """Return ||x_g||_2^2 for every group.
+
+        Parameters
+        ----------
+        values : list of torch.Tensor, default=None
+            A :meth:`snapshot` to take the norms of; None: the current values.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape (G,), in the spec's dtype.
+        """
         values = values or [None] * len(self._members)
         return self._reduce([self._rows(m, v).square() for m, v in zip(self._members, values)])
 
     def dots(self, reference):
-        """<x_g, x^_g> for every group, x^ a :meth:`snapshot`."""
+        """Return <x_g, x^_g> for every group.
+
+        Parameters
+        ----------
+        reference : list of torch.Tensor
+            A :meth:`snapshot` x^.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape (G,).
+        """
         return self._reduce([self._rows(m) * ref for m, ref in zip(self._members, reference)])
 
     def _write(self, member, make):
@@ -223,13 +307,27 @@ class ParamGroupSpec:
             data.index_copy_(dim, slices, make(data.index_select(dim, slices), shape))
 
     def scale_(self, factors):
-        """In place: x_g <- factors[g] * x_g."""
+        """Scale every group in place: x_g <- factors[g] * x_g.
+
+        Parameters
+        ----------
+        factors : torch.Tensor
+            Shape (G,), on the spec's device.
+        """
         for m in self._members:
             per_slice = factors.index_select(0, m.indices(factors.device)[1])
             self._write(m, lambda x, shape, f=per_slice: x * f.view(shape))
 
     def add_scaled_(self, reference, coefficients):
-        """In place: x_g <- x_g + coefficients[g] * x^_g, x^ a :meth:`snapshot`."""
+        """Add scaled reference values in place: x_g <- x_g + coefficients[g] * x^_g.
+
+        Parameters
+        ----------
+        reference : list of torch.Tensor
+            A :meth:`snapshot` x^.
+        coefficients : torch.Tensor
+            Shape (G,).
+        """
         for m, ref in zip(self._members, reference):
             per_slice = coefficients.index_select(0, m.indices(coefficients.device)[1])
             data, dim = m.target()
@@ -241,7 +339,25 @@ class ParamGroupSpec:
             self._write(m, make)
 
     def as_group_tensor(self, value, name="value"):
-        """``value`` (a scalar or G numbers) as a (G,) tensor of the spec's dtype."""
+        """Return ``value`` (a scalar or G numbers) as a (G,) tensor of the spec's dtype.
+
+        Parameters
+        ----------
+        value : float or array-like
+            A scalar (broadcast to every group) or G values.
+        name : str, default="value"
+            The name used in the error message.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape (G,).
+
+        Raises
+        ------
+        ValueError
+            If ``value`` has another shape.
+        """
         out = torch.as_tensor(value, dtype=self.dtype, device=self.device)
         if out.dim() == 0:
             return out.expand(self.n_groups)
@@ -253,9 +369,23 @@ class ParamGroupSpec:
 
 @torch.no_grad()
 def group_soft_threshold_(spec, thresholds):
-    """In place, for every group: x_g <- x_g max(0, 1 - t_g / ||x_g||_2) (x_g <- 0 when
-    ||x_g|| <= t_g), the prox of t_g ||.||_2 exactly as ``asyncopt.penalties.
-    block_soft_threshold_``. ``thresholds``: a scalar or G values. Returns the scales."""
+    """Apply the group soft-threshold, the prox of t_g ||.||_2, in place.
+
+    For every group, x_g <- x_g max(0, 1 - t_g / ||x_g||_2) (x_g <- 0 when
+    ||x_g|| <= t_g), exactly as ``asyncopt.penalties.block_soft_threshold_``.
+
+    Parameters
+    ----------
+    spec : ParamGroupSpec
+        The groups.
+    thresholds : float or array-like
+        t_g: a scalar or G values.
+
+    Returns
+    -------
+    torch.Tensor
+        The (G,) scales max(0, 1 - t_g / ||x_g||) applied.
+    """
     t = spec.as_group_tensor(thresholds, "thresholds")
     norms = spec.sq_norms().sqrt()
     scales = torch.where(norms <= t, torch.zeros_like(norms), 1.0 - t / norms)
@@ -265,9 +395,25 @@ def group_soft_threshold_(spec, thresholds):
 
 @torch.no_grad()
 def half_space_project_(spec, reference, eps=0.0):
-    """In place: x_g <- 0 for every group with <x_g, x^_g> < eps ||x^_g||_2^2, x^ a
-    :meth:`ParamGroupSpec.snapshot` taken before the step (HSPG's half-space test).
-    Returns the (G,) bool mask of the groups it zeroed."""
+    """Apply HSPG's half-space projection in place.
+
+    x_g <- 0 for every group with <x_g, x^_g> < eps ||x^_g||_2^2, x^ a
+    :meth:`ParamGroupSpec.snapshot` taken before the step.
+
+    Parameters
+    ----------
+    spec : ParamGroupSpec
+        The groups.
+    reference : list of torch.Tensor
+        The snapshot x^.
+    eps : float, default=0.0
+        The projection's margin.
+
+    Returns
+    -------
+    torch.Tensor
+        The (G,) bool mask of the groups it zeroed.
+    """
     zeroed = spec.dots(reference) < eps * spec.sq_norms(reference)
     spec.scale_((~zeroed).to(spec.dtype))
     return zeroed
@@ -276,23 +422,46 @@ def half_space_project_(spec, reference, eps=0.0):
 class ProxOptimizer(torch.optim.Optimizer):
     """Proximal wrapper: ``inner.step()``, then a block operator on each prox group.
 
-    ``groups``: a :class:`ParamGroupSpec`, a dict ``{"spec": spec, **options}`` or a list
-    of these (like torch's parameter groups); options missing from a dict take the
-    keyword defaults:
-
-    - ``operator``: ``"soft_threshold"`` (prox of step lam_g w_g ||.||_2) or
-      ``"half_space"`` (HSPG projection with ``eps``); see the module docstring;
-    - ``lam``: the strength, a scalar or one value per group (ATO's lam_g = lam (1 - w_g));
-    - ``weights``: w_g, a scalar or one value per group (default 1; the engine's GroupL1
-      default is ``spec.sizes ** 0.5``);
-    - ``step``: the step eta of the threshold; None takes the ``lr`` of the inner
-      optimizer's parameter group that holds the spec's tensors, read at every step (so
-      LR schedulers apply; the tensors of one spec must share one lr).
-
-    ``param_groups`` and ``state`` are the inner optimizer's (LR schedulers attached to
-    the wrapper drive the inner lr); ``prox_groups`` is the list of prox-group dicts, which
-    may be edited between steps. ``state_dict()`` holds the inner state dict and the prox
+    ``param_groups`` and ``state`` are the inner optimizer's (LR schedulers attached to the
+    wrapper drive the inner lr). ``state_dict()`` holds the inner state dict and the prox
     groups' options (not the specs, which refer to live tensors).
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        The inner optimizer; it must optimize every tensor the specs slice.
+    groups : ParamGroupSpec, dict or list of these
+        The prox groups, like torch's parameter groups: a spec, a dict
+        ``{"spec": spec, **options}``, or a list of them; options missing from a dict take
+        the keyword defaults below.
+    operator : {"soft_threshold", "half_space"}, default="soft_threshold"
+        The prox of step lam_g w_g ||.||_2, or the HSPG projection with ``eps`` (module
+        docstring).
+    lam : float or array-like, default=0.0
+        The strength, a scalar or one value per group (ATO's lam_g = lam (1 - w_g)).
+    weights : float or array-like, default=1.0
+        w_g, a scalar or one value per group (the engine's GroupL1 default is
+        ``spec.sizes ** 0.5``).
+    eps : float, default=0.0
+        The margin of the half-space projection.
+    step : float or None, default=None
+        The step eta of the threshold; None takes the ``lr`` of the inner optimizer's
+        parameter group that holds the spec's tensors, read at every step (so LR schedulers
+        apply; the tensors of one spec must share one lr).
+
+    Attributes
+    ----------
+    optimizer : torch.optim.Optimizer
+        The inner optimizer.
+    prox_groups : list of dict
+        The prox groups (``spec`` and options), which may be edited between steps.
+    defaults : dict
+        The keyword defaults.
+
+    See Also
+    --------
+    group_soft_threshold_ : The soft-threshold operator.
+    half_space_project_ : The half-space projection.
     """
 
     def __init__(self, optimizer, groups, *, operator="soft_threshold", lam=0.0,
@@ -341,10 +510,14 @@ class ProxOptimizer(torch.optim.Optimizer):
 
     @property
     def param_groups(self):
+        """The inner optimizer's parameter groups.
+        """
         return self.optimizer.param_groups
 
     @property
     def state(self):
+        """The inner optimizer's state.
+        """
         return self.optimizer.state
 
     def __getstate__(self):
@@ -360,13 +533,38 @@ class ProxOptimizer(torch.optim.Optimizer):
         return f"ProxOptimizer({self.optimizer!r},\n  prox_groups={options})"
 
     def add_param_group(self, param_group):
+        """Add a parameter group to the inner optimizer.
+
+        Parameters
+        ----------
+        param_group : dict
+            As for ``torch.optim.Optimizer.add_param_group``.
+        """
         self.optimizer.add_param_group(param_group)
 
     def zero_grad(self, set_to_none=True):
+        """Reset the gradients of the inner optimizer's parameters.
+
+        Parameters
+        ----------
+        set_to_none : bool, default=True
+            As for ``torch.optim.Optimizer.zero_grad``.
+        """
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def step_size(self, group):
-        """The eta of a prox group: its ``step``, or the lr of its tensors' inner group."""
+        """Return the step eta of a prox group.
+
+        Parameters
+        ----------
+        group : dict
+            One of ``prox_groups``.
+
+        Returns
+        -------
+        float
+            The group's ``step``, or the lr of its tensors' inner group.
+        """
         if group["step"] is not None:
             return float(group["step"])
         owner = {id(p): g for g in self.optimizer.param_groups for p in g["params"]}
@@ -377,14 +575,35 @@ class ProxOptimizer(torch.optim.Optimizer):
         return lrs.pop()
 
     def thresholds(self, group):
-        """t_g = step * lam_g * w_g (the engine's convention)."""
+        """Return the thresholds t_g = step * lam_g * w_g of a prox group.
+
+        Parameters
+        ----------
+        group : dict
+            One of ``prox_groups``.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape (G,).
+        """
         spec = group["spec"]
         return (self.step_size(group) * spec.as_group_tensor(group["lam"], "lam")
                 * spec.as_group_tensor(group["weights"], "weights"))
 
     def step(self, closure=None):
-        """One inner step (``closure`` is passed on), then each prox group's operator.
-        Returns what the inner step returned (the closure's loss)."""
+        """Take one inner step, then apply each prox group's operator.
+
+        Parameters
+        ----------
+        closure : callable, default=None
+            Passed on to the inner step.
+
+        Returns
+        -------
+        object
+            What the inner step returned (the closure's loss).
+        """
         references = [g["spec"].snapshot() if g["operator"] == "half_space" else None
                       for g in self.prox_groups]
         loss = self.optimizer.step(closure)
@@ -402,7 +621,14 @@ class ProxOptimizer(torch.optim.Optimizer):
         return loss
 
     def state_dict(self):
-        """{"inner": inner state dict, "prox_groups": [options and n_groups per group]}."""
+        """Return the inner state dict and the prox groups' options.
+
+        Returns
+        -------
+        dict
+            ``{"inner": inner state dict, "prox_groups": [options and n_groups per
+            group]}``.
+        """
         def copy(value):
             return value.detach().clone() if isinstance(value, torch.Tensor) else \
                 np.array(value) if isinstance(value, np.ndarray) else value
@@ -411,6 +637,13 @@ class ProxOptimizer(torch.optim.Optimizer):
                                 | {"n_groups": g["spec"].n_groups} for g in self.prox_groups]}
 
     def load_state_dict(self, state_dict):
+        """Load a :meth:`state_dict` (inner state and prox-group options).
+
+        Parameters
+        ----------
+        state_dict : dict
+            As returned by :meth:`state_dict`, for prox groups with the same group counts.
+        """
         saved = state_dict["prox_groups"]
         if len(saved) != len(self.prox_groups):
             raise ValueError(f"state dict has {len(saved)} prox groups, this optimizer "

@@ -1,5 +1,5 @@
 """SGR, successive gradient reconciliation for local learning (paper 001, Yang et al., ICML
-2024; ``METHODS.md``, card "SGR").
+2024; docs/deep_methods.md, "SGR").
 
 A network is split into K gradient-isolated modules x_k = f_k(x_{k-1}; theta_k), each with
 a local head h_k and its own optimizer (:class:`LocalNet`, :class:`SGRTrainer`). Module k
@@ -30,21 +30,22 @@ Variants (sec. 3.3, sec. 4.1, Tables 3 and 4):
       M = sqrt(C/(C-1)) U (I_C - 1 1^T / C),   U^T U = I_C (d >= C),
 
   so M^T M = C/(C-1) (I - 1 1^T/C): unit columns with pairwise inner product -1/(C-1),
-  M 1 = 0 (C the number of classes; the card's K);
+  M 1 = 0 (C the number of classes; the specification's K);
 - baselines (:class:`SGRTrainer` ``mode``): ``"layerwise"``, non-greedy layer-wise
-  training (lam = 0; L^SGR is still measured, not optimised); ``"reforward"``, Table 3's
-  "forward again for each local update to use the updated output as the input of the next
-  layer": module k takes its step on (x_{k-1}, Y), then recomputes x_k = f_k(x_{k-1};
-  theta_k^new) without gradient and passes that on (layer-wise and SGR pass the x_k of
-  the forward made before the update, as Algorithm 1 does); global BP,
+  training (lam = 0; L^SGR is still computed and recorded, not optimised);
+  ``"reforward"``, Table 3's "forward again for each local update to use the updated
+  output as the input of the next layer": module k takes its step on (x_{k-1}, Y), then
+  recomputes x_k = f_k(x_{k-1}; theta_k^new) without gradient and passes that on
+  (layer-wise and SGR pass the x_k of the forward made before the update, as
+  Algorithm 1 does); global BP,
   :func:`train_global_bp` (CE of the last head, every block trained end to end).
 
 Choices made:
 
 - the stored gradient dL_k/dx_k is computed and passed on by every module k < K (the
-  card's fix: Algorithm 1 stores ``delta_pre`` only in its ``k == 1`` branch, so for
-  k >= 3 it would reuse module 1's gradient, which is not even the gradient w.r.t. the
-  right tensor);
+  specification's fix: Algorithm 1 stores ``delta_pre`` only in its ``k == 1`` branch,
+  so for k >= 3 it would reuse module 1's gradient, which is not even the gradient
+  w.r.t. the right tensor);
 - it is the gradient of the module's CE loss alone, taken before its optimizer step;
 - rownorm divides by max(||g_i||, 1e-12), as ``F.normalize`` (a zero row stays 0);
 - the gradient of L^SGR in dL_k/dx_{k-1} is computed in closed form in the forward and
@@ -52,10 +53,9 @@ Choices made:
   normalised gradients besides dL_k/dx_{k-1}. A module step of the PlainNet then saves
   4 tensors of B x width (its input, the ReLU output, dL_k/dz for the double backward,
   dL^SGR/d(dL_k/dx_{k-1})) where global BP saves 1 per block, so SGR's peak is below
-  global BP's from K = 4 on (B = 64, width 128: 139,268 against 150,532 bytes; K = 6:
-  0.64 of it);
+  global BP's from K = 4 on (benchmarks/notes/bench_sgr.md);
 - ``loss.backward(inputs=...)`` only fills the module's own trainable parameters;
-- defaults: lam = 1, SGD lr 0.1, momentum 0.9 (the card's CIFAR setting).
+- defaults: lam = 1, SGD lr 0.1, momentum 0.9 (the specification's CIFAR setting).
 
 Pipeline over MPI (:func:`train_pipeline`): rank k runs module k (K ranks for K modules).
 For every batch, rank k-1 sends rank k one int64 header [ndim, n, shape[1:]...] (padded
@@ -108,8 +108,27 @@ TAG_HEADER, TAG_PAYLOAD, TAG_PARAMS, TAG_HISTORY = 51, 52, 53, 54
 # ------------------------------------------------------------------------------ the model
 
 def etf_matrix(n_features, n_classes, seed=0, dtype=torch.float32):
-    """The d x C simplex ETF M = sqrt(C/(C-1)) U (I - 1 1^T/C) of eq. 7, U the orthonormal
-    Q factor of a seeded Gaussian d x C matrix."""
+    """Return the d x C simplex ETF M = sqrt(C/(C-1)) U (I - 1 1^T/C) of eq. 7.
+
+    U is the orthonormal Q factor of a seeded Gaussian d x C matrix, so
+    M^T M = C/(C-1) (I - 1 1^T/C) and M 1 = 0.
+
+    Parameters
+    ----------
+    n_features : int
+        d, at least ``n_classes``.
+    n_classes : int
+        C >= 2.
+    seed : int, default=0
+        Seed of the Gaussian matrix.
+    dtype : torch.dtype, default=torch.float32
+        The result's dtype.
+
+    Returns
+    -------
+    torch.Tensor
+        M, (d, C).
+    """
     if n_classes < 2 or n_features < n_classes:
         raise ValueError(f"an ETF needs 2 <= n_classes <= n_features, got {n_classes} "
                          f"classes, {n_features} features")
@@ -123,14 +142,37 @@ def etf_matrix(n_features, n_classes, seed=0, dtype=torch.float32):
 
 
 class ETFClassifier(nn.Module):
-    """The fixed BP-free head of sec. 3.3: logits = x M, M = :func:`etf_matrix` (a buffer,
-    never trained)."""
+    """The fixed BP-free head of sec. 3.3: logits = x M, M a simplex ETF.
+
+    M = :func:`etf_matrix` is a buffer, never trained.
+
+    Parameters
+    ----------
+    n_features : int
+        d.
+    n_classes : int
+        C.
+    seed : int, default=0
+        Seed of M.
+    """
 
     def __init__(self, n_features, n_classes, seed=0):
         super().__init__()
         self.register_buffer("weight", etf_matrix(n_features, n_classes, seed))
 
     def forward(self, x):
+        """Return the logits x M (x flattened per example).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            (batch, ...) with d features per example.
+
+        Returns
+        -------
+        torch.Tensor
+            (batch, C).
+        """
         return torch.flatten(x, 1) @ self.weight
 
 
@@ -149,8 +191,21 @@ class LocalModule(nn.Module):
 
 
 class LocalNet(nn.Module):
-    """K :class:`LocalModule` s in a chain; ``forward(x)`` = h_K(f_K(...f_1(x))), the last
-    module's head being the model's classifier (the other heads serve training only)."""
+    """K local modules in a chain; ``forward(x)`` = h_K(f_K(...f_1(x))).
+
+    The last module's head is the model's classifier (the other heads serve training
+    only).
+
+    Parameters
+    ----------
+    modules : iterable of LocalModule
+        The modules (block f_k and head h_k each).
+
+    Attributes
+    ----------
+    stages : torch.nn.ModuleList
+        The modules.
+    """
 
     def __init__(self, modules):
         super().__init__()
@@ -158,6 +213,20 @@ class LocalNet(nn.Module):
 
     @classmethod
     def from_blocks(cls, blocks, heads):
+        """Build a LocalNet from K blocks and K heads.
+
+        Parameters
+        ----------
+        blocks : sequence of torch.nn.Module
+            The blocks f_k.
+        heads : sequence of torch.nn.Module
+            The local heads h_k, one per block.
+
+        Returns
+        -------
+        LocalNet
+            The net.
+        """
         if len(blocks) != len(heads):
             raise ValueError(f"{len(blocks)} blocks but {len(heads)} heads")
         return cls([LocalModule(b, h) for b, h in zip(blocks, heads)])
@@ -166,15 +235,39 @@ class LocalNet(nn.Module):
         return len(self.stages)
 
     def forward(self, x):
+        """Return the last head's logits of the chained blocks.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Inputs.
+
+        Returns
+        -------
+        torch.Tensor
+            h_K(f_K(...f_1(x))).
+        """
         for stage in self.stages:
             x = stage.block(x)
         return self.stages[-1].head(x)
 
 
 def split_sequential(model, boundaries):
-    """Cut an ``nn.Sequential`` into consecutive ``nn.Sequential`` blocks: ``boundaries``
-    an int K (K near-equal pieces, ``numpy.array_split`` sizes) or the start indices of
-    blocks 2..K."""
+    """Cut an ``nn.Sequential`` into consecutive ``nn.Sequential`` blocks.
+
+    Parameters
+    ----------
+    model : torch.nn.Sequential
+        The model (its layers are shared, not copied).
+    boundaries : int or sequence of int
+        An int K: K near-equal pieces (``numpy.array_split`` sizes); a sequence: the start
+        indices of blocks 2..K.
+
+    Returns
+    -------
+    list of torch.nn.Sequential
+        The blocks, each with at least one layer.
+    """
     layers = list(model.children())
     if isinstance(boundaries, int):
         starts = np.cumsum([len(p) for p in np.array_split(np.arange(len(layers)),
@@ -189,14 +282,37 @@ def split_sequential(model, boundaries):
 
 def plain_net(n_modules, in_dim=64, width=128, n_classes=10, head="linear", init="he",
               seed=0):
-    """The card's PlainNet MLP in_dim -> width x K: module k is Linear + ReLU with a local
-    head, ``head="linear"`` (learnable Linear(width, n_classes), local BP) or ``"etf"``
-    (fixed :class:`ETFClassifier`, BP-free). ``init="he"``: the blocks' weights
-    N(0, 2 / fan_in), biases 0 (He et al. 2015). PyTorch's default, ``init="torch"``
-    (weights U(+-1/sqrt(fan_in))), shrinks the signal's RMS by about sqrt(6) per
-    Linear + ReLU, and global BP through 6 such blocks starts slowly: on digits, 20 epochs
-    of SGD lr 0.02 with cosine decay reach 0.39 test accuracy, 0.96 with He init. Drawn
-    after ``torch.manual_seed(seed)`` (the ETFs from seed + k)."""
+    """Build the specification's PlainNet MLP in_dim -> width x K with local heads.
+
+    Module k is Linear + ReLU with a local head. ``init="he"`` draws the blocks' weights
+    from N(0, 2 / fan_in) with biases 0 (He et al. 2015): PyTorch's default
+    (U(+-1/sqrt(fan_in))) shrinks the signal's RMS by about sqrt(6) per Linear + ReLU, so
+    global BP through 6 such blocks starts slowly (benchmarks/notes/bench_sgr.md). Drawn
+    after ``torch.manual_seed(seed)`` (the ETFs from seed + k).
+
+    Parameters
+    ----------
+    n_modules : int
+        K.
+    in_dim : int, default=64
+        Inputs.
+    width : int, default=128
+        Units of every block.
+    n_classes : int, default=10
+        Outputs of the heads.
+    head : {"linear", "etf"}, default="linear"
+        Learnable Linear(width, n_classes) heads (local BP), or fixed
+        :class:`ETFClassifier` heads (BP-free).
+    init : {"he", "torch"}, default="he"
+        The blocks' initialisation.
+    seed : int, default=0
+        Seed of the initialisation.
+
+    Returns
+    -------
+    LocalNet
+        The net.
+    """
     if head not in ("linear", "etf"):
         raise ValueError(f"head must be 'linear' or 'etf', got {head!r}")
     if init not in ("he", "torch"):
@@ -217,11 +333,28 @@ def plain_net(n_modules, in_dim=64, width=128, n_classes=10, head="linear", init
 # ------------------------------------------------------------------------------ the loss
 
 def sgr_loss(delta_now, delta_pre, eps=1e-12):
-    """L^SGR = MSE(rownorm(delta_now), rownorm(delta_pre)) (eq. 6, Algorithm 1): each
-    example's gradient flattened and scaled to unit length (rownorm(g)_i = g_i /
-    max(||g_i||, eps), as ``F.normalize``), then the mean squared difference over all B x D
-    entries; 0 when the rows are positive multiples of each other, 4/D when opposite.
-    Differentiable in ``delta_now`` only (``delta_pre`` is a stored constant)."""
+    """Return L^SGR = MSE(rownorm(delta_now), rownorm(delta_pre)) (eq. 6, Algorithm 1).
+
+    Each example's gradient is flattened and scaled to unit length (rownorm(g)_i = g_i /
+    max(||g_i||, eps), as ``F.normalize``), then the squared difference is averaged over
+    all B x D entries: 0 when the rows are positive multiples of each other, 4/D when
+    opposite. The gradient in ``delta_now`` is formed in closed form in the forward and
+    saved alone.
+
+    Parameters
+    ----------
+    delta_now : torch.Tensor
+        dL_k/dx_{k-1}, (B, ...); differentiable.
+    delta_pre : torch.Tensor
+        dL_{k-1}/dx_{k-1}, same shape; a stored constant.
+    eps : float, default=1e-12
+        Floor of the row norms.
+
+    Returns
+    -------
+    torch.Tensor
+        The scalar loss.
+    """
     return _ReconciliationLoss.apply(delta_now, delta_pre.detach(), eps)
 
 
@@ -271,7 +404,7 @@ def local_objective(stage, x_in, y, delta_pre=None, *, store_gradient=True,
     CE(h_k(f_k(x_{k-1})), y), dL_k/dx_k (``store_gradient``) and, given ``delta_pre`` =
     dL_{k-1}/dx_{k-1}, L_k^SGR = :func:`sgr_loss` (dL_k/dx_{k-1}, delta_pre).
     ``create_graph``: dL_k/dx_{k-1} keeps its graph, so L^SGR can be differentiated in the
-    parameters (double backward); otherwise L^SGR is only measured. ``params``: a
+    parameters (double backward); otherwise L^SGR is only computed. ``params``: a
     {name: tensor} dict to run the module with (``torch.func.functional_call``)."""
     x_in = x_in.detach()
     if delta_pre is not None:
@@ -291,12 +424,39 @@ def local_objective(stage, x_in, y, delta_pre=None, *, store_gradient=True,
 
 
 class SGRTrainer:
-    """Per-module optimizers and the local step of every module k in ``modules`` (all by
-    default; one on a pipeline rank). ``mode``: ``"sgr"`` (L_k + lam L_k^SGR, double
-    backward), ``"layerwise"`` (L_k only; L^SGR measured) or ``"reforward"`` (L_k only, the
-    output recomputed after the update). Optimizer: SGD(lr, momentum, weight_decay) over the
-    module's trainable parameters (block and head); ``lr_schedule`` "constant" or "cosine"
-    over ``epochs``."""
+    """Per-module optimizers and the local step of every module k of a LocalNet.
+
+    ``mode``: ``"sgr"`` (L_k + lam L_k^SGR, double backward), ``"layerwise"`` (L_k only;
+    L^SGR computed and recorded) or ``"reforward"`` (L_k only, the output recomputed after
+    the update). Optimizer: SGD(lr, momentum, weight_decay) over each module's trainable
+    parameters (block and head).
+
+    Parameters
+    ----------
+    net : LocalNet
+        The net.
+    mode : {"sgr", "layerwise", "reforward"}, default="sgr"
+        The local objective.
+    lam : float, default=1.0
+        Weight of L^SGR (the specification's default).
+    lr : float, default=0.1
+        SGD learning rate.
+    momentum : float, default=0.9
+        SGD momentum.
+    weight_decay : float, default=0.0
+        SGD weight decay.
+    lr_schedule : {"constant", "cosine"}, default="constant"
+        Learning-rate schedule over ``epochs``.
+    epochs : int, default=1
+        Epochs of the cosine schedule.
+    modules : sequence of int, default=None
+        The modules this trainer steps; None: all (one on a pipeline rank).
+
+    Attributes
+    ----------
+    history : list of dict
+        One :meth:`end_epoch` record per epoch.
+    """
 
     def __init__(self, net, *, mode="sgr", lam=1.0, lr=0.1, momentum=0.9, weight_decay=0.0,
                  lr_schedule="constant", epochs=1, modules=None):
@@ -315,9 +475,26 @@ class SGRTrainer:
         self.history = []
 
     def module_step(self, k, x_in, y, delta_pre=None):
-        """One local update of module k on (x_{k-1}, Y); ``delta_pre`` = dL_{k-1}/dx_{k-1}
-        (None for k = 1). Returns (x_k passed on, dL_k/dx_k stored; None for the last
-        module), both detached."""
+        """Take one local update of module k on (x_{k-1}, Y).
+
+        Parameters
+        ----------
+        k : int
+            The module (0-based).
+        x_in : torch.Tensor
+            x_{k-1}, the previous module's output (detached here).
+        y : torch.Tensor
+            The labels.
+        delta_pre : torch.Tensor, default=None
+            dL_{k-1}/dx_{k-1}, stored by module k-1; None for the first module.
+
+        Returns
+        -------
+        out : torch.Tensor
+            x_k passed on, detached.
+        stored_gradient : torch.Tensor or None
+            dL_k/dx_k stored for module k+1 (detached); None for the last module.
+        """
         stage = self.net.stages[k]
         stage.train()
         objective = local_objective(stage, x_in, y, delta_pre,
@@ -340,15 +517,31 @@ class SGRTrainer:
         return out.detach(), objective.stored_gradient
 
     def train_step(self, x, y):
-        """Modules 1..K in turn on one batch (in process), each on the previous one's
-        output and stored gradient."""
+        """Step modules 1..K in turn on one batch, in process.
+
+        Each module works on the previous one's output and stored gradient.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The batch's inputs.
+        y : torch.Tensor
+            Its labels.
+        """
         delta = None
         for k in range(len(self.net)):
             x, delta = self.module_step(k, x, y, delta)
 
     def end_epoch(self):
-        """Close the epoch: step the schedulers, append {"loss": [...], "sgr_loss": [...]}
-        (per module in ``modules``, sample-weighted means; sgr_loss None for module 1)."""
+        """Close the epoch: step the schedulers and append the epoch's record.
+
+        Returns
+        -------
+        dict
+            ``{"loss": [...], "sgr_loss": [...]}`` per module in ``modules``,
+            sample-weighted means over the epoch; ``sgr_loss`` None for the first
+            module.
+        """
         for sched in self.schedulers.values():
             if sched is not None:
                 sched.step()
@@ -366,7 +559,7 @@ class SGRTrainer:
 class LocalTrainingResult:
     """``history``: one record per epoch, ``loss`` and ``sgr_loss`` per module (module 1's
     sgr_loss None); ``peak_saved_bytes``: the largest :class:`SavedTensorMeter` peak of a
-    training step (None unless measured). On pipeline ranks other than 0, ``is_root`` is
+    training step (None without ``measure_memory``). On pipeline ranks other than 0, ``is_root`` is
     false and ``history`` holds that rank's module only."""
     net: nn.Module
     history: list = field(default_factory=list)
@@ -392,9 +585,46 @@ def _log_epoch(label, epoch, epochs, record):
 def train_local(net, X, y, *, mode="sgr", lam=1.0, epochs=10, batch_size=64, lr=0.1,
                 momentum=0.9, weight_decay=0.0, lr_schedule="constant", seed=0,
                 measure_memory=False, verbose=False):
-    """Train ``net`` (a :class:`LocalNet`) in process by local learning (``mode`` in
-    :data:`MODES`), batches drawn as in ``ato.train_dense`` (same seed, same order).
-    ``measure_memory``: record the peak saved-activation bytes of the steps."""
+    """Train a LocalNet in process by local learning.
+
+    Parameters
+    ----------
+    net : LocalNet
+        The net, trained in place.
+    X : array-like or torch.Tensor
+        Inputs.
+    y : array-like or torch.Tensor
+        Labels.
+    mode : {"sgr", "layerwise", "reforward"}, default="sgr"
+        The local objective (:class:`SGRTrainer`).
+    lam : float, default=1.0
+        Weight of L^SGR (the specification's default).
+    epochs : int, default=10
+        Passes over the data.
+    batch_size : int, default=64
+        Minibatch size.
+    lr : float, default=0.1
+        SGD learning rate (the specification's CIFAR setting).
+    momentum : float, default=0.9
+        SGD momentum.
+    weight_decay : float, default=0.0
+        SGD weight decay.
+    lr_schedule : {"constant", "cosine"}, default="constant"
+        Learning-rate schedule over the epochs.
+    seed : int, default=0
+        Seed of the batch order (``torch.Generator().manual_seed(seed)``, one permutation
+        per epoch, as ``ato.train_dense``).
+    measure_memory : bool, default=False
+        Record the peak saved-activation bytes of the steps (:class:`SavedTensorMeter`).
+    verbose : bool, default=False
+        One line per epoch on stderr.
+
+    Returns
+    -------
+    LocalTrainingResult
+        The net, the per-epoch history (``loss`` and ``sgr_loss`` per module) and the peak
+        saved bytes (None without ``measure_memory``).
+    """
     X, y = _tensor(X), _labels(y)
     trainer = SGRTrainer(net, mode=mode, lam=lam, lr=lr, momentum=momentum,
                          weight_decay=weight_decay, lr_schedule=lr_schedule, epochs=epochs)
@@ -418,9 +648,42 @@ def train_local(net, X, y, *, mode="sgr", lam=1.0, epochs=10, batch_size=64, lr=
 
 def train_global_bp(net, X, y, *, epochs=10, batch_size=64, lr=0.1, momentum=0.9,
                     weight_decay=0.0, lr_schedule="constant", seed=0, verbose=False):
-    """The global BP baseline: CE of ``net(x)`` (the last head) back-propagated through
-    every block, one SGD; ``ato.train_dense`` with the local trainers' defaults and batch
-    order."""
+    """Train the global BP baseline: the last head's CE back-propagated through every block.
+
+    One SGD over all parameters; ``ato.train_dense`` with the local trainers' defaults and
+    batch order.
+
+    Parameters
+    ----------
+    net : LocalNet
+        The net, trained in place.
+    X : array-like or torch.Tensor
+        Inputs.
+    y : array-like or torch.Tensor
+        Labels.
+    epochs : int, default=10
+        Passes over the data.
+    batch_size : int, default=64
+        Minibatch size.
+    lr : float, default=0.1
+        SGD learning rate (the specification's CIFAR setting).
+    momentum : float, default=0.9
+        SGD momentum.
+    weight_decay : float, default=0.0
+        SGD weight decay.
+    lr_schedule : {"constant", "cosine"}, default="constant"
+        Learning-rate schedule over the epochs.
+    seed : int, default=0
+        Seed of the batch order (``torch.Generator().manual_seed(seed)``, one permutation
+        per epoch, as ``ato.train_dense``).
+    verbose : bool, default=False
+        One line per epoch.
+
+    Returns
+    -------
+    LocalNet
+        ``net``.
+    """
     return train_dense(net, X, y, epochs=epochs, lr=lr, momentum=momentum,
                        weight_decay=weight_decay, batch_size=batch_size,
                        lr_schedule=lr_schedule, seed=seed, verbose=verbose)
@@ -476,12 +739,51 @@ class _PipelineLink:
 def train_pipeline(net, X, y, *, comm=None, mode="sgr", lam=1.0, epochs=10, batch_size=64,
                    lr=0.1, momentum=0.9, weight_decay=0.0, lr_schedule="constant", seed=0,
                    verbose=False):
-    """:func:`train_local` as a pipeline over MPI ranks, rank k running module k (call it
-    on every rank of ``comm``, size = K, with the same ``net``: build it from the same
-    seed). ``X``, ``y`` are read on rank 0 only (None elsewhere). Float32 nets only. On rank
-    0 the result's ``net`` ends holding every trained module and ``history`` every module's
-    record, as :func:`train_local` returns them; the other ranks return
-    ``is_root=False``."""
+    """Run :func:`train_local` as a pipeline over MPI ranks, rank k running module k.
+
+    Call it on every rank of ``comm`` (size = K) with the same ``net`` (build it from the
+    same seed). Float32 nets only. The trained parameters are those of
+    :func:`train_local`.
+
+    Parameters
+    ----------
+    net : LocalNet
+        The net (float32), the same on every rank.
+    X : array-like or torch.Tensor or None
+        Inputs, read on rank 0 only (None elsewhere).
+    y : array-like or torch.Tensor or None
+        Labels, read on rank 0 only (None elsewhere).
+    comm : mpi4py.MPI.Comm, default=None
+        The communicator, one rank per module; None: ``MPI.COMM_WORLD``.
+    mode : {"sgr", "layerwise", "reforward"}, default="sgr"
+        The local objective (:class:`SGRTrainer`).
+    lam : float, default=1.0
+        Weight of L^SGR (the specification's default).
+    epochs : int, default=10
+        Passes over the data.
+    batch_size : int, default=64
+        Minibatch size.
+    lr : float, default=0.1
+        SGD learning rate (the specification's CIFAR setting).
+    momentum : float, default=0.9
+        SGD momentum.
+    weight_decay : float, default=0.0
+        SGD weight decay.
+    lr_schedule : {"constant", "cosine"}, default="constant"
+        Learning-rate schedule over the epochs.
+    seed : int, default=0
+        Seed of the batch order (``torch.Generator().manual_seed(seed)``, one permutation
+        per epoch, as ``ato.train_dense``).
+    verbose : bool, default=False
+        One line per epoch and rank.
+
+    Returns
+    -------
+    LocalTrainingResult
+        On rank 0: ``net`` holding every trained module and ``history`` every module's
+        record, as :func:`train_local` returns them; on the other ranks ``is_root=False``
+        and that rank's module's history.
+    """
     from mpi4py import MPI
     comm = comm if comm is not None else MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -550,13 +852,26 @@ def _gather_modules(comm, net, own_history, link):
 # ------------------------------------------------------------------------------ memory
 
 class SavedTensorMeter:
-    """Bytes saved for backward, live at once, while the context is active (it can be
-    entered again for each step: ``peak`` is the largest over all of them).
+    """Count the bytes saved for backward, live at once, while the context is active.
 
-    Every tensor autograd saves goes through ``saved_tensors_hooks``; its storage is
-    counted once however many saved tensors (views) share it, from the save until the
-    last graph node holding it is freed. Storages of the tensors in ``exclude`` (the
-    parameters) are not counted: they exist without training."""
+    It can be entered again for each step: ``peak`` is the largest over all of them. Every
+    tensor autograd saves goes through ``saved_tensors_hooks``; its storage is counted once
+    however many saved tensors (views) share it, from the save until the last graph node
+    holding it is freed. Storages of the tensors in ``exclude`` (the parameters) are not
+    counted: they exist without training.
+
+    Parameters
+    ----------
+    exclude : iterable of torch.Tensor, default=()
+        Tensors whose storages are not counted.
+
+    Attributes
+    ----------
+    current : int
+        Bytes live now.
+    peak : int
+        The largest ``current`` so far.
+    """
 
     def __init__(self, exclude=()):
         self.excluded = {t.untyped_storage().data_ptr() for t in exclude}
@@ -609,8 +924,28 @@ class _SavedTensor:
 
 
 def peak_saved_bytes(net, x, y, method="sgr", lam=1.0):
-    """The peak saved-activation bytes of one training step of ``method`` ("global_bp" or
-    one of :data:`MODES`) on the batch (x, y), taken on a copy of ``net`` (left as is)."""
+    """Return the peak saved-activation bytes of one training step.
+
+    Taken on a copy of ``net`` (left as is), with :class:`SavedTensorMeter`.
+
+    Parameters
+    ----------
+    net : LocalNet
+        The net.
+    x : array-like or torch.Tensor
+        The batch's inputs.
+    y : array-like or torch.Tensor
+        Its labels.
+    method : {"sgr", "layerwise", "reforward", "global_bp"}, default="sgr"
+        The training step.
+    lam : float, default=1.0
+        Weight of L^SGR.
+
+    Returns
+    -------
+    int
+        The peak bytes.
+    """
     net = copy.deepcopy(net)
     x, y = _tensor(x), _labels(y)
     meter = SavedTensorMeter(exclude=net.parameters())

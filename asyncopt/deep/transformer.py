@@ -1,6 +1,6 @@
 """A transformer encoder with separate attention and FFN modules (Vaswani et al. 2017;
 BERT's post-LayerNorm layout, Devlin et al. 2019), the foundation model of FedPFT and
-Multi-LoRA on the bridge (``METHODS.md``, cards "FedPFT" and "Multi-LoRA").
+Multi-LoRA on the bridge (docs/deep_methods.md, "FedPFT" and "Multi-LoRA").
 
 Layer l maps hidden states h (batch, tokens, d) to
 
@@ -141,13 +141,33 @@ class WordEmbedding(nn.Module):
 
 
 class TransformerEncoder(nn.Module):
-    """``embed`` -> ``layers`` -> pooling -> ``head`` (None: return the pooled vector).
+    """A transformer encoder: ``embed`` -> ``layers`` -> pooling -> ``head``.
 
-    ``pool``: "mean" (over tokens with ``attention_mask`` 1) or "first" (the [CLS]
-    position). ``norm``: a final LayerNorm after the last layer (pre-LN models need one;
-    None for post-LN). ``pad_id``: for token-id inputs, the id whose positions are masked
-    when no ``attention_mask`` is given (BERT's [PAD] = 0), so a padded id batch can go
-    through ``model(ids)`` alone, as the federated trainers call it.
+    Layer l maps h to LN_2(a + FFN(a)), a = LN_1(h + Attn(h)) (post-LN; pre-LN layers
+    with ``norm_first``), Attn(h) = concat_heads(softmax(Q K^T / sqrt(d_h)) V) W_O^T and
+    FFN(a) = act(a U^T + b_1) W^T + b_2 (module docstring).
+
+    Parameters
+    ----------
+    embed : torch.nn.Module
+        The input embedding (:class:`VectorTokenEmbedding`, :class:`WordEmbedding`).
+    layers : iterable of EncoderLayer
+        The encoder layers; each may have its own FFN width.
+    n_classes : int, default=None
+        Outputs of a linear task head; None: no head, ``forward`` returns the pooled vector.
+    pool : {"mean", "first"}, default="mean"
+        Mean over the tokens with ``attention_mask`` 1, or the first ([CLS]) position.
+    norm : torch.nn.Module, default=None
+        A final LayerNorm after the last layer (pre-LN models need one; None for post-LN).
+    pad_id : int, default=None
+        For token-id inputs, the id whose positions are masked when no ``attention_mask``
+        is given (BERT's [PAD] = 0), so a padded id batch can go through ``model(ids)``
+        alone, as the federated trainers call it.
+
+    Attributes
+    ----------
+    head : torch.nn.Linear or None
+        The task head.
     """
 
     def __init__(self, embed, layers, n_classes=None, pool="mean", norm=None, pad_id=None):
@@ -164,11 +184,30 @@ class TransformerEncoder(nn.Module):
 
     @property
     def d_model(self):
+        """The hidden size d.
+        """
         return self.layers[0].attn.d_model
 
     def hidden_states(self, x, attention_mask=None):
-        """[embedding output, output of layer 1, ..., output of layer L] (the final
-        ``norm``, if any, applied to the last)."""
+        """Return the embedding output and every layer's output.
+
+        FedPFT's layer-level distillation matches them; the final ``norm``, if any, is
+        applied to the last.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Inputs: vectors (float) or token ids (integer).
+        attention_mask : torch.Tensor, default=None
+            (batch, tokens), 1 for real tokens and 0 for padding; None: from ``pad_id`` for
+            integer inputs, else every token is real.
+
+        Returns
+        -------
+        list of torch.Tensor
+            [embedding output, output of layer 1, ..., output of layer L], each
+            (batch, tokens, d).
+        """
         attention_mask = self.mask_of(x, attention_mask)
         h = self.embed(x)
         states = [h]
@@ -180,13 +219,41 @@ class TransformerEncoder(nn.Module):
         return states
 
     def mask_of(self, x, attention_mask=None):
-        """``attention_mask``, or ``x != pad_id`` for integer inputs when ``pad_id`` is set."""
+        """Return the attention mask: the given one, or ``x != pad_id`` for integer inputs.
+
+        The second only when ``pad_id`` is set.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Inputs.
+        attention_mask : torch.Tensor, default=None
+            A given mask, returned as it is.
+
+        Returns
+        -------
+        torch.Tensor or None
+            The mask (None: every token is real).
+        """
         if attention_mask is None and self.pad_id is not None and not x.is_floating_point():
             return (x != self.pad_id).long()
         return attention_mask
 
     def pooled(self, h, attention_mask=None):
-        """Mean over the tokens with mask 1 (all when no mask), or the first token."""
+        """Pool hidden states: mean over the tokens with mask 1, or the first token.
+
+        Parameters
+        ----------
+        h : torch.Tensor
+            Hidden states, (batch, tokens, d).
+        attention_mask : torch.Tensor, default=None
+            (batch, tokens); None: every token counts.
+
+        Returns
+        -------
+        torch.Tensor
+            (batch, d).
+        """
         if self.pool == "first":
             return h[:, 0]
         if attention_mask is None:
@@ -195,6 +262,21 @@ class TransformerEncoder(nn.Module):
         return (h * m).sum(1) / m.sum(1).clamp_min(1e-9)
 
     def forward(self, x, attention_mask=None):
+        """Encode, pool and apply the task head.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Inputs: vectors (float) or token ids (integer).
+        attention_mask : torch.Tensor, default=None
+            (batch, tokens), 1 for real tokens and 0 for padding; None: from ``pad_id`` for
+            integer inputs, else every token is real.
+
+        Returns
+        -------
+        torch.Tensor
+            Logits (batch, n_classes), or the pooled vectors (batch, d) without a head.
+        """
         attention_mask = self.mask_of(x, attention_mask)
         out = self.pooled(self.hidden_states(x, attention_mask)[-1], attention_mask)
         return self.head(out) if self.head is not None else out
@@ -207,8 +289,39 @@ def encoder_layers(n_layers, d_model, n_heads, d_ff, **layer_kwargs):
 
 def tiny_encoder(n_tokens=8, token_dim=8, d_model=32, n_heads=4, d_ff=128, n_layers=6,
                  activation="relu", n_classes=10, dropout=0.0, seed=None):
-    """The card's small FM: L = 6, d = 32, 4 heads, d_ff = 128, ReLU FFN, over digits
-    rows as tokens (8 tokens of 8 pixels), mean pooling, a linear head."""
+    """Build the specification's small foundation model over digits rows as tokens.
+
+    L = 6, d = 32, 4 heads, d_ff = 128, ReLU FFN, 8 tokens of 8 pixels, mean pooling, a
+    linear head.
+
+    Parameters
+    ----------
+    n_tokens : int, default=8
+        Tokens per sample.
+    token_dim : int, default=8
+        Features per token.
+    d_model : int, default=32
+        Hidden size d.
+    n_heads : int, default=4
+        Attention heads.
+    d_ff : int, default=128
+        FFN width.
+    n_layers : int, default=6
+        Layers L.
+    activation : {"relu", "gelu"}, default="relu"
+        FFN activation.
+    n_classes : int, default=10
+        Outputs of the head.
+    dropout : float, default=0.0
+        Dropout rate.
+    seed : int, default=None
+        If given, ``torch.manual_seed(seed)`` before the parameters are drawn.
+
+    Returns
+    -------
+    TransformerEncoder
+        The model.
+    """
     if seed is not None:
         torch.manual_seed(seed)
     embed = VectorTokenEmbedding(n_tokens, token_dim, d_model)
@@ -220,10 +333,42 @@ def tiny_encoder(n_tokens=8, token_dim=8, d_model=32, n_heads=4, d_ff=128, n_lay
 def bert_encoder(vocab_size=30522, max_positions=512, type_vocab_size=2, d_model=384,
                  n_heads=12, d_ff=1536, n_layers=6, eps=1e-12, n_classes=None,
                  dropout=0.0, pool="mean"):
-    """A BERT-layout encoder (post-LN, GELU, eps 1e-12); the defaults are
-    all-MiniLM-L6-v2's shape. Build it under ``torch.device("meta")`` to describe a large
-    model (RoBERTa-base: vocab 50265, 514 positions, 1 type, d 768, 12 heads, d_ff 3072,
-    12 layers) without allocating it."""
+    """Build a BERT-layout encoder (post-LN, GELU), all-MiniLM-L6-v2's shape by default.
+
+    Build it under ``torch.device("meta")`` to describe a large model (RoBERTa-base: vocab
+    50265, 514 positions, 1 type, d 768, 12 heads, d_ff 3072, 12 layers) without allocating
+    it.
+
+    Parameters
+    ----------
+    vocab_size : int, default=30522
+        Word-piece vocabulary.
+    max_positions : int, default=512
+        Position embeddings.
+    type_vocab_size : int, default=2
+        Token types.
+    d_model : int, default=384
+        Hidden size d.
+    n_heads : int, default=12
+        Attention heads.
+    d_ff : int, default=1536
+        FFN width.
+    n_layers : int, default=6
+        Layers.
+    eps : float, default=1e-12
+        LayerNorm epsilon (BERT's).
+    n_classes : int, default=None
+        Outputs of a linear task head; None: no head.
+    dropout : float, default=0.0
+        Dropout rate.
+    pool : {"mean", "first"}, default="mean"
+        Pooling.
+
+    Returns
+    -------
+    TransformerEncoder
+        The model, with ``pad_id=0``.
+    """
     embed = WordEmbedding(vocab_size, max_positions, type_vocab_size, d_model, eps=eps,
                           dropout=dropout)
     layers = encoder_layers(n_layers, d_model, n_heads, d_ff, activation="gelu",

@@ -1,5 +1,5 @@
 """Block coordinate descent on column-major data: the inner loop of the PSE baselines
-(parallel static screening + asynchronous grouped coordinate descent, DESIGN 4).
+(parallel static screening + asynchronous grouped coordinate descent, docs/design.md §4).
 
 For a block g with columns A_g (CSC), margins z = A x + b kept up to date:
 

@@ -41,8 +41,8 @@ _POOL_LOCK = threading.Lock()
 def run_in_parallel(tasks):
     """Run the zero-argument callables ``tasks`` concurrently and return their results:
     the first on the calling thread, the others on a persistent pool of worker threads
-    (created once and grown on demand, rather than a pool per call; measurements:
-    benchmarks/notes/problem.md). Every task finishes before the first error, if any, is
+    (created once and grown on demand, rather than a pool per call). Every task
+    finishes before the first error, if any, is
     re-raised, so a failing task never leaves another one running."""
     global _POOL
     if len(tasks) <= 1:
@@ -179,8 +179,8 @@ def csr_compact_columns_(indptr, indices, data, column_map):
 
 @njit(cache=True)
 def csr_stored_counts(indices, n_cols):
-    """Stored entries per column, explicit zeros included (a loop: faster than
-    numpy.bincount; measurements: benchmarks/notes/problem.md)."""
+    """Stored entries per column, explicit zeros included (a loop, not numpy.bincount:
+    see benchmarks/notes/problem.md)."""
     counts = np.zeros(n_cols, dtype=np.int64)
     for k in range(indices.shape[0]):
         counts[indices[k]] += 1
@@ -218,7 +218,7 @@ def csr_keep_columns(indptr, indices, data, keep, out_indptr, out_indices, out_d
     """Write the rows restricted to the columns with keep[j] != 0 (uint8; column ids kept)
     into out_indptr (n + 1), out_indices and out_data (room for their count plus one);
     returns their count. Branch-free: every entry is written and the position advances
-    by keep[j], with no test per entry. Measurements: benchmarks/notes/problem.md."""
+    by keep[j], with no test per entry."""
     pos = 0
     out_indptr[0] = 0
     for i in range(indptr.shape[0] - 1):

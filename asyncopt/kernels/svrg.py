@@ -1,4 +1,6 @@
-"""Sparse proximal SVRG inner loop (thesis eq. 3-6, 3-8; DESIGN 2) and its naive variant.
+"""Sparse proximal SVRG inner loop (thesis eq. 3-6, 3-8) and its naive variant.
+
+docs/design.md §2.
 
 For a sampled row i with active support S_i, snapshot margins z~ and snapshot gradient mu:
 
@@ -149,8 +151,8 @@ def tick(clock, last, pending, staleness, track, force):
     finished between its read of x and its write, and the steps of one window cover it
     back to back, so those steps are the window's sum of tau exactly (up to the other
     threads' own windows) and an upper bound on any one tau in it. The window keeps the
-    clock's cache line from moving between the cores at every step (measurements:
-    benchmarks/notes/problem.md). Returns (last, pending)."""
+    clock's cache line from moving between the cores at every step. Returns (last,
+    pending)."""
     if track:
         pending += 1
         if pending == CLOCK_SYNC or force:
@@ -180,8 +182,7 @@ def _make_epoch_kernels(track_staleness):
 
     The kernels close over the flag alone: numba keys its on-disk cache of a closure by a
     hash of the closed-over values, and closed-over dispatchers hash differently in every
-    process, so each process would compile the kernels again. Measurements:
-    benchmarks/notes/problem.md."""
+    process, so each process would compile the kernels again."""
 
     @njit(cache=True, nogil=True)
     def epoch_l1(rows, blocks, step, x, intercept, samples, clock):
@@ -255,7 +256,7 @@ ignored (see the tracked twin)."""
 svrg_epoch_group.__doc__ = """Sparse prox-SVRG steps for contiguous blocks
 (``workspace.Blocks``, group penalty), thresholds[g] = eta lam d_g w_g, or +inf for a
 block frozen at zero for the epoch (``ddss.freeze_optimal_zeros``), which the steps
-skip, forming no prox for them (measurements: benchmarks/notes/problem.md). Each touched
+skip, forming no prox for them. Each touched
 block's new value is formed in a private buffer from one read of x_g and only its delta
 is added to x (eq. 3-10), so threads sharing x never shrink a block another thread has
 half-updated."""

@@ -4,7 +4,8 @@ Anderson extrapolation (below); for other losses, proximal Newton steps
 (``prox_newton_working_set``).
 
 The subproblem is the Lasso (or group Lasso) restricted to the columns ``cols`` of a
-CSC matrix (rows in the ActiveSet's order), in the scaling of DESIGN 1 multiplied by n:
+CSC matrix (rows in the ActiveSet's order), in the scaling of docs/design.md §1
+multiplied by n:
 
     F(w, b) = 1/2 ||r||^2 + n lam sum_g v_g ||w_g||_2,     r = y - A_ws w - b,
 
@@ -225,9 +226,10 @@ def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, n_lam, weights, l
 @njit(cache=True)
 def working_set_gap(indptr, rows, data, cols, w, z, y, code, n_lam, weights):
     """n (P - D) of the working-set subproblem at margins z = A_ws w + b: P from the
-    loss, D at the dual point rho = -f'(z) scaled into the constraints (DESIGN 1). With
-    an intercept the dual point is feasible only where b is optimal; the value then
-    serves as the inner stopping rule, the outer certificate being exact."""
+    loss, D at the dual point rho = -f'(z) scaled into the constraints
+    (docs/design.md §1). With an intercept the dual point is feasible only where b is
+    optimal; the value then serves as the inner stopping rule, the outer certificate
+    being exact."""
     n = z.shape[0]
     rho = np.empty(n)
     loss = 0.0

@@ -3,8 +3,8 @@ group penalties, its non-zero groups), taken between DDSS epochs when the gap st
 every backend. What the step is for: where columns are nearly equal, the Lasso moves
 weight from one column of a pair to the other along a direction of almost no curvature,
 which first-order steps (prox-SVRG) follow at constant speed and a Newton step crosses at
-once; and in a run's tail, one step on the right support ends the run. The measurements
-behind its rules and constants: benchmarks/notes/newton.md.
+once; and in a run's tail, one step on the right support ends the run. Why its rules
+and constants are what they are: benchmarks/notes/newton.md.
 
 The package, by layer (a module imports only those listed above it):
   kernels      the shard layer: numba passes over a shard's rows that form the loss's

@@ -179,8 +179,8 @@ class StallWatch:
     try then costs a Hessian on a large S and rarely certifies); at SUPPORT_CHURN the step
     comes while x still sheds its last extra non-zeros and certifies from there, which
     also serves asynchronous runs whose support shrinks slowly. Where the step would
-    prune x the limit is the stricter PRUNED_CHURN. The choice of both, measured:
-    benchmarks/notes/newton.md."""
+    prune x the limit is the stricter PRUNED_CHURN (the choice of both:
+    benchmarks/notes/newton.md)."""
 
     def __init__(self, max_support=None):
         self.max_support = MAX_SUPPORT if max_support is None else int(max_support)

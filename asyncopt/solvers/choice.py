@@ -30,7 +30,7 @@ WORK = {
     "read": 1.0,          # an entry read or updated once (coordinate descent, certificate)
     "transpose": 8.0,     # an entry copied into the working set's column store
     "flop": 0.05,         # a flop of the support Newton step's dense solve (BLAS)
-    "newton": 1e7,        # a support Newton step's own fixed cost (its Python, ~20 ms)
+    "newton": 1e7,        # a support Newton step's own fixed cost (its Python)
 }
 WINDOW = 2                # steps of a kind whose rate is its rate now
 NEWTON_EPOCHS = 16        # epochs' work a support Newton step may cost (``newton_pays``)

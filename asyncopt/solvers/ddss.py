@@ -1,4 +1,6 @@
-"""DDSS: the outer loop of thesis Algorithm 4, written once for every backend (DESIGN 1-3).
+"""DDSS: the outer loop of thesis Algorithm 4, written once for every backend.
+
+docs/design.md §1-3.
 
 ``Driver`` runs it against a backend: ``local.LocalBackend`` (serial and threads: one
 process holds the data) or ``mpi.server.ServerBackend`` (Dis-DDSS: rank 0 drives, the
@@ -73,7 +75,7 @@ def freeze_optimal_zeros(x, eta, weighted_mu, thresholds, block_indptr=None):
     condition at some anchor and is free from that epoch on; the certificate is computed
     on every coordinate, so what DDSS certifies does not change (celer's working sets and
     the strong rule with a KKT check, here for one epoch at a time). Returns new
-    thresholds (the input is kept). Measurements: benchmarks/notes/ddss.md."""
+    thresholds (the input is kept)."""
     return np.where(optimal_zeros(x, eta, weighted_mu, thresholds, block_indptr), np.inf,
                     thresholds)
 
@@ -110,7 +112,7 @@ def epoch_rows(rng, n_samples, n_steps, sampling="chunked", chunk=32):
     "chunked": random reshuffling at the granularity of ``chunk`` consecutive rows: chunks
     in a fresh random order, rows in order inside a chunk, every row once per pass. The
     ActiveSet stores rows in a fixed random order, so a chunk is a random subset, while
-    reading rows near-sequentially makes an epoch about 3x faster than random access.
+    its rows are read near-sequentially (cache-friendly, unlike random access).
     """
     if sampling == "uniform":
         return rng.integers(0, n_samples, n_steps)

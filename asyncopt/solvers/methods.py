@@ -2,7 +2,7 @@
 
 Kept apart from the estimators so that the MPI ranks of the command line tools and the
 benchmarks can map a method to solve_mpi's flags without importing scikit-learn, whose
-start-up every rank would pay. Measurements: benchmarks/notes/frontends.md."""
+start-up every rank would pay."""
 
 METHODS = {
     "ddss": {"screening": True, "variance_reduced": True, "saga": False, "dense": False,

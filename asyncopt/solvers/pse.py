@@ -1,5 +1,5 @@
 """PSE-Safe and PSE-Strong: parallel static screening, then asynchronous grouped
-coordinate descent (the baselines of thesis section 5, DESIGN 4).
+coordinate descent (the baselines of thesis section 5, docs/design.md §4).
 
 1. One screening pass at x = 0 (intercept at its optimum):
    - "safe": the gap-safe sphere test at that point (screening.static_safe_sphere_keep);
@@ -65,7 +65,7 @@ def coordinate_steps(active, columns, centred_steps=True):
     centred_steps=False keeps the uncentred L_g (an upper bound) with the profiled
     intercept: threads racing on z and b see stale values, and the centred norm of a
     column present in almost every row is so small that 1/L_g amplifies those errors
-    until the iterates diverge. Measurements: benchmarks/notes/frontends.md.
+    until the iterates diverge.
     """
     prob = active.problem
     n = prob.n_samples

@@ -1,4 +1,4 @@
-"""The threads backend (Sha-DDSS, thesis Algorithm 4, DESIGN 3).
+"""The threads backend (Sha-DDSS, thesis Algorithm 4, docs/design.md §3).
 
 T Python threads run the numba inner-loop kernels (compiled with ``nogil=True``, so they
 execute truly in parallel) on disjoint slices of the epoch's rows, all writing the same
@@ -37,8 +37,8 @@ class ThreadsInnerLoop:
 
     kernel: "numba" (nogil numba kernels on Python threads: plain racing stores to x),
     "native" (native/svrg.c on OpenMP threads, every write of x a compare-and-swap) or
-    "auto" = "numba": faster than the compare-and-swap native kernel. Measurements:
-    benchmarks/notes/frontends.md.
+    "auto" = "numba", the default because the racing stores beat the native kernel's
+    compare-and-swap (benchmarks/notes/frontends.md).
     """
 
     name = "threads"

@@ -1,5 +1,5 @@
 """Dis-DDSS: DDSS under MPI, a parameter server and its workers (thesis Algorithms 5, 6;
-DESIGN 3).
+docs/design.md §3).
 
 Rank 0 is the server: ``ddss.Driver``, the outer loop every backend shares, runs on it
 over ``server.ServerBackend``; it holds x on the active set, the column statistics and

@@ -1,4 +1,4 @@
-"""Dis-DDSS's asynchronous inner epoch (thesis Algorithms 5 and 6, DESIGN 4).
+"""Dis-DDSS's asynchronous inner epoch (thesis Algorithms 5 and 6, docs/design.md §3).
 
 A worker runs ``batch`` sparse prox-SVRG steps on its copy of x (kernels/svrg.py), sends
 the sparse delta (int32 indices, or their bitmap once it is shorter, and float64 values
@@ -17,8 +17,7 @@ caps the summed move of a coordinate that one batch already moves most of the wa
 minimum, and ``staleness_damping`` scales a delta computed more than l versions ago by
 (l / tau)^k, k adapted per epoch (``adapt_damping_power``). The messages go through
 ``comm.channels`` (a shared-memory window on one node, MPI messages across nodes); each
-side's vector work per message is one pass of ``comm.messages``. Measurements behind the
-constants: benchmarks/notes/mpi.md.
+side's vector work per message is one pass of ``comm.messages``.
 """
 import numpy as np
 
@@ -54,7 +53,7 @@ def default_batch(n, n_workers, oversubscribed=True):
     than cores whose waits poll (``oversubscribed``; solve_mpi passes False where they sleep
     on doorbells), m = 10 elsewhere. Few messages hide the round trip (the server of an
     oversubscribed node answers late); many keep the deltas of l workers from compounding.
-    At least one step per message. Measurements: benchmarks/notes/ddss.md."""
+    At least one step per message."""
     messages = int(np.ceil(2.5 * n_workers)) if n_workers <= 4 else \
         25 if oversubscribed else 10
     return max(1, n // (messages * n_workers))
@@ -75,7 +74,7 @@ def adapt_damping_power(power, calm, gap_rose):
     (power, calm epochs so far). The bold-driver rule of step-size adaptation, applied to
     how much stale deltas count rather than to the step: a smaller step does not help,
     since ``overshoot_weights`` gives the popular coordinates the same summed move for any
-    step. Measurements: benchmarks/notes/ddss.md."""
+    step."""
     if gap_rose:
         return min(power + 1.0, MAX_DAMPING_POWER), 0
     calm += 1

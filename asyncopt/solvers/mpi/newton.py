@@ -1,4 +1,4 @@
-"""The second-order step on the support over the shards (Dis-DDSS; DESIGN 3, 5).
+"""The second-order step on the support over the shards (Dis-DDSS; docs/design.md §3, §5).
 
 Every rank runs ``DistributedStep(...).run()`` at the same point of the outer loop, with
 its x and b (equal on every rank: each inner epoch ends with the workers holding the
@@ -337,7 +337,7 @@ def cg_products_from_shares(wire, support_size):
     across machines (not ``Wire.one_node``), and there where products send fewer bytes
     than the shares' (|S| + 1)(|S| + 2) / 2 numbers a worker (``uses_hessian_free``). On
     one node a product's round (a broadcast and a reduction every worker must wake for)
-    costs more than the bytes. Measurements: benchmarks/notes/ddss.md."""
+    costs more than the bytes."""
     return not wire.one_node and uses_hessian_free(support_size)
 
 

@@ -1,4 +1,4 @@
-"""The collectives of Dis-DDSS's outer iteration that both roles run (DESIGN 3).
+"""The collectives of Dis-DDSS's outer iteration that both roles run (docs/design.md §3).
 
 Every rank takes part in each, the server contributing blanks (or zeros) to the sums:
   - ``shard_statistics``: once, the sums and maxima of the shards' statistics (rows,

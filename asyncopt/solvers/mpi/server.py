@@ -1,4 +1,4 @@
-"""Dis-DDSS's server: the DDSS driver's backend on rank 0 (DESIGN 3).
+"""Dis-DDSS's server: the DDSS driver's backend on rank 0 (docs/design.md §3).
 
 The server holds x on the active blocks, the column statistics and the history, and
 drives: ``ddss.Driver`` runs on it, and each of the driver's calls below is one step of
@@ -234,8 +234,8 @@ class ServerBackend:
 def load_server_kernels(penalty, loss_code):
     """Load the numba kernels the server runs in every Dis-DDSS solve (from numba's cache,
     or compiled where it is cold), on tiny inputs of the solve's types. A process's first
-    kernel also builds numba's typing and target contexts, ~0.2 s on the 2-core VM that
-    the server otherwise spends inside the first certificate while every worker waits
+    kernel also builds numba's typing and target contexts, time that the server
+    otherwise spends inside the first certificate while every worker waits
     for its decision; a caller with idle time on the server calls this there (the command
     line, while the workers parse their byte ranges)."""
     empty = np.zeros(0)

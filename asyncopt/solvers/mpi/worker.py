@@ -1,4 +1,4 @@
-"""Dis-DDSS's workers: each holds its shard of the rows and executes (DESIGN 3).
+"""Dis-DDSS's workers: each holds its shard of the rows and executes (docs/design.md §3).
 
 ``run_worker`` is the worker's whole program, the mirror of ``server.ServerBackend``:
 its share of every certificate, then the server's control word, then what it says.
