@@ -16,8 +16,9 @@ INSTALL_REQUIRES = [
     "scikit-learn>=1.3",
     "threadpoolctl>=3.1",
 ]
-# Optional: asyncopt.deep (the torch bridge) needs PyTorch; the rest of asyncopt does not.
-EXTRAS_REQUIRE = {"deep": ["torch>=2.4"]}
+# Optional: backend="mpi" and mpirun need mpi4py and an MPI (the mpich wheel);
+# asyncopt.deep (the torch bridge) needs PyTorch; the rest of asyncopt needs neither.
+EXTRAS_REQUIRE = {"mpi": ["mpi4py>=3.1", "mpich>=4"], "deep": ["torch>=2.4"]}
 
 # ---------------------------------------------------------------------------
 # C extension (native/): the C + OpenMP lock-free inner loop of Sha-DDSS.

@@ -120,10 +120,11 @@ class _DDSSModel(BaseEstimator):
         server cannot write), prints one message with its traceback and ends every rank
         (``wire.ending_every_rank_on_error``): the others would wait for the failed one
         forever."""
-        from mpi4py import MPI
-
+        from .comm import mpi_module
         from .solvers.mpi import solve_mpi
         from .comm.wire import ending_every_rank_on_error
+
+        MPI = mpi_module()
 
         if self.method not in MPI_METHODS:
             raise ValueError(f"method {self.method!r} is not available on the mpi backend "

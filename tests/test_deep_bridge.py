@@ -23,7 +23,8 @@ if torch is not None:
                                     half_space_project_)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MESSAGE = "asyncopt.deep needs PyTorch: pip install torch==2.13.0"
+MESSAGE = ("asyncopt.deep needs PyTorch: pip install 'asyncopt[deep]' "
+           "(or torch==2.13.0, the CPU wheel)")
 
 
 def run_python(code):

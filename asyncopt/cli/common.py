@@ -198,8 +198,9 @@ def mpi_world():
     size = os.environ.get("PMI_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE")
     if size is None or int(size) < 2:
         return None
-    from mpi4py import MPI
+    from asyncopt.comm import mpi_module
 
+    MPI = mpi_module()
     return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
 
 

@@ -10,3 +10,14 @@
 - ``messages``: the numba kernels that encode, decode and apply a delta or a reply in
   one pass each.
 """
+
+
+def mpi_module():
+    """mpi4py's ``MPI`` module (importing it initializes MPI); ImportError naming the
+    ``[mpi]`` extra where mpi4py is not installed."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise ImportError("backend='mpi' needs mpi4py and an MPI library: "
+                          "pip install 'asyncopt[mpi]'") from None
+    return MPI

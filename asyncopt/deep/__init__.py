@@ -33,7 +33,8 @@ PyTorch is optional for the rest of asyncopt; only this package imports it.
 try:
     import torch  # noqa: F401
 except ImportError:
-    raise ImportError("asyncopt.deep needs PyTorch: pip install torch==2.13.0") from None
+    raise ImportError("asyncopt.deep needs PyTorch: pip install 'asyncopt[deep]' "
+                      "(or torch==2.13.0, the CPU wheel)") from None
 
 from .ato import (ATOController, ATOResult, GatedNet, TinyResNet, ato_schedule,
                   flops_regularizer, magnitude_masks, random_masks, train_ato, train_dense,
