@@ -3,6 +3,7 @@
 #                on the embedded a9a data (mpirun comes with the mpich wheel)
 #   make test    set up .venv and run the test suite
 #   make bench   set up .venv and run the serial benchmark
+#   make docs    set up .venv and build the documentation into docs/_build/html
 #   make clean   remove build artefacts (keeps .venv)
 
 PYTHON3 ?= python3
@@ -11,7 +12,7 @@ PY      := $(VENV)/bin/python
 PIP     := $(PY) -m pip
 STAMP   := $(VENV)/.asyncopt-installed
 
-.PHONY: all install bytecode test lasso bench clean distclean
+.PHONY: all install bytecode test lasso bench docs clean distclean
 
 all: test
 
@@ -44,8 +45,11 @@ lasso: bytecode
 bench: $(STAMP)
 	$(PY) benchmarks/bench_serial.py
 
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .hypothesis
+	rm -rf docs/_build build dist *.egg-info .pytest_cache .hypothesis
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

@@ -1,0 +1,110 @@
+"""The documentation: it builds without a warning, the README's Python examples run as
+written, its links resolve, its headline table is the result file's, and the history
+schema it documents is the one the solvers write."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+
+
+def code_blocks(path, language):
+    """The fenced blocks of ``language`` in the Markdown file ``path``, in order."""
+    return re.findall(rf"```{language}\n(.*?)```", path.read_text(), flags=re.S)
+
+
+def test_docs_build_without_warnings(tmp_path):
+    pytest.importorskip("sphinx")
+    run = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+         "-d", str(tmp_path / "doctrees"), str(DOCS), str(tmp_path / "html")],
+        capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-6000:]
+    assert (tmp_path / "html" / "api.html").exists()
+
+
+@pytest.mark.parametrize("path", [README, DOCS / "guide" / "estimators.md"],
+                         ids=lambda p: p.name)
+def test_python_examples_run_as_written(path):
+    blocks = code_blocks(path, "python")
+    assert blocks, f"{path.name} has no Python example"
+    namespace = {}
+    for block in blocks:
+        exec(compile(block, str(path), "exec"), namespace)   # noqa: S102 - our own docs
+
+
+def markdown_links(path):
+    return [target for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)",
+                                            path.read_text())
+            if not re.match(r"[a-z]+:", target)]
+
+
+@pytest.mark.parametrize("path", [README, *sorted(DOCS.rglob("*.md"))],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(path):
+    missing = [t for t in markdown_links(path) if not (path.parent / t).exists()]
+    assert not missing, f"{path.relative_to(ROOT)} links to missing files: {missing}"
+
+
+def headline_rows():
+    """(data, model, {column: cell}) for each row of the README's table of seconds."""
+    lines = README.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| data (n x p)"))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows, data = [], None
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        data = cells[0].split(" (")[0] or data
+        rows.append((data, cells[1], dict(zip(header[2:], cells[2:]))))
+    return rows
+
+
+def test_headline_table_is_the_result_files():
+    results = {}
+    for name in ("bench_real.json", "bench_real_more.json"):
+        for row in json.loads((ROOT / "benchmarks" / "results" / name).read_text())["rows"]:
+            if row["ratio"] == 0.01:
+                results[row["data"], row["loss"]] = row["solvers"]
+    names = {"dexter": "dexter", "leukemia": "leukemia", "rcv1s": "rcv1s",
+             "reuters": "reuters", "CTR": "ctr", "a9a degree 2": "a9a_d2"}
+    columns = {"asyncopt": "asyncopt", "2 threads": "2 threads",
+               "mpirun -n 3": "mpi -n 3", "skglm": "skglm", "celer": "celer",
+               "scikit-learn": "sklearn"}
+    rows = headline_rows()
+    assert len(rows) == len(results)
+    for data, model, cells in rows:
+        solvers = results[names[data], "squared" if model == "Lasso" else "logistic"]
+        for column, cell in cells.items():
+            entry = solvers.get(columns[column])
+            if cell in ("", "-"):
+                assert entry is None or entry["seconds"] is None, (data, model, column)
+            elif cell == "> cap":
+                assert entry["seconds"] is None and entry["error"] is None, \
+                    (data, model, column)
+            else:
+                assert float(cell) == pytest.approx(entry["seconds"], abs=5e-4), \
+                    (data, model, column)
+
+
+def test_history_schema_is_documented():
+    from asyncopt import Lasso
+    from asyncopt.data import load_a9a
+
+    text = (DOCS / "guide" / "history.md").read_text()
+    table = [line for line in text.splitlines() if line.startswith("| `")]
+    documented = set(re.findall(r"`([a-z_]+)`", " ".join(line.split("|")[1]
+                                                          for line in table)))
+    X, y = load_a9a()
+    record = Lasso(alpha=0.1, tol=1e-3, max_epochs=3).fit(X[:2000], y[:2000]).history_[-1]
+    assert documented == set(record), (sorted(documented - set(record)),
+                                       sorted(set(record) - documented))
+    assert np.isfinite(record["gap"])
