@@ -447,12 +447,15 @@ def fit_and_report(args, prog, loss, title):
 
 
 @contextlib.contextmanager
-def checkpoint_on_sigterm(path, whose):
+def checkpoint_on_sigterm(path, whose, holder=True):
     """While the solve runs, SIGTERM (a scheduler ending the job, mpirun forwarding a
     kill) prints one line and raises SystemExit(143): the solver's driver writes its
     current x, mid-epoch a valid iterate, to the checkpoint ``path`` as it unwinds
     (``ddss.Driver.run``). Nothing is installed without a path, or off the main thread.
-    ``whose``: the process that holds x ("the server's" under mpirun)."""
+    ``whose``: the process that holds x ("the server's" under mpirun). ``holder=False``
+    (an MPI worker) ignores SIGTERM instead: a worker killed first would make mpirun
+    kill the server before its handler has run (it runs only between bytecodes, so not
+    while a kernel compiles), and the server's exit ends every worker anyway."""
     if path is None or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -463,7 +466,7 @@ def checkpoint_on_sigterm(path, whose):
         sys.stderr.flush()
         raise SystemExit(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    previous = signal.signal(signal.SIGTERM, on_sigterm if holder else signal.SIG_IGN)
     try:
         yield
     finally:
@@ -534,7 +537,7 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     # an OSError there is a file one rank writes (the server's checkpoint): one line
     with ending_every_rank_on_error(comm, prog, lambda exc: _os_error_message(exc)
                                     if isinstance(exc, OSError) else None), \
-            checkpoint_on_sigterm(checkpoint if leader else None, "the server's"):
+            checkpoint_on_sigterm(checkpoint, "the server's", holder=leader):
         result = solve_mpi(comm, shard, penalty, p, code, alpha, fit_intercept,
                            tol=args.tol, max_epochs=args.max_epochs,
                            **solver_flags(args.method, not args.no_screening),

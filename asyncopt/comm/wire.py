@@ -107,10 +107,18 @@ def abort_all_ranks(comm, who, message=None):
     print(f"{who}: error: {message} ({where}; aborting all ranks)" if message is not None
           else f"{who}: {where} failed, aborting all ranks\n" + traceback.format_exc(),
           file=sys.stderr, flush=True)
+    _abort(comm, 1)
+
+
+def _abort(comm, code):
+    """End every rank of ``comm`` with exit status ``code`` once this rank's output has had
+    ABORT_GRACE_SECONDS to reach the process manager (``abort_all_ranks``); never
+    returns."""
     sys.stdout.flush()
+    sys.stderr.flush()
     time.sleep(ABORT_GRACE_SECONDS)
-    comm.Abort(1)
-    os._exit(1)
+    comm.Abort(code)
+    os._exit(code)
 
 
 @contextlib.contextmanager
@@ -119,11 +127,17 @@ def ending_every_rank_on_error(comm, who, describe=None):
     others waiting for them forever: a ValueError passes (a user's mistake, which the
     solvers raise on every rank alike), any other Exception ends every rank through
     ``abort_all_ranks``, on one line where ``describe(exc)`` gives one (else with its
-    traceback). The command lines' and the estimators' Dis-DDSS run in it."""
+    traceback), and a SystemExit (a signal handler's, which has said why) ends every rank
+    with its status, since the others would wait for this one in MPI_Finalize. The
+    command lines' and the estimators' Dis-DDSS run in it."""
     try:
         yield
     except ValueError:
         raise
+    except SystemExit as stop:
+        if comm.Get_size() == 1:
+            raise
+        _abort(comm, stop.code if isinstance(stop.code, int) and stop.code else 1)
     except Exception as exc:
         abort_all_ranks(comm, who, None if describe is None else describe(exc))
 

@@ -15,7 +15,7 @@ the protocol every worker follows (``worker.run_worker``), in the same order:
 """
 import numpy as np
 
-from ...comm.messages import ChangeLog, add_weighted_delta
+from ...comm.messages import ChangeLog, add_weighted_delta, changed_since
 from ...losses import generalized_residual, loss_of_code
 from ...newton.kernels import ReducedHessian
 from ...problem import Certificate, dropped_share
@@ -251,3 +251,4 @@ def load_server_kernels(penalty, loss_code):
     log = ChangeLog(1, 1)
     log.add(index)
     log.owed(1, changed_at, 0, run_source, before_run)
+    changed_since(changed_at, 0, 1, run_source, before_run)   # a log longer than x
