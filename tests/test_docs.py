@@ -1,6 +1,6 @@
-"""The documentation: it builds without a warning, the README's Python examples run as
-written, its links resolve, its headline table is the result file's, and the history
-schema it documents is the one the solvers write."""
+"""The documentation: it builds without a warning, the README's Python examples and
+command lines run as written, its links resolve, its headline table is the result
+file's, and the history schema it documents is the one the solvers write."""
 import json
 import re
 import subprocess
@@ -16,8 +16,20 @@ DOCS = ROOT / "docs"
 
 
 def code_blocks(path, language):
-    """The fenced blocks of ``language`` in the Markdown file ``path``, in order."""
-    return re.findall(rf"```{language}\n(.*?)```", path.read_text(), flags=re.S)
+    """The fenced blocks of ``language`` ("" for a fence without one) in the Markdown file
+    ``path``, in order."""
+    blocks, info, lines = [], None, []
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            if info is None:
+                info, lines = line[3:].strip(), []
+            else:
+                if info == language:
+                    blocks.append("\n".join(lines) + "\n")
+                info = None
+        elif info is not None:
+            lines.append(line)
+    return blocks
 
 
 def test_docs_build_without_warnings(tmp_path):
@@ -38,6 +50,47 @@ def test_python_examples_run_as_written(path):
     namespace = {}
     for block in blocks:
         exec(compile(block, str(path), "exec"), namespace)   # noqa: S102 - our own docs
+
+
+def test_readme_commands_run_as_written(tmp_path):
+    """The README's command lines, in a directory that holds its file names: ``.venv``
+    (this checkout's), ``data.svm``, a ``hostfile.example`` of this machine, and /data and
+    /shared as folders here. Each ends with a certified fit, and the mpirun one, run again
+    as its text says, resumes from its checkpoint."""
+    if not (ROOT / ".venv" / "bin" / "mpirun").exists():
+        pytest.fail("the README's mpirun command needs mpirun in .venv: run `make install`")
+    commands = [block.replace("\\\n", " ") for block in code_blocks(README, "")
+                if block.startswith(".venv/bin/")]
+    assert len(commands) >= 2, commands
+    (tmp_path / ".venv").symlink_to(ROOT / ".venv")
+    (tmp_path / "hostfile.example").write_text("localhost:9\n")
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(400):
+        cols = np.sort(rng.choice(30, 5, replace=False))
+        label = 1 if cols[0] < 6 else -1
+        lines.append(f"{label} " + " ".join(f"{c + 1}:{rng.standard_normal():.4f}"
+                                            for c in cols))
+    (tmp_path / "data.svm").write_text("\n".join(lines) + "\n")
+    for folder in ("data", "shared"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "data" / "big.svm").write_text("\n".join(lines) + "\n")
+    for command in commands:
+        here = command.replace(" /data/", f" {tmp_path}/data/") \
+            .replace(" /shared/", f" {tmp_path}/shared/")
+        histories = []
+        for _ in (1, 2) if "--checkpoint" in command else (1,):
+            run = subprocess.run(["bash", "-c", here], cwd=tmp_path, capture_output=True,
+                                 text=True, timeout=300)
+            assert run.returncode == 0, (command, run.stdout[-3000:], run.stderr[-3000:])
+            histories.append([json.loads(line) for line in
+                              (tmp_path / ("shared" if "/shared/" in command else ".") /
+                               "run.jsonl").read_text().splitlines()])
+            assert histories[-1][-1]["rel_gap"] <= 1e-6, (command, histories[-1][-1])
+        if len(histories) == 2:     # the rerun went on from the first run's last epoch
+            first, again = histories
+            assert len(again) > len(first) and again[:len(first)] == first
+            assert again[len(first)]["epoch"] >= first[-1]["epoch"], again[len(first)]
 
 
 def markdown_links(path):
