@@ -11,9 +11,8 @@ each of ``--coords`` coordinates drawn from ``--moving`` coordinates that move (
 ``--features``), ``--messages`` messages per worker per epoch (``default_batch`` sends 10
 beyond 4 workers where every rank has a core). With l workers the server answers every
 message with the coordinates the other l - 1 changed since that worker's previous reply,
-so its work per message grows with l; it is an Amdahl term of every inner loop (at 8
-workers on 16 cores the inner loop took 61 ms an epoch against 35 ms for its share of the
-work, benchmarks/README.md).
+so its work per message grows with l; it is a serial (Amdahl) term of every inner loop
+(benchmarks/notes/bench_server.md).
 
 Output: a table, and ``results/bench_server.json`` (machine, sizes, every block's time);
 each row is the best and the median of ``--repeat`` epochs.
