@@ -288,8 +288,9 @@ class Driver:
         (x, b, steps, (mean tau, max tau)); ``dispatched()`` is called once the epoch's
         work is handed out (the checkpoint is written meanwhile);
       - ``working_set_step(x, cert, gap)``: the working-set step (``inner=
-        "working_set"`` or ``"auto"``, local backends only) -> (x, b, inner epochs,
-        its size, its work as ``choice.InnerChoice`` counts it);
+        "working_set"`` or ``"auto"``; in this process, or solved on the MPI server
+        from the workers' shares) -> (x, b, inner epochs, its size, its work as
+        ``choice.InnerChoice`` counts it);
       - ``newton_step(x, b, cert, firm)``: the second-order step on the support ->
         (x, b, t, products) or None (no trial lowered P; x as it was);
       - ``reject()``: after a rejected epoch, whether the backend cut its own move (else
