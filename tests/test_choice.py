@@ -8,23 +8,25 @@ import scipy.sparse as sp
 import asyncopt
 from asyncopt.penalties import L1
 from asyncopt.problem import Problem
-from asyncopt.solvers.choice import InnerChoice
+from asyncopt.solvers.choice import WORK, InnerChoice
 from asyncopt.solvers.ddss import solve_ddss
 from test_working_set import correlated_data, objective, sklearn_solution
 
 
 def run_rule(rate_of, work_of, goal):
     """Drive InnerChoice with step k of each kind making rate_of(kind, k) * work progress
-    for work_of[kind] work, until the progress reaches ``goal``; returns (the total
-    work, the kinds in order)."""
+    for work_of[kind] work (plus an outer iteration's fixed cost, as the rule counts
+    it), until the progress reaches ``goal``; returns (the total work, the kinds in
+    order)."""
     choice, done, total, kinds = InnerChoice(), 0.0, 0.0, []
     while done < goal:
         kind = choice.next()
         k = kinds.count(kind)
-        progress = rate_of(kind, k) * work_of[kind]
+        work = work_of[kind] + WORK["step"]
+        progress = rate_of(kind, k) * work
         choice.credit(kind, 1.0, np.exp(-progress), work_of[kind])
         done += progress
-        total += work_of[kind]
+        total += work
         kinds.append(kind)
     return total, kinds
 
@@ -38,7 +40,7 @@ def test_steady_rates_cost_at_most_twelve_percent_over_the_best_kind(rho):
     goal = 2000 * max(rates.values()) * max(work.values())
     total, kinds = run_rule(lambda kind, k: rates[kind], work, goal)
     alone = goal / max(rates.values())
-    assert total <= 1.12 * alone + sum(work.values())
+    assert total <= 1.12 * alone + sum(work.values()) + 2 * WORK["step"]
     assert {"working_set", "svrg"} <= set(kinds)        # both measured
 
 
@@ -91,3 +93,28 @@ def test_auto_is_the_default_and_runs_the_epoch_only_where_no_working_set_solves
     _, _, problem = mixed_problem()
     result = solve_ddss(problem, tol=1e-8, max_epochs=2000, inner="auto", random_state=0)
     assert any(record["working_set"] for record in result.history)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_auto_takes_no_epoch_while_features_outnumber_rows(loss):
+    """n = 40 rows, p = 400 features: every step taken while the active set holds more
+    features than rows is a working-set step, and the run still reaches scikit-learn's
+    objective (the squared loss) or certifies 1e-10 (both)."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((40, 400))
+    y = X[:, :5] @ rng.standard_normal(5) + 0.1 * rng.standard_normal(40)
+    if loss == "logistic":
+        y = np.where(y > 0, 1.0, -1.0)
+    problem = Problem(sp.csr_matrix(X), y, loss, L1(400), 1.0, True)
+    problem = problem.with_lam(0.01 * problem.lam_max())
+    result = solve_ddss(problem, tol=1e-10, max_epochs=5000, inner="auto", random_state=0)
+    assert result.converged
+    # a record's n_active: the active set its step ran on (screened at the record before)
+    wide = [record["working_set"] for record in result.history[1:]
+            if record["n_active"] > 40]
+    assert wide and all(size is not None for size in wide), wide
+    if loss == "squared":
+        coef, b = sklearn_solution(X, y, problem.lam, True)
+        theirs = objective(X, y, coef, b, problem.lam)
+        ours = objective(X, y, result.coef, result.intercept, problem.lam)
+        assert abs(ours - theirs) <= 1e-6 * theirs

@@ -9,7 +9,7 @@ picks one per outer iteration from what each kind has done so far in this run:
 - a step's progress is ln(G_before / G_after), G the best duality gap before the step
   and at the next record (after any support Newton step), and its work the entries of
   the data it and the certificates until that record read, each weighted by what it
-  costs (``WORK``);
+  costs (``WORK``), plus the fixed cost of an outer iteration;
 - a kind's rate r_k is the progress over the work of its last WINDOW steps (a prox-SVRG
   epoch's rate falls as it runs on ill-conditioned data, a working set's grows with its
   size);
@@ -17,7 +17,11 @@ picks one per outer iteration from what each kind has done so far in this run:
   the kind of the best rate, except that the other kind runs whenever its total work is
   below (r_other / r_best)^2 times the best kind's: it keeps being measured, and where
   the rates stay in a ratio rho the run does (1 + rho^2) / (1 + rho^3) <= 1.12 times the
-  work of the best kind alone.
+  work of the best kind alone;
+- prox-SVRG is a candidate only while the active set has no more features than the data
+  has rows: with more, the data term is not strongly convex on them (A^T A / n is
+  singular), an epoch of n row steps makes little progress, and it leaves most of the
+  coordinates it touches non-zero, so that the next working set holds all of them.
 
 Work is counted, not timed, so that one seed makes the same choices in every run.
 """
@@ -31,6 +35,7 @@ WORK = {
     "transpose": 8.0,     # an entry copied into the working set's column store
     "flop": 0.05,         # a flop of the support Newton step's dense solve (BLAS)
     "newton": 1e7,        # a support Newton step's own fixed cost (its Python)
+    "step": 1e5,          # an outer iteration's fixed cost (its Python), about 0.1 ms
 }
 WINDOW = 2                # steps of a kind whose rate is its rate now
 NEWTON_EPOCHS = 16        # epochs' work a support Newton step may cost (``newton_pays``)
@@ -74,7 +79,11 @@ class InnerChoice:
         recent = self.steps[kind][-self.window:]
         return max(sum(p for p, _ in recent), 0.0) / sum(w for _, w in recent)
 
-    def next(self):
+    def next(self, svrg=True):
+        """The kind to run; ``svrg=False`` (more active features than rows): the working
+        set."""
+        if not svrg:
+            return "working_set"
         for kind in KINDS:
             if not self.steps[kind]:
                 return kind
@@ -85,7 +94,7 @@ class InnerChoice:
         return other if self.work[other] < share * self.work[best] else best
 
     def credit(self, kind, gap_before, gap_after, work):
-        work = max(work, 1.0)
+        work = max(work, 1.0) + WORK["step"]
         progress = math.log(gap_before / max(gap_after, 1e-300)) if gap_before > 0.0 \
             else 0.0
         self.steps[kind].append((progress, work))

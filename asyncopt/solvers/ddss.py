@@ -532,7 +532,7 @@ class Driver:
         s, backend = self.settings, self.backend
         kind = s.inner
         if self.choice is not None:
-            kind = self.choice.next()
+            kind = self.choice.next(svrg=backend.n_features <= backend.n_samples)
             self.pending = (kind, self.best.gap(cert.primal))
         if kind == "working_set":
             return self._working_set_step(x, cert)
