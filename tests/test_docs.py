@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test_cli import write_libsvm
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -64,17 +66,10 @@ def test_readme_commands_run_as_written(tmp_path):
     assert len(commands) >= 2, commands
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     (tmp_path / "hostfile.example").write_text("localhost:9\n")
-    rng = np.random.default_rng(0)
-    lines = []
-    for i in range(400):
-        cols = np.sort(rng.choice(30, 5, replace=False))
-        label = 1 if cols[0] < 6 else -1
-        lines.append(f"{label} " + " ".join(f"{c + 1}:{rng.standard_normal():.4f}"
-                                            for c in cols))
-    (tmp_path / "data.svm").write_text("\n".join(lines) + "\n")
     for folder in ("data", "shared"):
         (tmp_path / folder).mkdir()
-    (tmp_path / "data" / "big.svm").write_text("\n".join(lines) + "\n")
+    for path in (tmp_path / "data.svm", tmp_path / "data" / "big.svm"):
+        write_libsvm(path, n=400, p=30)
     for command in commands:
         here = command.replace(" /data/", f" {tmp_path}/data/") \
             .replace(" /shared/", f" {tmp_path}/shared/")
