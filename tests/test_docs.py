@@ -1,6 +1,7 @@
 """The documentation: it builds without a warning, the README's Python examples and
 command lines run as written, its links resolve, its headline table is the result
-file's, and the history schema it documents is the one the solvers write."""
+file's, every table of measurements names a result file, and the history schema it
+documents is the one the solvers write."""
 import json
 import re
 import subprocess
@@ -86,6 +87,27 @@ def test_readme_commands_run_as_written(tmp_path):
             first, again = histories
             assert len(again) > len(first) and again[:len(first)] == first
             assert again[len(first)]["epoch"] >= first[-1]["epoch"], again[len(first)]
+
+
+@pytest.mark.parametrize("path", [README, ROOT / "benchmarks" / "README.md"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_table_of_measurements_names_its_result_file(path):
+    """Each table of the README and of benchmarks/README.md names, within four lines
+    before or after it, a result file that benchmarks/results/ holds."""
+    lines, unnamed, i = path.read_text().splitlines(), [], 0
+    while i < len(lines):
+        if not lines[i].startswith("|"):
+            i += 1
+            continue
+        end = i
+        while end < len(lines) and lines[end].startswith("|"):
+            end += 1
+        around = " ".join(lines[max(0, i - 4):i] + lines[end:end + 4])
+        if not any((ROOT / "benchmarks" / "results" / name).exists()
+                   for name in re.findall(r"results/([\w.\-]+\.json)", around)):
+            unnamed.append(f"line {i + 1}: {lines[i][:60]}")
+        i = end
+    assert not unnamed, f"{path.relative_to(ROOT)}: tables without a result file: {unnamed}"
 
 
 def markdown_links(path):
