@@ -155,6 +155,109 @@ def test_gram_coordinate_descent_reaches_sklearns_objective_with_a_true_gap(fit_
     assert abs(objective(w, b0 + db) - best) <= 1e-9 * best
 
 
+def tall_correlated_data(n=3000, p=40, seed=0):
+    """n >> p with correlated columns (a9a's degree-2 products): a working set's Gram
+    matrix is cheaper a pass than its columns, and coordinate descent needs many."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 6)) @ rng.standard_normal((6, p)) + \
+        0.3 * rng.standard_normal((n, p))
+    y = X[:, :5] @ np.array([2.0, -1.0, 1.5, 0.5, -2.0]) + rng.standard_normal(n) + 1.0
+    return X, y
+
+
+@pytest.mark.parametrize("layout", ["dense", "csr"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_the_gram_path_reaches_sklearns_objective_with_a_true_gap(layout, fit_intercept,
+                                                                   monkeypatch):
+    """On tall data the serial working-set step goes on on the Gram matrix of [A_W, 1]
+    (``gram_finish``, checked to run); the fit reaches scikit-learn's objective and its
+    gap bounds the distance to it."""
+    from asyncopt.solvers import working_set as module
+    calls = []
+    finish = module.gram_finish
+    monkeypatch.setattr(module, "gram_finish",
+                        lambda *args: calls.append(1) or finish(*args))
+    X, y = tall_correlated_data(seed=fit_intercept)
+    data = sp.csr_matrix(X) if layout == "csr" else X
+    alpha = 0.01 * Problem(X, y, "squared", L1(X.shape[1]), 1.0,
+                           fit_intercept).lam_max()
+    est = asyncopt.Lasso(alpha=alpha, fit_intercept=fit_intercept, tol=1e-10,
+                         method="working_set", max_epochs=1000).fit(data, y)
+    assert calls
+    coef, b = sklearn_solution(X, y, alpha, fit_intercept)
+    ours = objective(X, y, est.coef_, est.intercept_, alpha)
+    theirs = objective(X, y, coef, b, alpha)
+    assert abs(ours - theirs) <= 1e-6 * theirs
+    assert ours - theirs <= est.dual_gap_ + 1e-12 * theirs
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_going_on_on_the_gram_matrix_solves_the_columns_subproblem(fit_intercept):
+    """``gram_finish`` from a point that column passes reached (its B^T r formed from
+    the certificate's and the move since it) ends at the subproblem's solution that
+    the column passes reach alone."""
+    from asyncopt.kernels.working_set import lasso_working_set_cd
+    from asyncopt.solvers.working_set import ColumnStore, GramStore, gram_finish
+    X, y = tall_correlated_data(n=800, p=30, seed=5)
+    prob = Problem(X, y, "squared", L1(30), 1.0, fit_intercept)
+    prob = prob.with_lam(0.02 * prob.lam_max())
+    active = prob.full_active_set()
+    x0 = np.where(np.arange(30) % 4 == 0, 0.05, 0.0)
+    cert = active.certificate(x0, 0.3 if fit_intercept else 0.0)
+    ws = np.arange(30)
+    store = ColumnStore(30)
+    cols = store.columns(active, active.features[ws], lambda: active.features[ws])
+    n_lam = prob.n_samples * prob.lam
+    args = (store.indptr, store.rows, store.data, cols)
+
+    def columns(w, r, b, epochs, tol):
+        return lasso_working_set_cd(*args, w, r, b, active.y, n_lam, np.ones(30),
+                                    active.column_sq_norms, np.arange(31), fit_intercept,
+                                    tol, epochs, 5, 10)
+    w_ref, r_ref = x0.copy(), cert.rho.copy()
+    b_ref = columns(w_ref, r_ref, float(cert.intercept), 100_000, 1e-13)[0]
+    w, r = x0.copy(), cert.rho.copy()
+    b = columns(w, r, float(cert.intercept), 10, 0.0)[0]
+    assert np.max(np.abs(w - w_ref)) > 1e-4               # not yet solved
+    b, _, _ = gram_finish(store, active, cert, ws, x0, w, r, b, 1e-13, 100_000,
+                          GramStore(30), ws, 1)
+    assert np.max(np.abs(w - w_ref)) <= 1e-7
+    assert abs(b - b_ref) <= 1e-7
+
+
+def test_the_gram_store_forms_the_working_sets_gram_matrix_by_feature_id():
+    """``GramStore.gram`` is [A_W, 1]^T [A_W, 1] for W on the active set, from what it
+    kept (a set within the last span: no pass; a few new features: their rows), also
+    after a compaction moved the features' positions; the kept span holds every
+    still-active feature of the sets so far."""
+    from asyncopt.solvers.working_set import GramStore
+    X, y = tall_correlated_data(n=200, p=30, seed=2)
+    prob = Problem(sp.csr_matrix(X), y, "squared", L1(30), 1.0, True)
+    active = prob.full_active_set()
+    grams = GramStore(30)
+
+    def reference(active, ws):
+        ids = active.features[ws]
+        B = np.hstack([X[:, ids], np.ones((200, 1))])
+        return B.T @ B
+
+    z = np.zeros(200)
+    for ws in (np.array([1, 4, 9]), np.array([1, 4, 9, 12]), np.array([4, 12]),
+               np.arange(20)):
+        span = grams.span(active, ws)
+        assert np.all(np.isin(ws, span))
+        gram = grams.gram(active, z, ws, span, 1)
+        np.testing.assert_allclose(gram, reference(active, ws), rtol=1e-12, atol=1e-9)
+    keep = np.ones(30, dtype=bool)
+    keep[[0, 2, 3]] = False                 # positions shift after the compaction
+    active, _, _ = active.compact(keep, np.zeros(30))
+    ws = np.array([0, 5, 16])
+    span = grams.span(active, ws)
+    assert span.shape[0] == 17               # the kept 17 of the 20 still active
+    np.testing.assert_allclose(grams.gram(active, z, ws, span, 1),
+                               reference(active, ws), rtol=1e-12, atol=1e-9)
+
+
 def test_the_working_set_holds_the_support_then_the_worst_violators():
     x = np.array([0.0, 1.0, 0.0, 0.0, -2.0, 0.0] + [0.0] * 14)
     correlation = np.zeros(20)

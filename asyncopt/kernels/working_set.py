@@ -476,6 +476,20 @@ def _gram_residual_correlation(gram, corr, w, start, db, fit_intercept, g):
 
 
 @njit(cache=True)
+def gram_start(gram, corr, w0, w, db, r, y, fit_intercept):
+    """What ``gram_lasso_cd`` starts from at (w, b + db) with residual r, given B^T r0
+    = ``corr`` at (w0, b): (B^T r = corr - gram d at d = (w - w0, db), ||r||^2,
+    y^T r), with no BLAS call (whose idle threads would spin beside the kernels)."""
+    g = np.empty(corr.shape[0])
+    _gram_residual_correlation(gram, corr, w, w0, db, fit_intercept, g)
+    sq, yr = 0.0, 0.0
+    for i in range(r.shape[0]):
+        sq += r[i] * r[i]
+        yr += y[i] * r[i]
+    return g, sq, yr
+
+
+@njit(cache=True)
 def gram_lasso_cd(gram, corr, w, n_lam, weights, fit_intercept, sq_residual, y_residual,
                   y_corr, tol, max_passes, check_every, anderson):
     """Coordinate descent on the L1 subproblem F(w + d_w, b + d_b) (module docstring) from

@@ -314,6 +314,12 @@ class HessianCache:
     def keep(self, ids, intercept, hessian):
         self.ids, self.intercept, self.hessian = np.asarray(ids), bool(intercept), hessian
 
+    def reusable(self, ids, intercept):
+        """Where each of ``ids`` stands in the kept sum (-1: new), or None where
+        ``extended`` would form the sum anew (``reusable_positions``)."""
+        return reusable_positions(self.ids, self.intercept, np.asarray(ids), intercept,
+                                  self.REUSE_SHARE)
+
     def extended(self, ids, intercept, args):
         """H on ``ids`` from the kept one plus the new coordinates' rows and columns
         (``args``: those of ``support_hessian_sums`` for S'), or None when nothing is kept,
@@ -324,7 +330,7 @@ class HessianCache:
         fresh = np.flatnonzero(old < 0)
         hessian = kept_entries(self.hessian, np.append(old, self.ids.shape[0]) if intercept
                                else old)
-        return place_rows(hessian, fresh, support_hessian_rows(*args, fresh))
+        return hessian if not fresh.shape[0] else place_rows(hessian, fresh, support_hessian_rows(*args, fresh))
 
 
 class ReducedHessian:

@@ -36,6 +36,7 @@ WORK = {
     "flop": 0.05,         # a flop of the support Newton step's dense solve (BLAS)
     "newton": 1e7,        # a support Newton step's own fixed cost (its Python)
     "step": 1e5,          # an outer iteration's fixed cost (its Python), about 0.1 ms
+    "gram": 1e5,          # a working set's Gram matrix's fixed cost (its Python)
 }
 WINDOW = 2                # steps of a kind whose rate is its rate now
 NEWTON_EPOCHS = 16        # epochs' work a support Newton step may cost (``newton_pays``)

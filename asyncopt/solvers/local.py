@@ -12,7 +12,7 @@ from ..newton.kernels import HessianCache
 from ..runtime import blas_threads_beside
 from .ddss import epoch_rows
 from .serial import SerialInnerLoop
-from .working_set import ColumnStore, step
+from .working_set import ColumnStore, GramStore, step
 
 
 class LocalBackend:
@@ -117,7 +117,8 @@ class LocalBackend:
         the working sets' columns are kept between calls (``ColumnStore``)."""
         if self.columns is None:
             self.columns = ColumnStore(self.n_original)
-        return step(self.columns, self.active, x, cert, gap)
+            self.grams = GramStore(self.n_original, self.hessian_cache)
+        return step(self.columns, self.active, x, cert, gap, self.grams, self.n_threads)
 
     def record(self):
         """Nothing beyond the driver's record: no bytes, no messages."""

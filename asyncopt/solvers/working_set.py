@@ -15,15 +15,19 @@ set W of blocks (features, for L1), to a fraction of the outer gap:
   outer gap (celer's inner tolerance, Massias et al., ICML 2018): for the squared loss
   cyclic (block) coordinate descent with Anderson extrapolation, for the logistic loss
   (L1) proximal Newton steps (coordinate descent on the second-order model, then a line
-  search), both in ``kernels.working_set``.
+  search), both in ``kernels.working_set``; for the Lasso, where a pass on the Gram
+  matrix of [A_W, 1] is cheaper than one on the columns, the passes go on on it once
+  the column passes have cost what forming it does (``gram_passes``, ``GramStore``).
 
 The features outside W stay at zero, so the outer certificate that follows is the full
 problem's: nothing this step does changes what DDSS certifies.
 """
 import numpy as np
 
-from ..kernels.linalg import csr_columns
-from ..kernels.working_set import lasso_working_set_cd, prox_newton_working_set
+from ..kernels.linalg import csr_columns, csr_rmatvec
+from ..kernels.working_set import (gram_lasso_cd, gram_start, lasso_working_set_cd,
+                                   prox_newton_working_set)
+from ..newton.kernels import HessianCache, SupportRows
 from ..penalties import block_positions, contiguous_block_norms
 from .choice import WORK
 
@@ -35,6 +39,7 @@ MAX_INNER_EPOCHS = 10_000
 MAX_NEWTON_STEPS = 50
 MAX_CD_PASSES = 20       # skglm's max_cd_iter: passes of the Newton direction's CD
 AHEAD = 4                # the column store holds sets this many times the current one
+MAX_GRAM = 2048          # the Gram matrix's side (32 MB)
 
 
 def supports(problem):
@@ -120,11 +125,79 @@ class ColumnStore:
         return work
 
 
-def step(store, active, x, cert, outer_gap):
+class GramStore:
+    """The Gram matrices of the squared loss's working sets, B = [A_W, 1] (L1), formed
+    from the rows (``SupportRows``) for the union S of the sets so far that are still
+    active, at most MAX_GRAM features (else for W alone), kept by original id
+    (``cache``, a ``HessianCache``, the support Newton step's: each reuses what the
+    other formed): a set within S costs no pass over the rows, one that adds a few
+    features a pass and their rows. Also A^T y by original id, for the active set."""
+
+    def __init__(self, n_original, cache=None):
+        self.cache = HessianCache() if cache is None else cache
+        self.y_correlation = np.zeros(n_original)
+        self.y_of = None                 # the ActiveSet y_correlation holds
+
+    def span(self, active, ws):
+        """The positions (on ``active``) of the features the next Gram matrix holds:
+        the kept ones still active and W's, sorted; W's alone where more than
+        MAX_GRAM."""
+        kept = self.cache.ids
+        if kept is None:
+            return ws
+        held = np.zeros(active.n_features + 1, dtype=bool)
+        position = np.minimum(np.searchsorted(active.features, kept), active.n_features)
+        held[position[active.features[np.minimum(position, active.n_features - 1)] ==
+                      kept]] = True
+        held[-1] = False
+        held[ws] = True
+        span = np.flatnonzero(held)
+        return span if span.shape[0] <= MAX_GRAM else ws
+
+    def price(self, active, span):
+        """The products that forming the Gram matrix on ``span`` costs: sum_i m_i^2
+        for m_i entries of row i in it, taken as even (entries^2 / n), or where the
+        kept one holds most of it, a pass over the rows and the new columns' products,
+        sum_i m_i f_i (f_i of row i's entries new), nothing where none is new."""
+        n, counts = active.problem.n_samples, active.column_counts[span]
+        entries = float(np.sum(counts))
+        old = self.cache.reusable(active.features[span], active.problem.fit_intercept)
+        if old is None:
+            return entries * entries / n
+        fresh = float(np.sum(counts[old < 0]))
+        return float(active.nnz) + entries * fresh / n if fresh else 0.0
+
+    def gram(self, active, z, ws, span, n_threads):
+        """B^T B for W (the intercept last where it is fitted), from the one on
+        ``span`` (``SupportRows.hessian_sums`` at the margins z, whose values the
+        squared loss's Hessian does not depend on)."""
+        intercept = active.problem.fit_intercept
+        full = SupportRows(active, active.problem.loss.code, z, span, intercept, None,
+                           self.cache, n_threads).hessian_sums()
+        where = np.searchsorted(span, ws)
+        if intercept:
+            where = np.append(where, span.shape[0])
+        return np.ascontiguousarray(full[np.ix_(where, where)])
+
+    def y_correlation_on(self, active, ws):
+        """A_W^T y (and sum y last with an intercept)."""
+        if self.y_of is not active:
+            self.y_correlation[active.features] = csr_rmatvec(
+                active.indptr, active.indices, active.data, active.y, active.n_features)
+            self.y_of = active
+        y_corr = self.y_correlation[active.features[ws]]
+        return np.append(y_corr, float(np.sum(active.y))) \
+            if active.problem.fit_intercept else y_corr
+
+
+def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
     """The working-set step from x at its certificate ``cert`` (on ``active``) ->
     (x, b, inner epochs or Newton steps, working-set size, work: the entries read,
     ``choice.WORK``-weighted); x is updated in place. Squared loss: coordinate descent
-    with Anderson extrapolation; other losses: proximal Newton steps."""
+    with Anderson extrapolation, on the columns and, for L1 once ``gram_passes`` passes
+    have not solved the subproblem, on the Gram matrix of [A_W, 1] (``grams``: the
+    run's ``GramStore``, ``n_threads`` form it); other losses: proximal Newton
+    steps."""
     prob = active.problem
     n = prob.n_samples
     block_indptr = active.block_indptr
@@ -143,29 +216,87 @@ def step(store, active, x, cert, outer_gap):
         lipschitz = np.add.reduceat(active.column_sq_norms[ws], pointer[:-1]) \
             if ws.shape[0] else np.zeros(0)
     w = x[ws].copy()
-
-    def ahead():        # the blocks of the next two sets if the support grows as fast
-        blocks = working_set(x_norms, scores, AHEAD * chosen.shape[0])
-        return active.features[blocks if singletons else
-                               block_positions(block_indptr, blocks)]
-    cols = store.columns(active, active.features[ws], ahead)
     tol = INNER_FRACTION * n * outer_gap
-    if prob.loss.quadratic:
+    counts = active.column_counts[ws]
+    entries = float(np.sum(counts))
+    rent, span = MAX_INNER_EPOCHS, None
+    saving = gram_saving(entries, n, ws.shape[0] + int(prob.fit_intercept))
+    if prob.loss.quadratic and singletons and grams is not None and saving > 0.0:
+        span = grams.span(active, ws)
+        rent = gram_passes(WORK["gram"] + grams.price(active, span), saving)
+    work = 0.0
+    if rent == 0:
+        r, b, epochs, gap = cert.rho, float(cert.intercept), 0, np.inf
+    else:
+        def ahead():    # the blocks of the next two sets if the support grows as fast
+            blocks = working_set(x_norms, scores, AHEAD * chosen.shape[0])
+            return active.features[blocks if singletons else
+                                   block_positions(block_indptr, blocks)]
+        cols = store.columns(active, active.features[ws], ahead)
+        work += store.taken()
+    if rent > 0 and prob.loss.quadratic:
         r = cert.rho.copy()                      # y - A x - b for the squared loss
-        b, epochs, _, _ = lasso_working_set_cd(
+        b, epochs, gap, _ = lasso_working_set_cd(
             store.indptr, store.rows, store.data, cols, w, r, float(cert.intercept),
             active.y, n * prob.lam, active.weights[chosen], lipschitz, pointer,
-            prob.fit_intercept, tol, MAX_INNER_EPOCHS, ANDERSON, CHECK_EVERY)
-        nnz = float(np.sum(store.indptr[cols + 1] - store.indptr[cols]))
-        reads = epochs * (2.0 * nnz + 2.0 * n) + \
-            (epochs // CHECK_EVERY + 1) * (nnz + 2.0 * n) + \
-            (epochs // (ANDERSON + 1)) * 4.0 * (ANDERSON + 1) * (w.shape[0] + n)
-    else:
+            prob.fit_intercept, tol, rent, ANDERSON, CHECK_EVERY)
+        work += WORK["read"] * (epochs * (2.0 * entries + 2.0 * n) +
+                                (epochs // CHECK_EVERY + 1) * (entries + 2.0 * n) +
+                                (epochs // (ANDERSON + 1)) * 4.0 * (ANDERSON + 1) *
+                                (w.shape[0] + n))
+    elif rent > 0:
         b, epochs, _, reads = prox_newton_working_set(
             store.indptr, store.rows, store.data, cols, w, cert.z.copy(),
             float(cert.intercept), active.y, prob.loss.code, n * prob.lam,
             active.weights[chosen], active.column_sq_norms[ws], prob.loss.lipschitz,
             prob.fit_intercept, tol, MAX_NEWTON_STEPS, MAX_CD_PASSES)
+        work += WORK["read"] * float(reads)
+    if span is not None and gap > tol:
+        b, passes, gram_work = gram_finish(store, active, cert, ws, x[ws], w, r, b, tol,
+                                           MAX_INNER_EPOCHS - epochs, grams, span, n_threads)
+        epochs += passes
+        work += gram_work
     x[ws] = w
-    return x, float(b), int(epochs), int(ws.shape[0]), \
-        WORK["read"] * float(reads) + store.taken()
+    return x, float(b), int(epochs), int(ws.shape[0]), work
+
+
+def gram_saving(entries, n, dim):
+    """What a pass of coordinate descent on the Gram matrix of [A_W, 1] (dim^2) saves
+    against one on W's columns (2 entries + 2 n: their entries read and the residual
+    updated); 0 where the matrix would have more than MAX_GRAM rows."""
+    return 0.0 if dim > MAX_GRAM else 2.0 * entries + 2.0 * n - float(dim) * dim
+
+
+def gram_passes(price, saving):
+    """The passes of column coordinate descent after which the working-set step goes on
+    on the Gram matrix (``gram_finish``): as many as its formation (``price``, from
+    ``GramStore.price``) costs in passes' ``saving`` (``gram_saving``, > 0), rounded
+    down to a multiple of CHECK_EVERY (0: the Gram matrix at once). Passing over the
+    columns until they have cost what the matrix does, then forming it, costs at most
+    twice the cheaper of the two whatever the number of passes (ski rental)."""
+    return int(min(price / saving, MAX_INNER_EPOCHS) // CHECK_EVERY) * CHECK_EVERY
+
+
+def gram_finish(store, active, cert, ws, w0, w, r, b, tol, max_passes, grams, span,
+                n_threads):
+    """The squared loss's subproblem on W from (w, b) with residual r = y - A_W w - b,
+    solved by coordinate descent on the Gram matrix of B = [A_W, 1]
+    (``kernels.working_set.gram_lasso_cd``, which Dis-DDSS's server runs): B^T B from
+    ``grams`` (``GramStore.gram`` on ``span``), B^T r from the certificate's A^T rho and
+    the move since it (from w0 and the certificate's intercept), B^T y. w is updated in
+    place; returns (b, passes, work)."""
+    prob = active.problem
+    n, intercept = prob.n_samples, prob.fit_intercept
+    price = grams.price(active, span)
+    gram = grams.gram(active, cert.z, ws, span, n_threads)
+    corr = cert.correlation[ws]
+    if intercept:
+        corr = np.append(corr, cert.rho_sum)
+    corr, sq_residual, y_residual = gram_start(gram, corr, w0, w, b - float(cert.intercept),
+                                               r, active.y, intercept)
+    db, passes, _ = gram_lasso_cd(
+        gram, corr, w, n * prob.lam, active.weights[ws], intercept, sq_residual,
+        y_residual, grams.y_correlation_on(active, ws), tol, max_passes, CHECK_EVERY,
+        ANDERSON)
+    dim = gram.shape[0]
+    return b + db, passes, WORK["gram"] + WORK["read"] * (price + passes * dim * dim)
