@@ -275,22 +275,11 @@ def logistic_objective(X, y, coef, b, alpha):
     return np.mean(np.logaddexp(0.0, -y * (X @ coef + b))) + alpha * np.abs(coef).sum()
 
 
-@pytest.mark.filterwarnings("ignore:'@' is faster")      # inside skglm's solver
-@pytest.mark.parametrize("method", ["working_set", "auto"])
-@pytest.mark.parametrize("layout", ["dense", "csr", "csc"])
-@pytest.mark.parametrize("fit_intercept", [True, False])
-def test_l1_logistic_reaches_the_peers_objective(layout, fit_intercept, method):
-    """Proximal Newton on the working set: celer's objective without intercept, skglm's
-    with one (both at 1e-12), to 1e-6 relative; the reported gap bounds the distance."""
+def peer_logistic_objective(X, y, alpha, fit_intercept):
+    """The L1 logistic objective at skglm's solution (celer's without intercept), both
+    at tol 1e-12."""
     import celer
     import skglm
-    X, t = correlated_data(n=80, p=150, seed=7 + fit_intercept)
-    y = np.where(t > np.quantile(t, 0.4), 1.0, -1.0)
-    data = {"dense": X, "csr": sp.csr_matrix(X), "csc": sp.csc_matrix(X)}[layout]
-    alpha = 0.05 * Problem(X, y, "logistic", L1(150), 1.0, fit_intercept).lam_max()
-    est = asyncopt.SparseLogisticRegression(alpha=alpha, fit_intercept=fit_intercept,
-                                            tol=1e-10, method=method,
-                                            max_epochs=1000).fit(data, y)
     if fit_intercept:
         peer = skglm.SparseLogisticRegression(alpha=alpha, tol=1e-12, max_iter=1000,
                                               fit_intercept=True).fit(X, y)
@@ -299,7 +288,24 @@ def test_l1_logistic_reaches_the_peers_objective(layout, fit_intercept, method):
         peer = celer.LogisticRegression(C=1.0 / (X.shape[0] * alpha), tol=1e-12,
                                         fit_intercept=False).fit(X, y)
         coef, b = peer.coef_.ravel(), 0.0
-    theirs = logistic_objective(X, y, coef, b, alpha)
+    return logistic_objective(X, y, coef, b, alpha)
+
+
+@pytest.mark.filterwarnings("ignore:'@' is faster")      # inside skglm's solver
+@pytest.mark.parametrize("method", ["working_set", "auto"])
+@pytest.mark.parametrize("layout", ["dense", "csr", "csc"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_l1_logistic_reaches_the_peers_objective(layout, fit_intercept, method):
+    """Proximal Newton on the working set: celer's objective without intercept, skglm's
+    with one (both at 1e-12), to 1e-6 relative; the reported gap bounds the distance."""
+    X, t = correlated_data(n=80, p=150, seed=7 + fit_intercept)
+    y = np.where(t > np.quantile(t, 0.4), 1.0, -1.0)
+    data = {"dense": X, "csr": sp.csr_matrix(X), "csc": sp.csc_matrix(X)}[layout]
+    alpha = 0.05 * Problem(X, y, "logistic", L1(150), 1.0, fit_intercept).lam_max()
+    est = asyncopt.SparseLogisticRegression(alpha=alpha, fit_intercept=fit_intercept,
+                                            tol=1e-10, method=method,
+                                            max_epochs=1000).fit(data, y)
+    theirs = peer_logistic_objective(X, y, alpha, fit_intercept)
     ours = logistic_objective(X, y, est.coef_.ravel(), float(np.ravel(est.intercept_)[0]),
                               alpha)
     assert abs(ours - theirs) <= 1e-6 * theirs
@@ -327,6 +333,79 @@ def test_prox_newton_steps_never_raise_the_subproblems_objective():
                                                 True, 0.0, steps, 20)
         np.testing.assert_allclose(z, csc[:, cols] @ w + b, atol=1e-10)
         values.append(np.sum(np.logaddexp(0.0, -active.y * z)) + n_lam * np.abs(w).sum())
+    assert all(later <= earlier + 1e-12 for earlier, later in zip(values, values[1:]))
+    assert values[-1] < values[0]
+
+
+@pytest.mark.filterwarnings("ignore:'@' is faster")      # inside skglm's solver
+@pytest.mark.parametrize("layout", ["dense", "csr"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_l1_logistic_newton_steps_on_the_hessian_reach_the_peers_objective(
+        layout, fit_intercept, monkeypatch):
+    """On tall data the serial working-set step goes on with directions from the
+    Hessian on W (``gram_newton_finish``, checked to run); the fit reaches skglm's
+    objective (celer's without intercept) and its gap bounds the distance to it."""
+    from asyncopt.solvers import working_set as module
+    calls = []
+    finish = module.gram_newton_finish
+    monkeypatch.setattr(module, "gram_newton_finish",
+                        lambda *args: calls.append(1) or finish(*args))
+    X, t = tall_correlated_data(n=2000, p=40, seed=3 + fit_intercept)
+    y = np.where(t > np.quantile(t, 0.4), 1.0, -1.0)
+    data = sp.csr_matrix(X) if layout == "csr" else X
+    alpha = 0.01 * Problem(X, y, "logistic", L1(40), 1.0, fit_intercept).lam_max()
+    est = asyncopt.SparseLogisticRegression(alpha=alpha, fit_intercept=fit_intercept,
+                                            tol=1e-10, method="working_set",
+                                            max_epochs=1000).fit(data, y)
+    assert calls
+    theirs = peer_logistic_objective(X, y, alpha, fit_intercept)
+    ours = logistic_objective(X, y, est.coef_.ravel(), float(np.ravel(est.intercept_)[0]),
+                              alpha)
+    assert abs(ours - theirs) <= 1e-6 * theirs
+    assert ours - theirs <= est.dual_gap_ + 1e-9 * theirs
+
+
+def test_l1_logistic_sets_beyond_the_hessians_bound_stay_on_the_columns(monkeypatch):
+    """Working sets of more than MAX_GRAM features take every Newton direction from the
+    columns and reach the peer's objective."""
+    from asyncopt.solvers import working_set as module
+    calls = []
+    monkeypatch.setattr(module, "MAX_GRAM", 4)
+    monkeypatch.setattr(module, "gram_newton_finish", lambda *args: calls.append(1))
+    X, t = tall_correlated_data(n=600, p=30, seed=4)
+    y = np.where(t > np.median(t), 1.0, -1.0)
+    alpha = 0.01 * Problem(X, y, "logistic", L1(30), 1.0, True).lam_max()
+    est = asyncopt.SparseLogisticRegression(alpha=alpha, tol=1e-10, method="working_set",
+                                            max_epochs=1000).fit(X, y)
+    assert not calls
+    theirs = peer_logistic_objective(X, y, alpha, True)
+    ours = logistic_objective(X, y, est.coef_.ravel(), float(np.ravel(est.intercept_)[0]),
+                              alpha)
+    assert abs(ours - theirs) <= 1e-6 * theirs
+
+
+def test_newton_steps_on_the_hessian_never_raise_the_subproblems_objective():
+    """``gram_newton_finish`` run for 1, 2, ..., 8 steps from one start: n P on W falls
+    with every step count, the margins it keeps are A_W w + b, and where it stops
+    early the subproblem's gap is at most its tolerance."""
+    from asyncopt.solvers.working_set import gram_newton_finish
+    X, t = tall_correlated_data(n=500, p=30, seed=8)
+    y = np.where(t > np.median(t), 1.0, -1.0)
+    prob = Problem(X, y, "logistic", L1(30), 1.0, True)
+    prob = prob.with_lam(0.02 * prob.lam_max())
+    active = prob.full_active_set()
+    ws = np.arange(0, 30, 2)
+    n_lam = prob.n_samples * prob.lam
+    values = []
+    for steps in range(1, 9):
+        w, z = np.zeros(ws.shape[0]), np.zeros(500)
+        b, done, _ = gram_newton_finish(active, z, ws, w, 0.0, 1e-9, steps, float(
+            np.sum(active.column_counts[ws])), 1)
+        move = np.zeros(30)
+        move[ws] = w
+        np.testing.assert_allclose(z, active.margins(move, b), atol=1e-10)
+        values.append(np.sum(np.logaddexp(0.0, -active.y * z)) + n_lam * np.abs(w).sum())
+        assert done <= steps
     assert all(later <= earlier + 1e-12 for earlier, later in zip(values, values[1:]))
     assert values[-1] < values[0]
 

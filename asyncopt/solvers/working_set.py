@@ -17,7 +17,10 @@ set W of blocks (features, for L1), to a fraction of the outer gap:
   (L1) proximal Newton steps (coordinate descent on the second-order model, then a line
   search), both in ``kernels.working_set``; for the Lasso, where a pass on the Gram
   matrix of [A_W, 1] is cheaper than one on the columns, the passes go on on it once
-  the column passes have cost what forming it does (``gram_passes``, ``GramStore``).
+  the column passes have cost what forming it does (``gram_passes``, ``GramStore``),
+  and for the logistic loss the Newton directions come from the Hessian on W once the
+  column directions have cost what one such step does (``gram_newton_price``,
+  ``gram_newton_steps``).
 
 The features outside W stay at zero, so the outer certificate that follows is the full
 problem's: nothing this step does changes what DDSS certifies.
@@ -27,7 +30,8 @@ import numpy as np
 from ..kernels.linalg import csr_columns, csr_rmatvec
 from ..kernels.working_set import (gram_lasso_cd, gram_start, lasso_working_set_cd,
                                    prox_newton_working_set)
-from ..newton.kernels import HessianCache, SupportRows
+from ..losses import generalized_residual, mean_loss, mean_neg_conjugate
+from ..newton.kernels import HessianCache, SupportRows, shard_slope
 from ..penalties import block_positions, contiguous_block_norms
 from .choice import WORK
 
@@ -40,6 +44,8 @@ MAX_NEWTON_STEPS = 50
 MAX_CD_PASSES = 20       # skglm's max_cd_iter: passes of the Newton direction's CD
 AHEAD = 4                # the column store holds sets this many times the current one
 MAX_GRAM = 2048          # the Gram matrix's side (32 MB)
+MAX_NEWTON_PASSES = 1000
+HESSIAN_STEPS = 2        # Newton steps from the Hessian that end a set, about (quadratic)
 
 
 def supports(problem):
@@ -219,8 +225,9 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
     tol = INNER_FRACTION * n * outer_gap
     counts = active.column_counts[ws]
     entries = float(np.sum(counts))
+    dim = ws.shape[0] + int(prob.fit_intercept)
     rent, span = MAX_INNER_EPOCHS, None
-    saving = gram_saving(entries, n, ws.shape[0] + int(prob.fit_intercept))
+    saving = gram_saving(entries, n, dim)
     if prob.loss.quadratic and singletons and grams is not None and saving > 0.0:
         span = grams.span(active, ws)
         rent = gram_passes(WORK["gram"] + grams.price(active, span), saving)
@@ -244,13 +251,33 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
                                 (epochs // CHECK_EVERY + 1) * (entries + 2.0 * n) +
                                 (epochs // (ANDERSON + 1)) * 4.0 * (ANDERSON + 1) *
                                 (w.shape[0] + n))
-    elif rent > 0:
-        b, epochs, _, reads = prox_newton_working_set(
-            store.indptr, store.rows, store.data, cols, w, cert.z.copy(),
-            float(cert.intercept), active.y, prob.loss.code, n * prob.lam,
-            active.weights[chosen], active.column_sq_norms[ws], prob.loss.lipschitz,
-            prob.fit_intercept, tol, MAX_NEWTON_STEPS, MAX_CD_PASSES)
-        work += WORK["read"] * float(reads)
+    elif not prob.loss.quadratic:
+        z = cert.z.copy()
+        b, epochs, gap = float(cert.intercept), 0, np.inf
+        price = HESSIAN_STEPS * gram_newton_price(entries, n, dim, active.nnz)
+        spent = 0.0
+        while epochs < MAX_NEWTON_STEPS and gap > tol and spent < price:
+            # as many column steps as cost the rest of the price at their cost so far
+            each = spent / epochs if epochs else MAX_CD_PASSES * 2.0 * entries
+            budget = max(1, int(min((price - spent) / max(each, 1.0),
+                                    MAX_NEWTON_STEPS - epochs)))
+            b, steps, gap, reads = prox_newton_working_set(
+                store.indptr, store.rows, store.data, cols, w, z, b, active.y,
+                prob.loss.code, n * prob.lam, active.weights[chosen],
+                active.column_sq_norms[ws], prob.loss.lipschitz, prob.fit_intercept, tol,
+                budget, MAX_CD_PASSES)
+            epochs += steps
+            spent += float(reads)
+            if steps < budget:          # solved, or no step lowered n P
+                break
+        work += WORK["read"] * spent
+        if gap > tol and spent >= price and epochs < MAX_NEWTON_STEPS:
+            b, steps, newton_work = gram_newton_finish(active, z, ws, w, b, tol,
+                                                       MAX_NEWTON_STEPS - epochs, entries,
+                                                       n_threads)
+            epochs += steps
+            work += newton_work
+        gap = 0.0
     if span is not None and gap > tol:
         b, passes, gram_work = gram_finish(store, active, cert, ws, x[ws], w, r, b, tol,
                                            MAX_INNER_EPOCHS - epochs, grams, span, n_threads)
@@ -265,6 +292,49 @@ def gram_saving(entries, n, dim):
     against one on W's columns (2 entries + 2 n: their entries read and the residual
     updated); 0 where the matrix would have more than MAX_GRAM rows."""
     return 0.0 if dim > MAX_GRAM else 2.0 * entries + 2.0 * n - float(dim) * dim
+
+
+def gram_newton_price(entries, n, dim, nnz):
+    """What a proximal Newton step with its direction from the Hessian on W costs
+    (``gram_newton_finish``): forming the Hessian (entries^2 / n for W's ``entries``
+    stored entries), ``newton_passes`` passes on it (dim^2 each) and three passes over
+    the ``nnz`` entries of the rows (the Hessian's, the move's, A^T rho's); inf where it
+    would have more than MAX_GRAM rows. A direction from the Hessian solves the model
+    far more exactly, so that from a working set's start about HESSIAN_STEPS such steps
+    end it, where the columns' directions (MAX_CD_PASSES passes at most) may need many
+    (tall data, correlated columns): the working-set step takes directions from the
+    columns until they have cost HESSIAN_STEPS of these steps, then from the Hessian,
+    so that, whatever the number of column steps a set needs, it costs at most about
+    twice the cheaper of the two ways (ski rental)."""
+    if dim > MAX_GRAM:
+        return np.inf
+    return 3.0 * nnz + entries * entries / n + \
+        newton_passes(entries, n, dim) * float(dim) * dim
+
+
+def gram_newton_finish(active, z, ws, w, b, tol, max_steps, entries, n_threads):
+    """``gram_newton_steps`` on W from (w, b) at the margins z (both updated in place),
+    at most ``max_steps`` steps; returns (b, steps, work)."""
+    prob = active.problem
+    n, intercept = prob.n_samples, prob.fit_intercept
+    dim = ws.shape[0] + int(intercept)
+    weights = active.weights[ws]
+    sums = LocalNewtonSums(active, z, ws, weights, n * prob.lam, n_threads)
+    bound = prob.loss.lipschitz * (np.append(active.column_sq_norms[ws], n) if intercept
+                                   else active.column_sq_norms[ws])
+    passes = newton_passes(entries, n, dim)
+    b, steps = gram_newton_steps(sums, w, b, n * prob.lam, weights, bound, intercept, tol,
+                                 passes, max_steps)
+    return b, steps, WORK["gram"] * steps + WORK["read"] * (
+        sums.reads + steps * passes * dim * dim)
+
+
+def newton_passes(entries, n, dim):
+    """The passes of coordinate descent on the Hessian for a Newton direction: as many
+    as cost what forming it does (entries^2 / n against dim^2 a pass), between
+    MAX_CD_PASSES and MAX_NEWTON_PASSES."""
+    return int(min(max(entries * entries / n / (float(dim) * dim), MAX_CD_PASSES),
+                   MAX_NEWTON_PASSES))
 
 
 def gram_passes(price, saving):
@@ -300,3 +370,164 @@ def gram_finish(store, active, cert, ws, w0, w, r, b, tol, max_passes, grams, sp
         ANDERSON)
     dim = gram.shape[0]
     return b + db, passes, WORK["gram"] + WORK["read"] * (price + passes * dim * dim)
+
+
+NEWTON_GRID = 2.0 ** -np.arange(10)     # the line search's steps, 1 down to 1/512
+
+
+def gram_newton_steps(sums, w, b, n_lam, weights, bound, intercept, tol, passes,
+                      max_steps=MAX_NEWTON_STEPS):
+    """Proximal Newton steps on W for a loss whose Hessian depends on the margins (L1
+    logistic), from the Hessian on W: what Dis-DDSS's server runs from the workers'
+    shares (``mpi.working_set.server_newton_step``) and the serial step once the
+    column directions have cost what one of these steps does (``gram_newton_price``). Each step,
+    unless ``sums.solved(w, tol)`` (the subproblem's gap at most tol, where the sums
+    have it):
+      - ``sums.hessian_and_slope()``: H = sum_i f''(z_i) [a_iW, 1] [a_iW, 1]^T and
+        g = sum_i f'(z_i) [a_iW, 1] at the current point;
+      - the direction d minimising g^T d + d^T H d / 2 + n lam |w + d|_v by ``passes``
+        passes of coordinate descent on H (``gram_lasso_cd``); the steps stop where its
+        model decrease Delta = g^T d + n lam (|w + d|_v - |w|_v) is not negative, or,
+        where the sums do not know the gap (``sums.knows_gap`` False), above -tol after
+        the first step (the model's decrease on W can be below tol while the outer gap
+        is not, and the first step then still moves, so that the next set sees the
+        violators that hold the gap up);
+      - ``sums.losses(go, d)``: sum_i f at t = 1, 1/2, ..., 1/2^9 along d, then at t = 0
+        (None where not ``go``); the largest t with n P(t) <= n P(0) + 1e-4 t Delta
+        taken; where none is (f'' ~ 0 on separated rows makes H nearly singular and d
+        huge: the model misleads), ``sums.again()`` and a direction with H +
+        diag(``bound``) (the coordinates' curvature bound, L_f ||a_j||^2 and L_f n: a
+        majorizer), then no step if that fails too;
+      - ``sums.take(index, d)``: the step t = NEWTON_GRID[index] (index -1: none, the
+        steps stop);
+    at most ``max_steps`` steps. w is updated in place; returns (b, steps)."""
+    k = w.shape[0]
+    dim = k + int(intercept)
+    steps = 0
+    for steps in range(1, max_steps + 1):
+        if sums.solved(w, tol):
+            steps -= 1
+            break
+        hessian, slope = sums.hessian_and_slope()
+        penalty_now = float(np.sum(weights * np.abs(w)))
+        chosen = -1
+        for attempt in range(2):
+            if attempt:
+                hessian[np.diag_indices(dim)] += bound
+            target = w.copy()
+            d_b, _, _ = gram_lasso_cd(hessian, -slope, target, n_lam, weights, intercept,
+                                      0.0, 0.0, np.zeros(dim), -np.inf, passes, passes,
+                                      ANDERSON)
+            direction = np.append(target - w, d_b) if intercept else target - w
+            decrease = float(slope @ direction) + n_lam * (
+                float(np.sum(weights * np.abs(target))) - penalty_now)
+            go = decrease < (0.0 if steps == 1 or sums.knows_gap else -tol)
+            losses = sums.losses(go, direction)
+            if not go:
+                break
+            before = losses[-1] + n_lam * penalty_now
+            for index, t in enumerate(NEWTON_GRID):
+                after = losses[index] + n_lam * float(np.sum(weights * np.abs(
+                    w + t * direction[:k])))
+                if after <= before + 1e-4 * t * decrease:
+                    chosen = index
+                    break
+            if chosen >= 0 or attempt:
+                break
+            sums.again()
+        if not go:
+            break
+        sums.take(chosen, direction)
+        if chosen < 0:
+            break
+        t = NEWTON_GRID[chosen]
+        w += t * direction[:k]
+        if intercept:
+            b += t * direction[k]
+    return b, steps
+
+
+class LazyLosses:
+    """n f's sum at z + t u for t = NEWTON_GRID[index] (index -1: t = 0), formed when
+    first read: the line search reads the steps in order and stops at the first it
+    takes (the loss costs an exp and a log a row)."""
+
+    def __init__(self, sums):
+        self.sums, self.values = sums, {}
+
+    def __getitem__(self, index):
+        if index not in self.values:
+            sums = self.sums
+            t = 0.0 if index == -1 else NEWTON_GRID[index]
+            sums.reads += sums.z.shape[0]
+            self.values[index] = sums.z.shape[0] * mean_loss(
+                sums.code, sums.z + t * sums.dz, sums.active.y)
+        return self.values[index]
+
+
+class LocalNewtonSums:
+    """``gram_newton_steps``' sums over the rows of this process's ActiveSet from the
+    margins z at (w, b) on W (updated in place): z follows the steps (z += t (A_W d_w +
+    d_b)), rho = -f'(z) and A^T rho are formed again after each (a pass over the rows
+    each), the line search's losses from u = A_W d_w + d_b (a pass; ``LazyLosses``),
+    and ``solved`` is the subproblem's gap (``kernels.working_set.working_set_gap``'s,
+    from them). ``reads``: the entries read so far."""
+
+    def __init__(self, active, z, ws, weights, n_lam, n_threads=1):
+        self.active, self.ws, self.n_threads = active, ws, n_threads
+        self.weights, self.n_lam = weights, n_lam
+        self.code = active.problem.loss.code
+        self.intercept = active.problem.fit_intercept
+        self.z = z
+        self.rows = None
+        self.reads = 0.0
+        self._residual()
+
+    knows_gap = True
+
+    def _residual(self):
+        active = self.active
+        self.rho = generalized_residual(self.code, self.z, active.y, np.empty_like(self.z))
+        self.correlation = csr_rmatvec(active.indptr, active.indices, active.data,
+                                       self.rho, active.n_features,
+                                       self.n_threads)[self.ws]
+        self.reads += 2.0 * active.nnz
+
+    def solved(self, w, tol):
+        y, n = self.active.y, self.z.shape[0]
+        live = self.weights > 0.0
+        dual_norm = float(np.max(np.abs(self.correlation[live]) / self.weights[live])) \
+            if np.any(live) else 0.0
+        scale = max(1.0, dual_norm / self.n_lam)
+        gap = n * (mean_loss(self.code, self.z, y) -
+                   mean_neg_conjugate(self.code, self.rho / scale, y)) + \
+            self.n_lam * float(np.sum(self.weights * np.abs(w)))
+        return gap <= tol
+
+    def hessian_and_slope(self):
+        slope = shard_slope(self.correlation, float(np.sum(self.rho)), self.intercept)
+        self.rows = SupportRows(self.active, self.code, self.z, self.ws, self.intercept,
+                                slope, None, self.n_threads)
+        entries = float(np.sum(self.active.column_counts[self.ws]))
+        self.reads += self.active.nnz + entries * entries / self.active.problem.n_samples
+        return self.rows.hessian_sums(), slope
+
+    def losses(self, go, direction):
+        if not go:
+            return None
+        active, k = self.active, self.ws.shape[0]
+        move = np.zeros(active.n_features)
+        move[self.ws] = direction[:k]
+        self.dz = active.margins(move, direction[k] if self.intercept else 0.0,
+                                 self.n_threads)
+        self.reads += active.nnz
+        return LazyLosses(self)
+
+    def again(self):
+        """Nothing to tell: the next direction is formed here."""
+
+    def take(self, index, direction):
+        if index < 0:
+            return
+        self.z += NEWTON_GRID[index] * self.dz
+        self._residual()

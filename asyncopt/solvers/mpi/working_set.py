@@ -23,14 +23,13 @@ from ...kernels.working_set import gram_lasso_cd
 from ...losses import generalized_residual, mean_loss
 from ...newton.kernels import SupportRows, from_upper_triangle, shard_slope
 from ..working_set import (ANDERSON, CHECK_EVERY, INNER_FRACTION, MAX_CD_PASSES,
-                           MAX_INNER_EPOCHS, MAX_NEWTON_STEPS, violation_scores,
-                           working_set)
+                           MAX_INNER_EPOCHS, NEWTON_GRID, gram_newton_steps,
+                           violation_scores, working_set)
 from ..choice import WORK
 from .newton import reduce_support_hessian
 from .protocol import server_vector
 
 MAX_SIZE = 2048     # the Gram matrix's triangle: 2.1M numbers (17 MB) a worker
-NEWTON_GRID = 2.0 ** -np.arange(10)     # the line search's steps, 1 down to 1/512
 
 
 def supports(loss, penalty):
@@ -134,79 +133,59 @@ def worker_step(wire, sums, active, z, code, features, intercept, reduced):
 def server_newton_step(wire, x, b, cert, n, lam, penalty, intercept, outer_gap,
                        column_counts, column_sq, lipschitz, n_workers, last_size=None):
     """The server's side for a loss whose Hessian depends on the margins (L1 logistic):
-    proximal Newton steps on W (``bounded_working_set``), each of them
-      - the workers' shares of H = sum_i f''(z_i) [a_iW, 1] [a_iW, 1]^T, of the slope
-        g = sum_i f'(z_i) [a_iW, 1] and of sum_i f(z_i) reduced;
-      - the direction d minimising g^T d + d^T H d / 2 + n lam |w + d|_v by coordinate
-        descent on H (``gram_lasso_cd``, MAX_CD_PASSES passes), broadcast with a flag
-        (0: stop, where its model decrease Delta = g^T d + n lam (|w + d|_v - |w|_v) is
-        above -tol, tol = INNER_FRACTION n G, after the first step: the model's decrease
-        on W can be below tol while the outer gap is not, and the first step then still
-        moves, so that the next set sees the violators that hold the gap up);
-      - the workers' losses at t = 1, 1/2, ..., 1/2^9 along d reduced, the largest t with
-        n P(t) <= n P(0) + 1e-4 t Delta taken, and broadcast; where none is (f'' ~ 0 on
-        separated rows makes H nearly singular and d huge: the model misleads), -2, and
-        a direction again with H + diag(L_f ||a_j||^2, L_f n) (the coordinates'
-        curvature bound: the serial step's majorized pass), then -1 if that fails too,
-        which stops the steps;
-    at most MAX_NEWTON_STEPS steps. ``column_sq``: ||a_j||^2 over the active features,
+    proximal Newton steps on W (``bounded_working_set``) from the workers' shares of
+    the Hessian, the slope and the losses (``working_set.gram_newton_steps``, with
+    ``ServerNewtonSums``: the direction and the step broadcast as flags, 0: stop, -2:
+    again with the curvature bound, -1: no step), MAX_CD_PASSES passes a direction.
+    ``column_sq``: ||a_j||^2 over the active features,
     ``lipschitz``: L_f. Returns (x, b, steps, |W|, work) as ``server_step``."""
     weights = penalty.weights
     support = broadcast_working_set(wire, x, cert, n, lam, penalty, last_size)
     k = support.shape[0]
     dim = k + int(intercept)
-    weights_w, n_lam = weights[support], n * lam
     bound = lipschitz * (np.append(column_sq[support], n) if intercept else
                          column_sq[support])
     w = x[support].copy()
-    tol = INNER_FRACTION * n * outer_gap
-    steps = 0
-    for steps in range(1, MAX_NEWTON_STEPS + 1):
-        sums = wire.reduce(np.empty(dim * (dim + 1) // 2 + dim + 1), root_blank=True)
-        hessian = from_upper_triangle(sums[:-dim - 1], dim)
-        slope = sums[-dim - 1:-1]
-        penalty_now = float(np.sum(weights_w * np.abs(w)))
-        chosen = -1
-        for attempt in range(2):
-            if attempt:
-                hessian[np.diag_indices(dim)] += bound
-            target = w.copy()
-            d_b, _, _ = gram_lasso_cd(hessian, -slope, target, n_lam, weights_w,
-                                      intercept, 0.0, 0.0, np.zeros(dim), -np.inf,
-                                      MAX_CD_PASSES, MAX_CD_PASSES, ANDERSON)
-            direction = np.append(target - w, d_b) if intercept else target - w
-            decrease = float(slope @ direction) + n_lam * (
-                float(np.sum(weights_w * np.abs(target))) - penalty_now)
-            go = decrease < (0.0 if steps == 1 else -tol)
-            wire.bcast(np.append(1.0 if go else 0.0, direction))
-            if not go:
-                break
-            losses = wire.reduce(np.empty(NEWTON_GRID.shape[0] + 1), root_blank=True)
-            before = losses[-1] + n_lam * penalty_now
-            for index, t in enumerate(NEWTON_GRID):
-                after = losses[index] + n_lam * float(np.sum(weights_w * np.abs(
-                    w + t * direction[:k])))
-                if after <= before + 1e-4 * t * decrease:
-                    chosen = index
-                    break
-            if chosen >= 0 or attempt:
-                break
-            wire.bcast(np.array([-2.0]))          # again, with the curvature bound
-        if not go:
-            break
-        wire.bcast(np.array([float(chosen)]))
-        if chosen < 0:
-            break
-        t = NEWTON_GRID[chosen]
-        w += t * direction[:k]
-        if intercept:
-            b += t * direction[k]
+    b, steps = gram_newton_steps(ServerNewtonSums(wire, dim), w, b, n * lam,
+                                 weights[support], bound, intercept,
+                                 INNER_FRACTION * n * outer_gap, MAX_CD_PASSES)
     x[support] = w
     entries = float(np.sum(column_counts[support]))
     work = steps * (WORK["read"] * (4.0 * float(np.sum(column_counts)) +
                                     entries * entries / n) +
                     WORK["read"] * float(MAX_CD_PASSES) * dim * dim * n_workers)
     return x, b, steps, k, work
+
+
+class ServerNewtonSums:
+    """``working_set.gram_newton_steps``' sums on the server: the workers' shares
+    reduced, the direction and the step broadcast (``worker_newton_step`` answers);
+    the subproblem's gap is not known here."""
+
+    knows_gap = False
+
+    def __init__(self, wire, dim):
+        self.wire, self.dim = wire, dim
+
+    def solved(self, w, tol):
+        return False
+
+    def hessian_and_slope(self):
+        dim = self.dim
+        sums = self.wire.reduce(np.empty(dim * (dim + 1) // 2 + dim + 1), root_blank=True)
+        return from_upper_triangle(sums[:-dim - 1], dim), sums[-dim - 1:-1]
+
+    def losses(self, go, direction):
+        self.wire.bcast(np.append(1.0 if go else 0.0, direction))
+        if not go:
+            return None
+        return self.wire.reduce(np.empty(NEWTON_GRID.shape[0] + 1), root_blank=True)
+
+    def again(self):
+        self.wire.bcast(np.array([-2.0]))         # again, with the curvature bound
+
+    def take(self, index, direction):
+        self.wire.bcast(np.array([float(index)]))
 
 
 def worker_newton_step(wire, shard, z, code, intercept, correlation, rho_sum):
