@@ -32,6 +32,7 @@ KINDS = ("working_set", "svrg")
 WORK = {
     "svrg": 3.0,          # an entry of a prox-SVRG step: the margin, the lazy prox, the move
     "read": 1.0,          # an entry read or updated once (coordinate descent, certificate)
+    "dense": 0.1,         # an entry of a dense matrix read in order (a pass on a Gram matrix)
     "transpose": 8.0,     # an entry copied into the working set's column store
     "flop": 0.05,         # a flop of the support Newton step's dense solve (BLAS)
     "newton": 1e7,        # a support Newton step's own fixed cost (its Python)

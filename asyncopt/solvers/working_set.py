@@ -290,8 +290,9 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
 def gram_saving(entries, n, dim):
     """What a pass of coordinate descent on the Gram matrix of [A_W, 1] (dim^2) saves
     against one on W's columns (2 entries + 2 n: their entries read and the residual
-    updated); 0 where the matrix would have more than MAX_GRAM rows."""
-    return 0.0 if dim > MAX_GRAM else 2.0 * entries + 2.0 * n - float(dim) * dim
+    updated; ``WORK``-weighted); 0 where the matrix would have more than MAX_GRAM rows."""
+    return 0.0 if dim > MAX_GRAM else \
+        WORK["read"] * (2.0 * entries + 2.0 * n) - WORK["dense"] * float(dim) * dim
 
 
 def gram_newton_price(entries, n, dim, nnz):
@@ -308,8 +309,8 @@ def gram_newton_price(entries, n, dim, nnz):
     twice the cheaper of the two ways (ski rental)."""
     if dim > MAX_GRAM:
         return np.inf
-    return 3.0 * nnz + entries * entries / n + \
-        newton_passes(entries, n, dim) * float(dim) * dim
+    return WORK["read"] * (3.0 * nnz + entries * entries / n) + \
+        WORK["dense"] * newton_passes(entries, n, dim) * float(dim) * dim
 
 
 def gram_newton_finish(active, z, ws, w, b, tol, max_steps, entries, n_threads):
@@ -325,15 +326,16 @@ def gram_newton_finish(active, z, ws, w, b, tol, max_steps, entries, n_threads):
     passes = newton_passes(entries, n, dim)
     b, steps = gram_newton_steps(sums, w, b, n * prob.lam, weights, bound, intercept, tol,
                                  passes, max_steps)
-    return b, steps, WORK["gram"] * steps + WORK["read"] * (
-        sums.reads + steps * passes * dim * dim)
+    return b, steps, WORK["gram"] * steps + WORK["read"] * sums.reads + \
+        WORK["dense"] * steps * passes * dim * dim
 
 
 def newton_passes(entries, n, dim):
     """The passes of coordinate descent on the Hessian for a Newton direction: as many
-    as cost what forming it does (entries^2 / n against dim^2 a pass), between
-    MAX_CD_PASSES and MAX_NEWTON_PASSES."""
-    return int(min(max(entries * entries / n / (float(dim) * dim), MAX_CD_PASSES),
+    as cost what forming it does (entries^2 / n products against dim^2 dense entries a
+    pass, ``WORK``-weighted), between MAX_CD_PASSES and MAX_NEWTON_PASSES."""
+    return int(min(max(WORK["read"] * entries * entries / n /
+                       (WORK["dense"] * float(dim) * dim), MAX_CD_PASSES),
                    MAX_NEWTON_PASSES))
 
 
@@ -369,7 +371,8 @@ def gram_finish(store, active, cert, ws, w0, w, r, b, tol, max_passes, grams, sp
         y_residual, grams.y_correlation_on(active, ws), tol, max_passes, CHECK_EVERY,
         ANDERSON)
     dim = gram.shape[0]
-    return b + db, passes, WORK["gram"] + WORK["read"] * (price + passes * dim * dim)
+    return b + db, passes, WORK["gram"] + WORK["read"] * price + \
+        WORK["dense"] * passes * dim * dim
 
 
 NEWTON_GRID = 2.0 ** -np.arange(10)     # the line search's steps, 1 down to 1/512

@@ -118,8 +118,8 @@ def server_step(wire, x, b, cert, sums, n, lam, penalty, features, intercept, re
         MAX_INNER_EPOCHS, CHECK_EVERY, ANDERSON)
     x[support] = w
     entries = float(np.sum(column_counts[support]))
-    work = WORK["read"] * (float(np.sum(column_counts)) + entries * entries / n +
-                           float(passes) * dim * dim * n_workers)
+    work = WORK["read"] * (float(np.sum(column_counts)) + entries * entries / n) + \
+        WORK["dense"] * float(passes) * dim * dim * n_workers
     return x, b + db, int(passes), int(support.shape[0]), work
 
 
@@ -153,7 +153,7 @@ def server_newton_step(wire, x, b, cert, n, lam, penalty, intercept, outer_gap,
     entries = float(np.sum(column_counts[support]))
     work = steps * (WORK["read"] * (4.0 * float(np.sum(column_counts)) +
                                     entries * entries / n) +
-                    WORK["read"] * float(MAX_CD_PASSES) * dim * dim * n_workers)
+                    WORK["dense"] * float(MAX_CD_PASSES) * dim * dim * n_workers)
     return x, b, steps, k, work
 
 
