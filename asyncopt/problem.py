@@ -569,17 +569,30 @@ class Problem:
         # with_lam copies share, so that one active set alone takes them
         self._spare_view_buffers = []
 
-    def full_active_set(self):
+    def full_active_set(self, own=False):
         """Return the ActiveSet of all blocks, its rows shuffled once (cached).
 
         The shuffle is fixed so that every solve of the problem reads the rows in the same
         order, and a run of consecutive rows is a random subset.
+
+        Parameters
+        ----------
+        own : bool, default=False
+            The caller consumes the set: where none is cached (and X is kept), a set of
+            its own, not cached, that owns its arrays, so that its first compaction
+            works in place instead of copying every kept entry; a later call builds
+            the set again.
 
         Returns
         -------
         ActiveSet
             The problem on every block, data compacted block by block.
         """
+        if own and self._full is None and not self.overwrite_X:
+            owned = self.full_active_set()
+            self._full = None
+            owned.owns_data = True
+            return owned
         if self._full is None:
             pen = self.penalty
             column_map = np.empty(self.n_features, dtype=np.int64)

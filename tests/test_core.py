@@ -152,6 +152,36 @@ def test_column_sums_from_the_statistics_pass_and_after_a_compaction():
                                atol=1e-13)
 
 
+def test_an_owned_full_set_compacts_in_place_and_leaves_the_problem_intact():
+    """full_active_set(own=True): where none is cached, a set that owns its arrays
+    (compacted in place: the kept set's arrays are the same buffers) and is not cached,
+    so a later full_active_set() equals a fresh problem's; where one is cached, that
+    shared set, whose compaction copies and leaves it as it was."""
+    from asyncopt.data import make_ctr
+    X, y = make_ctr(400, 50, nnz_per_row=6, random_state=5)[:2]
+    X = X.tocsr()
+    keep = np.arange(50) % 4 != 0
+
+    def arrays(active):
+        return sp.csr_matrix((active.data, active.indices, active.indptr),
+                             shape=(active.y.shape[0], active.n_features)).toarray()
+
+    reference = arrays(Problem(X, y, "squared", L1(50), 0.1, True).full_active_set())
+    problem = Problem(X, y, "squared", L1(50), 0.1, True)
+    owned = problem.full_active_set(own=True)
+    assert owned.owns_data
+    buffer = owned.data
+    kept, _, _ = owned.compact(keep, np.zeros(50))
+    assert np.shares_memory(kept.data, buffer)
+    np.testing.assert_array_equal(arrays(kept), reference[:, keep])
+    np.testing.assert_array_equal(arrays(problem.full_active_set()), reference)
+    shared = problem.full_active_set(own=True)
+    assert shared is problem.full_active_set() and not shared.owns_data
+    kept, _, _ = shared.compact(keep, np.zeros(50))
+    np.testing.assert_array_equal(arrays(kept), reference[:, keep])
+    np.testing.assert_array_equal(arrays(problem.full_active_set()), reference)
+
+
 def test_correlation_at_zero_reuses_lam_max_pass():
     """ActiveSet.correlation_at_zero: None before any residual_correlation; after one at
     b', A^T rho(x = 0, b) for the squared loss at any b (against the direct product),

@@ -34,7 +34,7 @@ class LocalBackend:
         self.fit_intercept = problem.fit_intercept
         self.n_original = problem.n_features
         self.saga, self.dense, self.memory = saga, dense, None
-        self.active = problem.full_active_set()
+        self.active = problem.full_active_set(own=True)
         self.blas_limit = blas_threads_beside(self.n_threads)
         self.newton_max_support = problem.penalty.newton_max_support
         self._newton = problem.penalty.newton_step()
