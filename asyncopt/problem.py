@@ -23,8 +23,8 @@ import scipy.sparse as sp
 from numba import njit
 
 from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_keep_columns,
-                             csr_margins, csr_rmatvec, csr_row_sq_norms, csr_select,
-                             csr_stored_counts)
+                             csr_margins, csr_permute, csr_rmatvec, csr_row_sq_norms,
+                             csr_select, csr_stored_counts)
 from .kernels.workspace import Blocks, Rows
 from .losses import (LOGISTIC, generalized_residual, get_loss, intercept_sums,
                      loss_of_code, mean_loss, mean_neg_conjugate)
@@ -599,7 +599,7 @@ class Problem:
             column_map[pen.ids] = np.arange(self.n_features)
             row_order = np.random.default_rng(0).permutation(self.n_samples)
             X = self.X
-            indptr, indices, data = csr_select(
+            indptr, indices, data = csr_permute(
                 X.indptr.astype(np.int64), X.indices, X.data, column_map, row_order)
             sq, column_counts, stored, sums, row_sq = csr_column_stats(
                 indptr, indices, data, self.n_features)

@@ -152,6 +152,22 @@ def test_column_sums_from_the_statistics_pass_and_after_a_compaction():
                                atol=1e-13)
 
 
+def test_csr_permute_moves_rows_and_renumbers_columns():
+    """csr_permute: row r of the result is row row_order[r], column j is column
+    column_map[j] (against scipy's indexing), explicit zeros kept, int32 indices."""
+    from asyncopt.kernels.linalg import csr_permute
+    rng = np.random.default_rng(6)
+    X = sp.random(120, 30, density=0.15, format="csr", random_state=7)
+    X.data[3] = 0.0
+    row_order = rng.permutation(120)
+    column_map = rng.permutation(30).astype(np.int64)
+    indptr, indices, data = csr_permute(X.indptr.astype(np.int64), X.indices, X.data,
+                                        column_map, row_order)
+    assert indices.dtype == np.int32 and data.shape[0] == X.nnz
+    got = sp.csr_matrix((data, indices, indptr), shape=X.shape).toarray()
+    np.testing.assert_array_equal(got, X[row_order][:, np.argsort(column_map)].toarray())
+
+
 def test_an_owned_full_set_compacts_in_place_and_leaves_the_problem_intact():
     """full_active_set(own=True): where none is cached, a set that owns its arrays
     (compacted in place: the kept set's arrays are the same buffers) and is not cached,
