@@ -93,6 +93,7 @@ setup(
         "console_scripts": [
             "asyncopt-lasso=asyncopt.cli.lasso:main",
             "asyncopt-logreg=asyncopt.cli.logreg:main",
+            "asyncopt-predict=asyncopt.cli.predict:main",
         ],
     },
     zip_safe=False,

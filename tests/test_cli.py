@@ -379,7 +379,7 @@ def test_cli_output_history_lines_and_resume(tmp_path, capsys):
     lines = (tmp_path / "run.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [0, 1, 2]
     model = np.load(tmp_path / "model.npz")
-    assert set(model.files) == {"coef", "intercept", "alpha"}
+    assert {"coef", "intercept", "alpha", "format", "loss", "n_features"} == set(model.files)
     status, out, err = run_main("asyncopt-lasso", argv + ["--resume"], capsys)
     assert status == 0, err
     resumed = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]

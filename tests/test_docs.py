@@ -69,8 +69,10 @@ def test_readme_commands_run_as_written(tmp_path):
     (tmp_path / "hostfile.example").write_text("localhost:9\n")
     for folder in ("data", "shared"):
         (tmp_path / folder).mkdir()
-    for path in (tmp_path / "data.svm", tmp_path / "data" / "big.svm"):
+    for path in (tmp_path / "data.svm", tmp_path / "data" / "big.svm",
+                 tmp_path / "train.svm"):
         write_libsvm(path, n=400, p=30)
+    write_libsvm(tmp_path / "test.svm", n=100, p=30, seed=1)
     for command in commands:
         here = command.replace(" /data/", f" {tmp_path}/data/") \
             .replace(" /shared/", f" {tmp_path}/shared/")

@@ -1,4 +1,4 @@
-"""Shared code of the ``asyncopt-lasso`` / ``asyncopt-logreg`` command lines.
+"""Shared code of the command lines: asyncopt-lasso, asyncopt-logreg, asyncopt-predict.
 
 Error policy: a user's mistake (missing file, malformed LIBSVM line, bad
 argument value, non-binary labels, ...) prints exactly ONE line
@@ -109,13 +109,16 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+EPILOG = ("Errors in the input print one line and exit with status 1 "
+          "(2 for command-line mistakes). Set ASYNCOPT_DEBUG=1 for tracebacks.")
+
+
 def build_parser(prog, description, default_alpha_ratio=1e-2):
     p = OneLineArgumentParser(
         prog=prog,
         description=description,
         formatter_class=_HelpFormatter,
-        epilog="Errors in the input print one line and exit with status 1 "
-               "(2 for command-line mistakes). Set ASYNCOPT_DEBUG=1 for tracebacks.",
+        epilog=EPILOG,
     )
     p.add_argument(
         "data_positional", nargs="?", default=None, metavar="DATA",
@@ -170,7 +173,11 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
     p.add_argument("--resume", action="store_true",
                    help="require resuming: fail unless the --checkpoint file exists")
     p.add_argument("--output", default=None, metavar="PATH",
-                   help="write a .npz with arrays coef, intercept and alpha")
+                   help="write the model file that asyncopt-predict reads (.npz: coef, "
+                        "intercept, alpha, loss, n_features, a logistic model's classes)")
+    p.add_argument("--test", default=None, metavar="FILE",
+                   help="a held-out LIBSVM file: read before the solve, and the fitted "
+                        "model's metrics on it added to the summary (asyncopt-predict's)")
     p.add_argument("--history", default=None, metavar="PATH",
                    help="write the history as JSON lines, one record per outer iteration")
     p.add_argument("--save-coef", default=None, metavar="PATH",
@@ -260,10 +267,23 @@ def run_main(prog, body, argv=None) -> int:
 
 # -- data ---------------------------------------------------------------------
 
+def read_libsvm(path, n_threads=None):
+    """``(X, y)`` of the LIBSVM file ``path`` (``load_libsvm``, parsed on ``n_threads``
+    threads: every core unless given); a missing path or a folder is the OSError that
+    opening it raises, which run_main prints as ``reason: path``."""
+    from asyncopt.data import load_libsvm
+
+    if os.path.isdir(path):
+        raise IsADirectoryError(21, "Is a directory", path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(2, "No such file or directory", path)
+    return load_libsvm(path, n_threads=n_threads)
+
+
 def load_data(args, n_threads=None):
     """Return ``(X, y, description)`` for the parsed arguments (a LIBSVM file parsed on
     ``n_threads`` threads: ``load_libsvm``'s default, every core, unless given)."""
-    from asyncopt.data import load_a9a, load_libsvm
+    from asyncopt.data import load_a9a
 
     if args.data is None:
         X, y = load_a9a(degree=args.degree)
@@ -271,13 +291,8 @@ def load_data(args, n_threads=None):
     else:
         if args.degree != 1:
             raise CliUsageError("--degree applies to the embedded a9a data set only")
-        path = args.data
-        if os.path.isdir(path):
-            raise IsADirectoryError(21, "Is a directory", path)
-        if not os.path.exists(path):
-            raise FileNotFoundError(2, "No such file or directory", path)
-        X, y = load_libsvm(path, n_threads=n_threads)
-        name = path
+        X, y = read_libsvm(args.data, n_threads)
+        name = args.data
     n, p = X.shape
     if n < 2:
         raise ValueError(f"{name}: need at least 2 samples, got {n}")
@@ -294,6 +309,21 @@ def binary_labels(y, name):
         return encode_binary_labels(y)
     except ValueError as exc:
         raise ValueError(f"{name}: {exc}") from None
+
+
+def classes_text(classes):
+    """The summary's "classes" row: which label is coded -1 and which +1."""
+    return f"{classes[0]:g} -> -1, {classes[1]:g} -> +1"
+
+
+def held_out(args, loss, p, classes, n_threads=None):
+    """--test's data (``model.load_eval_data``) for a model of ``p`` features with the
+    training labels' ``classes``; None without --test."""
+    if args.test is None:
+        return None
+    from asyncopt.cli.model import load_eval_data
+
+    return load_eval_data(args.test, loss, p, classes, n_threads)
 
 
 # -- output -------------------------------------------------------------------
@@ -342,11 +372,17 @@ def check_output_paths(args):
     the way cannot be made: the folders of --output, --save-coef, --history,
     --history-json and --checkpoint's file (``checkpoint_file``) must exist, and the
     files must not be folders (OSError naming the path, as writing it would raise)."""
+    check_writable(args.output, getattr(args, "save_coef", None),
+                   getattr(args, "history", None), getattr(args, "history_json", None),
+                   checkpoint_file(args.checkpoint))
+
+
+def check_writable(*paths):
+    """OSError naming the first of ``paths`` (None: skipped) whose folder does not exist
+    or that is a folder, as writing it would raise."""
     import errno
 
-    for path in (args.output, getattr(args, "save_coef", None),
-                 getattr(args, "history", None), getattr(args, "history_json", None),
-                 checkpoint_file(args.checkpoint)):
+    for path in paths:
         if path is None:
             continue
         folder = os.path.abspath(os.path.dirname(path) or os.curdir)
@@ -422,6 +458,7 @@ def fit_and_report(args, prog, loss, title):
         y = np.asarray(y, dtype=float)
         if not np.all(np.isfinite(y)):
             raise ValueError(f"{name}: targets contain NaN or infinity")
+    test = held_out(args, loss, p, classes, threads)
 
     # X was read for this solve alone: its arrays serve as the first epoch view
     problem = Problem(X, y, loss, L1(p), 1.0, fit_intercept, overwrite_X=True)
@@ -443,7 +480,7 @@ def fit_and_report(args, prog, loss, title):
     if not leader:
         return EXIT_OK
     return report(args, title, _fitted(result), name, n, p, nnz, classes, alpha, ratio,
-                  lmax, fit_intercept, backend, world, wall)
+                  lmax, fit_intercept, backend, world, wall, loss=loss, test=test)
 
 
 @contextlib.contextmanager
@@ -522,6 +559,8 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     X, y, name, n, p, nnz = load_shard(
         args, comm, server_meanwhile=lambda: load_server_kernels(L1(1), code))
     y, classes = labels(comm, y, loss, name)
+    # --test: read by the server, which prints the summary, before the solve
+    test = agree(comm, lambda: held_out(args, loss, p, classes) if world[0] == 0 else None)
     fit_intercept = not args.no_intercept
     penalty = L1(p)
     # the shard's rows are this rank's alone: their arrays serve as its first epoch view
@@ -547,13 +586,16 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     if not leader:
         return EXIT_OK
     return report(args, title, _fitted(result), name, n, p, nnz, classes, alpha, ratio,
-                  lmax, fit_intercept, "mpi", world, wall)
+                  lmax, fit_intercept, "mpi", world, wall, loss=loss, test=test)
 
 
 def report(args, title, est, name, n, p, nnz, classes, alpha, ratio, lmax, fit_intercept,
-           backend, world, wall):
-    """Write --history-json / --save-coef and print the summary table."""
+           backend, world, wall, loss, test=None):
+    """Write --history-json / --save-coef / --output (the model file of ``loss``) and
+    print the summary table, with the metrics on ``test`` (``held_out``) if given."""
     import numpy as np
+
+    from asyncopt.cli.model import decision_values, metric_rows, save_model
 
     spec = METHODS[args.method]
     method = args.method
@@ -577,7 +619,7 @@ def report(args, title, est, name, n, p, nnz, classes, alpha, ratio, lmax, fit_i
         ("data", f"{name}: {n:,} x {p:,}, nnz {nnz:,} ({nnz / max(1, n * p):.2%} dense)"),
     ]
     if classes is not None:
-        rows.append(("classes", f"{classes[0]:g} -> -1, {classes[1]:g} -> +1"))
+        rows.append(("classes", classes_text(classes)))
     rows += [
         ("method", f"{method}, {backend}, screening {screens}"),
         ("alpha", f"{alpha:.4e}  (alpha/lam_max = {ratio:.3g}, lam_max = {lmax:.4e})"),
@@ -593,6 +635,10 @@ def report(args, title, est, name, n, p, nnz, classes, alpha, ratio, lmax, fit_i
         ("outer iterations", f"{int(n_iter)}"),
         ("wall time", f"{wall:.2f} s"),
     ]
+    if test is not None:
+        rows.append(("test data", test.description))
+        rows += [(f"test {key}", value) for key, value in
+                 metric_rows(loss, test.y, decision_values(test.X, coef, intercept))]
 
     if args.history_json:
         write_history(args.history_json, history)
@@ -604,9 +650,9 @@ def report(args, title, est, name, n, p, nnz, classes, alpha, ratio, lmax, fit_i
         save_coef(args.save_coef, est, alpha)
         rows.append(("coefficients", args.save_coef))
     if args.output:
-        save_coef(args.output if args.output.lower().endswith(".npz")
-                  else args.output + ".npz", est, alpha)
-        rows.append(("output", args.output))
+        path = args.output if args.output.lower().endswith(".npz") else args.output + ".npz"
+        save_model(path, coef, intercept, alpha, loss, classes)
+        rows.append(("output", path))
 
     sys.stdout.write(format_summary(rows, title) + "\n")
     sys.stdout.flush()
