@@ -94,6 +94,7 @@ setup(
             "asyncopt-lasso=asyncopt.cli.lasso:main",
             "asyncopt-logreg=asyncopt.cli.logreg:main",
             "asyncopt-predict=asyncopt.cli.predict:main",
+            "asyncopt-plot=asyncopt.cli.plot:main",
         ],
     },
     zip_safe=False,

@@ -4,16 +4,17 @@
     model = Lasso(alpha=0.01).fit(X, y)     # coef_, intercept_, dual_gap_, active_set_
 
 The estimators load on first use (PEP 562): a process that only runs a solver, such as
-each rank of ``mpirun -n K asyncopt-lasso``, does not pay for importing scikit-learn.
+each rank of ``mpirun -n K asyncopt-lasso``, does not pay for importing scikit-learn, and
+matplotlib is imported only when ``plot_history`` draws.
 """
 import importlib
 
 __version__ = "0.1.0"
 __all__ = ["Lasso", "GroupLasso", "SparseLogisticRegression", "lasso_path", "lam_max",
-           "Problem", "__version__"]
+           "Problem", "plot_history", "__version__"]
 _HOMES = {"Lasso": "estimators", "GroupLasso": "estimators",
           "SparseLogisticRegression": "estimators", "lasso_path": "estimators",
-          "lam_max": "problem", "Problem": "problem"}
+          "lam_max": "problem", "Problem": "problem", "plot_history": "plot"}
 
 
 def __getattr__(name):
