@@ -10,10 +10,12 @@ matplotlib is imported only when ``plot_history`` draws.
 import importlib
 
 __version__ = "0.1.0"
-__all__ = ["Lasso", "GroupLasso", "SparseLogisticRegression", "lasso_path", "lam_max",
-           "Problem", "plot_history", "__version__"]
+__all__ = ["Lasso", "GroupLasso", "SparseLogisticRegression", "LassoCV",
+           "SparseLogisticRegressionCV", "lasso_path", "lam_max", "Problem",
+           "plot_history", "__version__"]
 _HOMES = {"Lasso": "estimators", "GroupLasso": "estimators",
-          "SparseLogisticRegression": "estimators", "lasso_path": "estimators",
+          "SparseLogisticRegression": "estimators", "LassoCV": "cv",
+          "SparseLogisticRegressionCV": "cv", "lasso_path": "estimators",
           "lam_max": "problem", "Problem": "problem", "plot_history": "plot"}
 
 

@@ -1,0 +1,375 @@
+"""Cross-validation estimators on warm-started paths (issue 48).
+
+    LassoCV:                    the Lasso, alpha chosen by the least mean held-out MSE
+    SparseLogisticRegressionCV: L1 logistic regression, alpha chosen by the best mean
+                                held-out score (accuracy unless ``scoring`` says otherwise)
+
+Every fold's path over the grid is one :func:`asyncopt.lasso_path` call: each alpha's
+solve starts from the previous solution, so its first gap-safe test already screens out
+most features. The chosen alpha is refitted on all the data by the base estimator.
+"""
+import numbers
+import warnings
+
+import numpy as np
+from joblib import Parallel, delayed
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, is_classifier
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model._base import LinearClassifierMixin
+from sklearn.metrics import check_scoring
+from sklearn.model_selection import check_cv
+from sklearn.utils.validation import validate_data
+
+from .estimators import (_ATTRIBUTE_DOCS, _PARAMETER_DOCS, Lasso, SparseLogisticRegression,
+                         _check_choice, lasso_path)
+from .problem import encode_binary_labels, lam_max
+
+_CV_PARAMETER_DOCS = {
+    "eps": """
+    eps : float, default=1e-3
+        The ratio alpha_min / alpha_max of the default grid.""",
+    "alphas": """
+    alphas : int or array-like of shape (n_alphas,), default=100
+        An int n: n alphas log-spaced from alpha_max (:func:`lam_max` of all the data,
+        scikit-learn's convention) down to ``eps * alpha_max``, the same grid for every
+        fold; an array: the alphas themselves, finite and > 0, in any order (they are
+        sorted decreasing).""",
+    "cv": """
+    cv : int, cross-validation generator or iterable, default=None
+        The folds, as scikit-learn's ``check_cv`` reads them: None, 5 folds; an int k,
+        k folds; a splitter; or an iterable of (train, test) index arrays. The int
+        and None mean ``{folds}``.""",
+    "scoring": """
+    scoring : str, callable or None, default=None
+        The held-out score, higher is better: None, accuracy (the estimator's
+        ``score``); a scikit-learn scorer name such as "neg_log_loss" or "roc_auc"; or
+        a callable ``scorer(estimator, X, y)``.""",
+    "n_jobs": """
+    n_jobs : int or None, default=None
+        The parallelism: with the "serial" backend, folds whose paths run at once on
+        joblib threads (None: 1, -1: all cores); with the "threads" backend, the
+        threads of every solve (None or -1: all cores), the folds running one after
+        another.""",
+    "backend": """
+    backend : {"serial", "threads"}, default="serial"
+        "serial": each solve on one thread. "threads": Sha-DDSS, lock-free threads
+        sharing w, in every solve.""",
+}
+
+
+def _cv_doc(head, parameters, attributes, tail):
+    """The numpydoc docstring of a CV estimator, as ``estimators._estimator_doc``
+    assembles the base estimators' (the CV entries first, then the shared ones)."""
+    entries = {**_PARAMETER_DOCS, **_CV_PARAMETER_DOCS}
+    return (head + "\n\n    Parameters\n    ----------"
+            + "".join(entries[name] for name in parameters)
+            + "\n\n    Attributes\n    ----------" + attributes + _ATTRIBUTE_DOCS
+            + "\n" + tail)
+
+
+_REFIT_ATTRIBUTES = ("coef_", "intercept_", "n_iter_", "dual_gap_", "objective_",
+                     "active_set_", "history_")
+
+_CV_NOTES = """
+    Notes
+    -----
+    Each fold's path is one :func:`lasso_path` call on the fold's training rows: the
+    solve at alpha_k starts from the solution at alpha_(k-1), so its first gap-safe
+    test, at that warm start, already deletes most features (screening carried along
+    the path). ``n_iter_``, ``dual_gap_``, ``objective_``, ``active_set_`` and
+    ``history_`` are those of the refit on all the data at ``alpha_``. A
+    ``ConvergenceWarning`` says how many of the paths' solves stopped at
+    ``max_epochs`` before ``tol``."""
+
+
+class _PathCV(BaseEstimator):
+    """Shared CV logic: parameter checks, the grid, the folds' paths, the refit."""
+
+    _loss = "squared"
+    _estimator = None
+
+    def __init__(self, *, eps=1e-3, alphas=100, fit_intercept=True, tol=1e-4,
+                 max_epochs=200, cv=None, n_jobs=None, method="auto", backend="serial",
+                 kernel="auto", screening=True, random_state=None, verbose=0):
+        self.eps = eps
+        self.alphas = alphas
+        self.fit_intercept = fit_intercept
+        self.tol = tol
+        self.max_epochs = max_epochs
+        self.cv = cv
+        self.n_jobs = n_jobs
+        self.method = method
+        self.backend = backend
+        self.kernel = kernel
+        self.screening = screening
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _solver_params(self):
+        return dict(fit_intercept=self.fit_intercept, tol=self.tol,
+                    max_epochs=self.max_epochs, method=self.method, backend=self.backend,
+                    n_jobs=self.n_jobs, kernel=self.kernel, screening=self.screening,
+                    random_state=self.random_state, verbose=self.verbose)
+
+    def _check_grid(self):
+        """The explicit grid sorted decreasing, or None for the default one; ValueError
+        for a bad ``eps`` or ``alphas``."""
+        if not (isinstance(self.eps, numbers.Real) and np.isfinite(self.eps)
+                and self.eps > 0):
+            raise ValueError(f"eps must be a finite number > 0, got {self.eps!r}")
+        if isinstance(self.alphas, numbers.Integral) and not isinstance(self.alphas, bool):
+            if self.alphas < 1:
+                raise ValueError("alphas, as an int (the number of alphas of the grid), "
+                                 f"must be >= 1, got {self.alphas}")
+            return None
+        try:
+            grid = np.asarray(self.alphas, dtype=np.float64)
+        except (TypeError, ValueError):
+            grid = None
+        if grid is None or grid.ndim != 1 or grid.size == 0 or \
+                not np.all(np.isfinite(grid)) or np.any(grid <= 0):
+            raise ValueError("alphas must be an int >= 1 or a non-empty 1-d array of "
+                             f"finite alphas > 0, got {self.alphas!r}")
+        return np.sort(grid)[::-1]
+
+    def _check_params(self):
+        _check_choice(self.backend, ("serial", "threads"), "backend of a CV estimator")
+        # the base estimator checks the solver's parameters before any fold is solved
+        self._estimator(alpha=1.0, **self._solver_params())._check_params()
+        return self._check_grid()
+
+    def _targets(self, y):
+        """(y for the solver, y for the held-out error) of the validated y."""
+        return y, y
+
+    def _held_out(self, X_test, y_test, coefs, intercepts):
+        """The held-out metric of each alpha (lower is better for the errors of
+        LassoCV, higher for the scores of SparseLogisticRegressionCV)."""
+        raise NotImplementedError
+
+    def _fold(self, X, y_fit, y_eval, train, test, alphas):
+        _, coefs, _, results = lasso_path(
+            X[train], y_fit[train], alphas=alphas, loss=self._loss,
+            return_results=True, **self._solver_params())
+        intercepts = np.array([result.intercept for result in results])
+        return (self._held_out(X[test], y_eval[test], coefs, intercepts),
+                sum(not result.converged for result in results))
+
+    def _fit_path(self, X, y):
+        grid = self._check_params()
+        y_fit, y_eval = self._targets(y)
+        if grid is None:
+            top = lam_max(X, y_fit, loss=self._loss, fit_intercept=self.fit_intercept)
+            # as scikit-learn's grid: alpha_max = 0 (y constant) leaves w = 0 at any alpha
+            grid = np.full(self.alphas, np.finfo(np.float64).resolution) if top <= 0 \
+                else np.geomspace(top, top * self.eps, self.alphas)
+        folds = list(check_cv(self.cv, y_eval, classifier=is_classifier(self)).split(
+            X, y_eval))
+        parallel = Parallel(n_jobs=1 if self.backend == "threads" else self.n_jobs,
+                            prefer="threads")
+        paths = parallel(delayed(self._fold)(X, y_fit, y_eval, train, test, grid)
+                         for train, test in folds)
+        unconverged = sum(count for _, count in paths)
+        if unconverged and self.max_epochs > 0:
+            warnings.warn(
+                f"{type(self).__name__}: {unconverged} of {len(grid) * len(folds)} path "
+                f"solves did not reach tol={self.tol:g} in {self.max_epochs} epochs; "
+                "increase max_epochs", ConvergenceWarning, stacklevel=3)
+        self.alphas_ = grid
+        return np.column_stack([metric for metric, _ in paths])
+
+    def fit(self, X, y):
+        """Choose alpha by cross-validation, then refit on all the data.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data, dense or sparse (CSR or CSC).
+        y : array-like of shape (n_samples,)
+            Targets (LassoCV), or labels with exactly two distinct values
+            (SparseLogisticRegressionCV).
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], dtype=np.float64,
+                             y_numeric=not is_classifier(self))
+        path = self._fit_path(X, y)
+        setattr(self, self._path_attribute, path)
+        mean = path.mean(axis=1)
+        best = np.argmax(mean) if is_classifier(self) else np.argmin(mean)
+        self.alpha_ = float(self.alphas_[best])
+        self.best_estimator_ = self._estimator(alpha=self.alpha_,
+                                               **self._solver_params()).fit(X, y)
+        for name in _REFIT_ATTRIBUTES:
+            setattr(self, name, getattr(self.best_estimator_, name))
+        return self
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+
+_SOLVER_PARAMETERS = ["fit_intercept", "tol", "max_epochs", "cv", "n_jobs", "method",
+                      "backend", "kernel", "screening", "random_state", "verbose"]
+
+
+class LassoCV(RegressorMixin, _PathCV):
+    __doc__ = _cv_doc(
+        """Lasso with alpha chosen by cross-validation on warm-started paths.
+
+    For each fold, the Lasso
+
+        P(w, b) = (1/2n) ||y - X w - b||^2 + alpha ||w||_1
+
+    is solved on the fold's training rows along a decreasing grid of alphas, each
+    solve warm-started from the previous one; ``alpha_`` is the alpha of least mean
+    squared error on the held-out rows, averaged over the folds, and the model is
+    refitted on all the data at ``alpha_`` by :class:`Lasso`. Parameters and
+    attributes are those of scikit-learn's ``LassoCV``.""",
+        ["eps", "alphas"] + _SOLVER_PARAMETERS,
+        """
+    alpha_ : float
+        The alpha chosen: the least mean held-out MSE (the largest such alpha on a tie).
+    alphas_ : ndarray of shape (n_alphas,)
+        The grid, decreasing.
+    mse_path_ : ndarray of shape (n_alphas, n_folds)
+        The held-out mean squared error of each alpha on each fold.
+    coef_ : ndarray of shape (n_features,)
+        The coefficients w of the refit.
+    intercept_ : float
+        The intercept b of the refit (0.0 when ``fit_intercept`` is false).
+    best_estimator_ : Lasso
+        The refit on all the data at ``alpha_``.""",
+        """
+    See Also
+    --------
+    Lasso : One alpha.
+    lasso_path : The warm-started path each fold runs.
+    SparseLogisticRegressionCV : The same for L1 logistic regression.
+""" + _CV_NOTES + """
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from asyncopt import LassoCV
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((60, 10))
+    >>> y = X[:, 0] - 2 * X[:, 1] + 0.1 * rng.standard_normal(60)
+    >>> model = LassoCV(alphas=20, cv=3).fit(X, y)
+    >>> model.mse_path_.shape
+    (20, 3)
+    >>> bool(model.alpha_ in model.alphas_)
+    True
+""").replace("{folds}", "KFold")
+
+    _estimator = Lasso
+    _path_attribute = "mse_path_"
+    predict = Lasso.predict
+
+    def _held_out(self, X_test, y_test, coefs, intercepts):
+        residuals = X_test @ coefs + intercepts - y_test[:, np.newaxis]
+        return np.mean(residuals ** 2, axis=0)
+
+
+class SparseLogisticRegressionCV(LinearClassifierMixin, ClassifierMixin, _PathCV):
+    __doc__ = _cv_doc(
+        """L1 logistic regression with alpha chosen by cross-validation on paths.
+
+    For each fold, the binary logistic regression
+
+        P(w, b) = (1/n) sum_i log(1 + exp(-y_i (x_i^T w + b))) + alpha ||w||_1
+
+    is solved on the fold's training rows along a decreasing grid of alphas, each
+    solve warm-started from the previous one; ``alpha_`` is the alpha of the best mean
+    held-out score (``scoring``), and the model is refitted on all the data at
+    ``alpha_`` by :class:`SparseLogisticRegression`. The model is parametrized by
+    alpha, as :class:`SparseLogisticRegression` is, not by scikit-learn's
+    ``C = 1 / (n alpha)``: the grid is ``alphas`` (an int, or the alphas), not
+    ``Cs``.""",
+        ["eps", "alphas", "fit_intercept", "tol", "max_epochs", "cv", "scoring",
+         "n_jobs", "method", "backend", "kernel", "screening", "random_state",
+         "verbose"],
+        """
+    alpha_ : float
+        The alpha chosen: the best mean held-out score (the largest such alpha on a
+        tie).
+    alphas_ : ndarray of shape (n_alphas,)
+        The grid, decreasing.
+    scores_ : ndarray of shape (n_alphas, n_folds)
+        The held-out score of each alpha on each fold, higher is better (one array,
+        laid out as LassoCV's ``mse_path_``, not scikit-learn's dict of
+        (n_folds, n_Cs) arrays: the model is binary).
+    classes_ : ndarray of shape (2,)
+        The two labels, sorted.
+    coef_ : ndarray of shape (1, n_features)
+        The coefficients w of the refit.
+    intercept_ : ndarray of shape (1,)
+        The intercept b of the refit (0.0 when ``fit_intercept`` is false).
+    best_estimator_ : SparseLogisticRegression
+        The refit on all the data at ``alpha_``.""",
+        """
+    See Also
+    --------
+    SparseLogisticRegression : One alpha.
+    lasso_path : The warm-started path each fold runs (``loss="logistic"``).
+    LassoCV : The same for the Lasso.
+""" + _CV_NOTES + """
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from asyncopt import SparseLogisticRegressionCV
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((80, 10))
+    >>> y = (X[:, 0] - X[:, 1] > 0).astype(int)
+    >>> model = SparseLogisticRegressionCV(alphas=10, cv=3).fit(X, y)
+    >>> model.scores_.shape
+    (10, 3)
+    >>> model.predict_proba(X[:2]).shape
+    (2, 2)
+""").replace("{folds}", "StratifiedKFold")
+
+    _loss = "logistic"
+    _estimator = SparseLogisticRegression
+    _path_attribute = "scores_"
+    predict_proba = SparseLogisticRegression.predict_proba
+    predict_log_proba = SparseLogisticRegression.predict_log_proba
+
+    def __init__(self, *, eps=1e-3, alphas=100, fit_intercept=True, tol=1e-4,
+                 max_epochs=200, cv=None, scoring=None, n_jobs=None, method="auto",
+                 backend="serial", kernel="auto", screening=True, random_state=None,
+                 verbose=0):
+        super().__init__(eps=eps, alphas=alphas, fit_intercept=fit_intercept, tol=tol,
+                         max_epochs=max_epochs, cv=cv, n_jobs=n_jobs, method=method,
+                         backend=backend, kernel=kernel, screening=screening,
+                         random_state=random_state, verbose=verbose)
+        self.scoring = scoring
+
+    def _check_params(self):
+        grid = super()._check_params()
+        check_scoring(SparseLogisticRegression(), scoring=self.scoring)
+        return grid
+
+    def _targets(self, y):
+        y_pm, self.classes_ = encode_binary_labels(y)
+        return y_pm, y
+
+    def _held_out(self, X_test, y_test, coefs, intercepts):
+        scorer = check_scoring(SparseLogisticRegression(), scoring=self.scoring)
+        model = SparseLogisticRegression()       # a fitted shell for the scorer
+        model.classes_, model.n_features_in_ = self.classes_, coefs.shape[0]
+        scores = np.empty(coefs.shape[1])
+        for k in range(coefs.shape[1]):
+            model.coef_ = coefs[np.newaxis, :, k]
+            model.intercept_ = intercepts[k:k + 1]
+            scores[k] = scorer(model, X_test, y_test)
+        return scores
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
