@@ -11,7 +11,8 @@ from sklearn.linear_model import Lasso as SkLasso
 
 import asyncopt
 from asyncopt.data import load_libsvm
-from asyncopt.kernels.working_set import (gram_lasso_cd, lasso_objective,
+from asyncopt.kernels.working_set import (_extrapolate, _solve_spd, gram_lasso_cd,
+                                          lasso_objective,
                                           lasso_working_set_cd, prox_newton_working_set)
 from asyncopt.penalties import L1
 from asyncopt.problem import Problem
@@ -466,3 +467,40 @@ def test_dexter_matches_sklearn():
     Xd = X.toarray()
     theirs = objective(Xd, y, coef, b, alpha)
     assert abs(objective(Xd, y, est.coef_, est.intercept_, alpha) - theirs) <= 1e-6 * theirs
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_solve_spd_equals_numpy_and_refuses_what_is_not_positive_definite(k):
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((k, k + 3))
+    gram = a @ a.T
+    x = rng.standard_normal(k)
+    solved = x.copy()
+    assert _solve_spd(gram, solved)
+    np.testing.assert_allclose(solved, np.linalg.solve(gram, x), rtol=1e-10, atol=1e-12)
+    indefinite = gram - (np.linalg.eigvalsh(gram)[-1] + 1.0) * np.eye(k)
+    kept = x.copy()
+    assert not _solve_spd(indefinite, kept)
+    np.testing.assert_array_equal(kept, x)
+
+
+def test_extrapolate_is_andersons_combination_of_the_iterates():
+    """The combination c (sum 1) minimising ||sum_t c_t (u_{t+1} - u_t)|| over the
+    iterates u = (w, b), applied to the last K iterates of w, of the paired vector and of
+    b: against a least-squares solve of the same problem by numpy."""
+    rng = np.random.default_rng(0)
+    keep, m, n = 6, 4, 7
+    past_w, past_r, past_b = rng.standard_normal((keep, m)), \
+        rng.standard_normal((keep, n)), rng.standard_normal(keep)
+    out_w, out_r = np.empty(m), np.empty(n)
+    b = _extrapolate(past_w, past_r, past_b, out_w, out_r)
+    diffs = np.diff(np.column_stack([past_w, past_b]), axis=0)       # K x (m + 1)
+    gram = diffs @ diffs.T
+    c = np.linalg.solve(gram + 1e-10 * np.trace(gram) * np.eye(keep - 1),
+                        np.ones(keep - 1))
+    c /= c.sum()
+    np.testing.assert_allclose(out_w, c @ past_w[1:], rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(out_r, c @ past_r[1:], rtol=1e-8, atol=1e-10)
+    assert b == pytest.approx(float(c @ past_b[1:]), rel=1e-8, abs=1e-10)
+    singular = np.repeat(past_w[:1], keep, axis=0)          # no movement: singular
+    assert np.isnan(_extrapolate(singular, past_r, np.zeros(keep), out_w, out_r))

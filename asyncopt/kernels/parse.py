@@ -184,10 +184,13 @@ def _is_space(c):
 @njit(cache=True, inline="always")
 def _push_fallback(fallback, count, position, start, end):
     """fallback (grown twice over when full) with row ``count`` set to (position, start,
-    end)."""
+    end). A loop copies it: numba's slice assignment compiles its broadcasting errors'
+    formatting, seconds of a first run."""
     if count == fallback.shape[0]:
         grown = np.empty((2 * count, 3), dtype=np.int64)
-        grown[:count] = fallback
+        for r in range(count):
+            for c in range(3):
+                grown[r, c] = fallback[r, c]
         fallback = grown
     fallback[count, 0] = position
     fallback[count, 1] = start

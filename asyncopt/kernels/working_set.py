@@ -35,6 +35,14 @@ def _column_dot(indptr, rows, data, c, r):
     return acc
 
 
+@njit(cache=True, inline="always")
+def _assign(dst, src):
+    """dst[:] = src in a loop (numba's slice assignment compiles its broadcasting
+    errors' formatting: seconds of a first run)."""
+    for i in range(dst.shape[0]):
+        dst[i] = src[i]
+
+
 @njit(cache=True)
 def lasso_objective(w, r, n_lam, weights, blocks):
     """F(w, b) = 1/2 ||r||^2 + n lam sum_g v_g ||w_g||_2 at the residual r of (w, b);
@@ -134,14 +142,48 @@ def _anderson_buffers(anderson, m, n):
 @njit(cache=True, inline="always")
 def _record_iterate(past_w, past_v, past_b, stored, w, v, b):
     """Store the iterate (w, v, b) at slot ``stored`` of Anderson's ring; returns (the
-    next slot, whether the ring is full: then the next slot is 0 again)."""
-    past_w[stored] = w
-    past_v[stored] = v
+    next slot, whether the ring is full: then the next slot is 0 again). Loops, not
+    slice assignments: numba's broadcasting compiles its error messages (a first run's
+    seconds)."""
+    for q in range(w.shape[0]):
+        past_w[stored, q] = w[q]
+    for i in range(v.shape[0]):
+        past_v[stored, i] = v[i]
     past_b[stored] = b
     stored += 1
     if stored == past_w.shape[0]:
         return 0, True
     return stored, False
+
+
+@njit(cache=True)
+def _solve_spd(gram, x):
+    """Overwrite x with the solution of gram u = x for a small symmetric positive
+    definite ``gram`` (Cholesky, in loops: numba's np.linalg.solve compiles LAPACK's
+    bindings, seconds of a first run); returns False, x as it was, where a pivot is not
+    positive (singular)."""
+    k = gram.shape[0]
+    low = np.zeros((k, k))
+    for i in range(k):
+        for j in range(i + 1):
+            acc = gram[i, j]
+            for t in range(j):
+                acc -= low[i, t] * low[j, t]
+            if i == j:
+                if not acc > 0.0:
+                    return False
+                low[i, i] = np.sqrt(acc)
+            else:
+                low[i, j] = acc / low[j, j]
+    for i in range(k):                      # L v = x
+        for t in range(i):
+            x[i] -= low[i, t] * x[t]
+        x[i] /= low[i, i]
+    for i in range(k - 1, -1, -1):          # L^T u = v
+        for t in range(i + 1, k):
+            x[i] -= low[t, i] * x[t]
+        x[i] /= low[i, i]
+    return True
 
 
 @njit(cache=True)
@@ -157,25 +199,37 @@ def _extrapolate(past_w, past_r, past_b, out_w, out_r):
         for q in range(m):
             diffs[t, q] = past_w[t + 1, q] - past_w[t, q]
         diffs[t, m] = past_b[t + 1] - past_b[t]
-    gram = diffs @ diffs.T
-    ridge = 1e-10 * max(np.trace(gram), 1e-300)
+    gram = np.empty((k, k))
+    trace = 0.0
+    for t in range(k):
+        for u in range(t + 1):
+            acc = 0.0
+            for q in range(m + 1):
+                acc += diffs[t, q] * diffs[u, q]
+            gram[t, u] = acc
+            gram[u, t] = acc
+        trace += gram[t, t]
+    ridge = 1e-10 * max(trace, 1e-300)
     for t in range(k):
         gram[t, t] += ridge
-    try:
-        c = np.linalg.solve(gram, np.ones(k))
-    except Exception:       # noqa: BLE001 - numba raises a plain LinAlgError
+    c = np.ones(k)
+    if not _solve_spd(gram, c):
         return np.nan
     total = np.sum(c)
     if not np.isfinite(total) or total == 0.0:
         return np.nan
-    c /= total
-    out_w[:] = 0.0
-    out_r[:] = 0.0
     b = 0.0
+    for q in range(out_w.shape[0]):
+        out_w[q] = 0.0
+    for i in range(out_r.shape[0]):
+        out_r[i] = 0.0
     for t in range(k):
-        out_w += c[t] * past_w[t + 1]
-        out_r += c[t] * past_r[t + 1]
-        b += c[t] * past_b[t + 1]
+        ct = c[t] / total
+        for q in range(out_w.shape[0]):
+            out_w[q] += ct * past_w[t + 1, q]
+        for i in range(out_r.shape[0]):
+            out_r[i] += ct * past_r[t + 1, i]
+        b += ct * past_b[t + 1]
     return b
 
 
@@ -211,8 +265,8 @@ def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, n_lam, weights, l
                 if np.isfinite(try_b) and \
                         lasso_objective(try_w, try_r, n_lam, weights, blocks) < \
                         lasso_objective(w, r, n_lam, weights, blocks):
-                    w[:] = try_w
-                    r[:] = try_r
+                    _assign(w, try_w)
+                    _assign(r, try_r)
                     b = try_b
                     accepted += 1
         if epoch % check_every == 0 or epoch == max_epochs:
@@ -467,7 +521,7 @@ def _gram_residual_correlation(gram, corr, w, start, db, fit_intercept, g):
     extrapolation, whose combination of the stored g's carries their rounding times the
     combination's coefficients."""
     m = w.shape[0]
-    g[:] = corr
+    _assign(g, corr)
     for q in range(m):
         if w[q] != start[q]:
             _subtract_row(g, w[q] - start[q], gram, q)
@@ -540,7 +594,7 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, fit_intercept, sq_residual, y_r
                                         n_lam, weights, fit_intercept) < \
                         _gram_objective(w, start, db, g, corr, sq_residual, n_lam,
                                         weights, fit_intercept):
-                    w[:] = try_w
+                    _assign(w, try_w)
                     db = try_b
                     _gram_residual_correlation(gram, corr, w, start, db, fit_intercept, g)
                     if fit_intercept and gram[m, m] > 0.0:    # 1^T r' = 0 again
