@@ -148,6 +148,32 @@ def test_logreg_predictions_and_metrics(logreg_model, tmp_path, capsys):
     assert 0.7 < number(table["accuracy"]) <= 1.0
 
 
+@pytest.mark.parametrize("which", ["lasso", "logreg"])
+def test_unlabeled_data_with_no_metrics(which, lasso_model, logreg_model, tmp_path,
+                                        capsys):
+    """Placeholder labels (0, not a class of the logistic model): without --no-metrics
+    the file is refused; with it, the predictions are the estimator's and no metric is
+    printed."""
+    model, X, _ = lasso_model if which == "lasso" else logreg_model
+    Xt, _ = regression_data(40, 12, seed=3)
+    save_libsvm(tmp_path / "unlabeled.svm", Xt, np.zeros(40))
+    pred = tmp_path / "pred.txt"
+    argv = [model, tmp_path / "unlabeled.svm", "--output", pred]
+    if which == "logreg":
+        status, out, err = predict(argv, capsys)
+        assert status != 0 and "not the model's classes" in err
+        assert not pred.exists()
+    status, out, err = predict(argv + ["--no-metrics"], capsys)
+    assert status == 0, err
+    table = rows(out)
+    assert not {"MSE", "R^2", "accuracy", "log-loss", "ROC AUC"} & set(table)
+    assert table["predictions"] == str(pred)
+    saved = np.load(model)
+    decision = Xt @ saved["coef"] + float(saved["intercept"])
+    expected = decision if which == "lasso" else expit(decision)
+    np.testing.assert_allclose(np.loadtxt(pred), expected, rtol=1e-12, atol=1e-15)
+
+
 def test_a_compressed_file_and_stdout_give_the_same_predictions(lasso_model, tmp_path,
                                                                capsys):
     model = lasso_model[0]

@@ -180,7 +180,8 @@ def load_eval_data(path, loss, n_features, classes=None, n_threads=None):
         The model's number of features. A file with fewer has its missing (trailing)
         features read as 0; one with more is an error.
     classes : array-like of shape (2,), optional
-        Logistic: the model's classes; every label must be one of them.
+        Logistic: the model's classes; every label must be one of them. None: the
+        labels are taken as they are, unchecked (placeholders of unlabeled data).
     n_threads : int, optional
         Threads that parse the file (the loader's default: every core).
 
@@ -210,7 +211,7 @@ def load_eval_data(path, loss, n_features, classes=None, n_threads=None):
     if width < n_features:
         X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(n, n_features))
         description += f" (features {width + 1:,} to {n_features:,} read as 0)"
-    if loss == "logistic":
+    if loss == "logistic" and classes is not None:
         classes = np.asarray(classes, dtype=np.float64)
         other = np.setdiff1d(np.unique(y), classes)
         if other.size:

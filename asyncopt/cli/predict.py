@@ -31,6 +31,10 @@ def build_parser():
                    help="write one prediction a line: X w + b for a Lasso, the probability "
                         "of the +1 class for a logistic model; '-' for stdout (the summary "
                         "then goes to stderr)")
+    p.add_argument("--no-metrics", action="store_true",
+                   help="the file's labels are placeholders (unlabeled data: any number, "
+                        "e.g. 0, in the label's place): write the predictions, print no "
+                        "metrics and do not check the labels against the model's classes")
     p.add_argument("--quiet", action="store_true", help="print no summary")
     return p
 
@@ -58,7 +62,8 @@ def predict(args: argparse.Namespace) -> int:
     if args.output != "-":
         check_writable(args.output)
     model = load_model(args.model)
-    data = load_eval_data(args.data, model.loss, model.n_features, model.classes)
+    data = load_eval_data(args.data, model.loss, model.n_features,
+                          None if args.no_metrics else model.classes)
     decision = decision_values(data.X, model.coef, model.intercept)
     if args.output is not None:
         write_predictions(args.output, predictions(model.loss, decision))
@@ -70,7 +75,8 @@ def predict(args: argparse.Namespace) -> int:
     if model.classes is not None:
         rows.append(("classes", classes_text(model.classes)))
     rows.append(("data", data.description))
-    rows += metric_rows(model.loss, data.y, decision)
+    if not args.no_metrics:
+        rows += metric_rows(model.loss, data.y, decision)
     if args.output is not None:
         rows.append(("predictions", "stdout" if args.output == "-" else args.output))
     stream = sys.stderr if args.output == "-" else sys.stdout
