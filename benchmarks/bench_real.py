@@ -165,7 +165,11 @@ def measure(row, name, fit, cap, repeat=1):
     ``repeat``), stopped at the first fit within
     TARGET of P* (``row.best``, already within 1e-10 P(0) of the optimum: asyncopt's
     certified reference)."""
-    fit(LADDER[0])
+    try:
+        fit(LADDER[0])
+    except Exception as exc:  # noqa: BLE001 - a peer's failure is its row's entry
+        return _sequence_result(name, [{"param": LADDER[0], "error": repr(exc)}], TARGET,
+                                "", error=repr(exc))
     return tolerance_sequence(
         name, fit, lambda coef, b: (row.offer(coef, b) - row.best) / row.p0, TARGET,
         LADDER, cap=cap, repeat=repeat)

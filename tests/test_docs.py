@@ -150,7 +150,7 @@ def test_headline_table_is_the_result_files():
              "reuters": "reuters", "CTR": "ctr", "a9a degree 2": "a9a_d2"}
     columns = {"asyncopt": "asyncopt", "2 threads": "2 threads",
                "mpirun -n 3": "mpi -n 3", "skglm": "skglm", "celer": "celer",
-               "scikit-learn": "sklearn"}
+               "scikit-learn": "sklearn", "glmnet": "glmnet"}
     rows = headline_rows()
     assert len(rows) == len(results)
     for data, model, cells in rows:
