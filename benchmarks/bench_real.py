@@ -1,6 +1,6 @@
 """asyncopt against the solvers people use, on real data: time until P - P* <= 1e-6 P(0).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_real.py                 # ~10 minutes
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_real.py                 # ~15 minutes
     PYTHONPATH=. .venv/bin/python benchmarks/bench_real.py --data dexter --loss squared
 
 Rows: the data sets of ``../shared/data/real`` (dexter, leukemia, rcv1s, reuters; with
@@ -246,7 +246,9 @@ def main(argv=None):
                     help="ranks of the mpirun column, on the rows of --more's data sets "
                          "(0: none)")
     ap.add_argument("--peers", nargs="+", default=list(PEERS))
-    ap.add_argument("--cap", type=float, default=60.0, help="seconds per fit at most")
+    ap.add_argument("--cap", type=float, default=10.0,
+                    help="seconds per fit at most: a solver whose fit takes longer is "
+                         "'> cap' on that row")
     ap.add_argument("--repeat", type=int, default=3,
                     help="each fit's time: the best of this many (a shared VM is noisy)")
     ap.add_argument("--output", default=os.path.join(RESULTS_DIR, "bench_real.json"))
