@@ -384,3 +384,25 @@ def test_cli_output_history_lines_and_resume(tmp_path, capsys):
     assert status == 0, err
     resumed = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in resumed] == [0, 1, 2, 3, 4, 5]
+
+
+def test_an_interrupt_lost_in_a_finalizer_still_ends_an_mpi_rank():
+    """Under mpirun a Ctrl-C that lands inside a ``__del__`` (as while numba compiles) is
+    dropped by Python; the rank must end anyway, with status 130 and the leader's one
+    "interrupted" line, instead of running on while the other ranks wait for it."""
+    script = (
+        "import os, signal, sys, time\n"
+        "from asyncopt.cli.common import _end_on_interrupt\n"
+        "_end_on_interrupt('prog', leader=True, grace=0.5)\n"
+        "class Finalized:\n"
+        "    def __del__(self):\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        time.sleep(0.05)\n"          # the handler runs here, in the finalizer
+        "Finalized()\n"
+        "time.sleep(30)\n"
+        "sys.exit(0)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=20)
+    assert "Exception ignored" in done.stderr          # the interrupt was dropped ...
+    assert done.returncode == 130, done.stderr          # ... and the process ended
+    assert done.stderr.count("prog: interrupted") == 1, done.stderr

@@ -220,12 +220,44 @@ def freeze_at_exit():
     atexit.register(gc.freeze)
 
 
+INTERRUPT_GRACE_S = 10.0
+
+
+def _end_on_interrupt(prog, leader, grace=INTERRUPT_GRACE_S):
+    """Under mpirun, make SIGINT (mpirun forwards one Ctrl-C to every rank) end this rank
+    for certain: the handler raises KeyboardInterrupt as Python's does, and also arms a
+    timer that, ``grace`` seconds later, ends the process with status 130
+    (the leader printing the one "interrupted" line if it has not). Python drops an
+    exception raised inside a finalizer ("Exception ignored in ... __del__"), which is
+    where a Ctrl-C lands while numba compiles; that rank would run on and the others
+    wait for it, and MPI_Finalize for them. Returns a function that marks the line
+    printed."""
+    printed = threading.Event()
+
+    def force_exit():
+        if leader and not printed.is_set():
+            sys.stderr.write(f"{prog}: interrupted\n")
+            sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
+
+    def on_sigint(signum, frame):
+        timer = threading.Timer(grace, force_exit)
+        timer.daemon = True
+        timer.start()
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, on_sigint)
+    return printed.set
+
+
 def run_main(prog, body, argv=None) -> int:
     """Run ``body(argv)`` with the CLI error policy; return the exit status. Under mpirun
     only rank 0 prints the error line (every rank reads the same input and fails alike,
-    and exits with the same status)."""
+    and exits with the same status), and Ctrl-C ends every rank (``_end_on_interrupt``)."""
     freeze_at_exit()
     world = mpi_world()
+    mark_printed = _end_on_interrupt(prog, world[0] == 0) if world is not None else None
 
     def fail(message, status):
         if world is not None and world[0] != 0:
@@ -254,6 +286,8 @@ def run_main(prog, body, argv=None) -> int:
         # on a terminal, end a live progress line first
         sys.stderr.write(("\n" if tty else "") + f"{prog}: interrupted\n")
         sys.stderr.flush()
+        if mark_printed is not None:
+            mark_printed()
         return EXIT_INTERRUPTED
     except OSError as exc:  # FileNotFoundError, IsADirectoryError, PermissionError, ...
         if debug:
