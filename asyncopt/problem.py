@@ -35,28 +35,28 @@ from .runtime import IdlePageToucher
 def refit_intercept(sums, b, n):
     """argmin_b (1/n) sum_i f(z0_i + b, y_i) for a loss that is not quadratic, by Newton
     steps from b to |mean f'| <= 1e-13 (or 100 steps); ``sums(b)`` gives (sum f', sum
-    f'', sum f) at the intercept b over all n rows: one process's rows
-    (``intercept_optimum``) or every shard's (Dis-DDSS's ``mpi.protocol.intercept_refit``,
-    each call one reduction). A Newton step is halved while it increases the objective,
-    except once it is below rounding of the objective (|step| <= 1e-6 (1 + |b|)), where
-    the quadratic model is accurate; the sums at the accepted trial serve the next step,
-    so a step that is not halved costs one call. The calls depend only on the sums, so
-    ranks that share them call ``sums`` alike."""
-    grad, hess, value = sums(b)
+    f'') at the intercept b over all n rows: one process's rows (``intercept_optimum``)
+    or every shard's (Dis-DDSS's ``mpi.protocol.intercept_refit``, each call one
+    reduction). A Newton step is halved while |sum f'| grows at the trial (the objective
+    is convex in b, so a short enough step along -f' shrinks it), except once the step is
+    below rounding of b (|step| <= 1e-6 (1 + |b|)), where the quadratic model is
+    accurate; the sums at the accepted trial serve the next step, so a step that is not
+    halved costs one call. The calls depend only on the sums, so ranks that share them
+    call ``sums`` alike."""
+    grad, hess = sums(b)
     for _ in range(100):
-        grad /= n
-        if abs(grad) <= 1e-13:
+        if abs(grad) <= 1e-13 * n:
             break
-        step = grad / max(hess / n, 1e-12)
+        step = grad / max(hess, 1e-12 * n)
         for _ in range(60):
             trial = sums(b - step)
-            if abs(step) <= 1e-6 * (1.0 + abs(b)) or trial[2] <= value:
+            if abs(step) <= 1e-6 * (1.0 + abs(b)) or abs(trial[0]) <= abs(grad):
                 break
             step *= 0.5
         else:
             trial = sums(b - step)
         b -= step
-        grad, hess, value = trial
+        grad, hess = trial
     return b
 
 
@@ -65,7 +65,7 @@ def intercept_optimum(code, z0, y, b):
     y - z0 for a quadratic loss, else ``refit_intercept``."""
     if loss_of_code(code).quadratic:
         return float(np.mean(y - z0))
-    return refit_intercept(lambda at: intercept_sums(code, z0, at, y), b, z0.shape[0])
+    return refit_intercept(intercept_sums(code, z0, y), b, z0.shape[0])
 
 
 @njit(cache=True)

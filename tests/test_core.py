@@ -607,6 +607,20 @@ def test_logistic_intercept_refit_is_accurate():
     assert worst <= 1e-12, worst
 
 
+def test_logistic_intercept_sums_match_the_row_by_row_sums():
+    """losses.intercept_sums' logistic path (one exp pass, then no exp per call) gives
+    the sums of f' and f'' that loss_derivative and loss_second_derivative give row by
+    row, margins far past exp's range included (|z| > 745: v = 0 or inf)."""
+    from asyncopt.losses import _intercept_sums, intercept_sums
+    rng = np.random.default_rng(5)
+    z0 = np.concatenate([rng.standard_normal(200) * 4, [800.0, -800.0, 750.0, -750.0]])
+    y = np.where(rng.random(z0.shape[0]) < 0.5, 1.0, -1.0)
+    fast = intercept_sums(LOGISTIC, z0, y)
+    for b in (-30.0, -1.5, 0.0, 0.7, 12.0):
+        np.testing.assert_allclose(fast(b), _intercept_sums(LOGISTIC, z0, b, y),
+                                   rtol=1e-12, atol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------
 # 2. lam_max
 # ---------------------------------------------------------------------------------------

@@ -156,8 +156,8 @@ def intercept_refit(wire, code, z, y, b, n):
     shifted in place to the new b, which is returned. Not for a quadratic loss, whose
     refit rides in the certificate's reduction (``fold_intercept_shift``)."""
     z0 = z - b
-    new_b = refit_intercept(lambda at: wire.allreduce(intercept_sums(code, z0, at, y)),
-                            b, n)
+    local = intercept_sums(code, z0, y)
+    new_b = refit_intercept(lambda at: wire.allreduce(local(at)), b, n)
     z += new_b - b
     return new_b
 
