@@ -22,6 +22,7 @@ from sklearn.utils.validation import validate_data
 
 from .estimators import (_ATTRIBUTE_DOCS, _PARAMETER_DOCS, Lasso, SparseLogisticRegression,
                          _check_choice, lasso_path)
+from .penalties import L1
 from .problem import encode_binary_labels, lam_max
 
 _CV_PARAMETER_DOCS = {
@@ -90,7 +91,8 @@ class _PathCV(BaseEstimator):
 
     def __init__(self, *, eps=1e-3, alphas=100, fit_intercept=True, tol=1e-4,
                  max_epochs=200, cv=None, n_jobs=None, method="auto", backend="serial",
-                 kernel="auto", screening=True, random_state=None, verbose=0):
+                 kernel="auto", screening=True, positive=False, random_state=None,
+                 verbose=0):
         self.eps = eps
         self.alphas = alphas
         self.fit_intercept = fit_intercept
@@ -102,6 +104,7 @@ class _PathCV(BaseEstimator):
         self.backend = backend
         self.kernel = kernel
         self.screening = screening
+        self.positive = positive
         self.random_state = random_state
         self.verbose = verbose
 
@@ -109,7 +112,8 @@ class _PathCV(BaseEstimator):
         return dict(fit_intercept=self.fit_intercept, tol=self.tol,
                     max_epochs=self.max_epochs, method=self.method, backend=self.backend,
                     n_jobs=self.n_jobs, kernel=self.kernel, screening=self.screening,
-                    random_state=self.random_state, verbose=self.verbose)
+                    positive=self.positive, random_state=self.random_state,
+                    verbose=self.verbose)
 
     def _check_grid(self):
         """The explicit grid sorted decreasing, or None for the default one; ValueError
@@ -159,8 +163,10 @@ class _PathCV(BaseEstimator):
         grid = self._check_params()
         y_fit, y_eval = self._targets(y)
         if grid is None:
-            top = lam_max(X, y_fit, loss=self._loss, fit_intercept=self.fit_intercept)
-            # as scikit-learn's grid: alpha_max = 0 (y constant) leaves w = 0 at any alpha
+            top = lam_max(X, y_fit, loss=self._loss, fit_intercept=self.fit_intercept,
+                          penalty=L1(X.shape[1], positive=self.positive))
+            # as scikit-learn's grid: alpha_max = 0 (y constant; with positive, no feature
+            # correlating positively) leaves w = 0 at any alpha
             grid = np.full(self.alphas, np.finfo(np.float64).resolution) if top <= 0 \
                 else np.geomspace(top, top * self.eps, self.alphas)
         folds = list(check_cv(self.cv, y_eval, classifier=is_classifier(self)).split(
@@ -214,7 +220,8 @@ class _PathCV(BaseEstimator):
 
 
 _SOLVER_PARAMETERS = ["fit_intercept", "tol", "max_epochs", "cv", "n_jobs", "method",
-                      "backend", "kernel", "screening", "random_state", "verbose"]
+                      "backend", "kernel", "screening", "positive", "random_state",
+                      "verbose"]
 
 
 class LassoCV(RegressorMixin, _PathCV):
@@ -291,7 +298,7 @@ class SparseLogisticRegressionCV(LinearClassifierMixin, ClassifierMixin, _PathCV
     ``C = 1 / (n alpha)``: the grid is ``alphas`` (an int, or the alphas), not
     ``Cs``.""",
         ["eps", "alphas", "fit_intercept", "tol", "max_epochs", "cv", "scoring",
-         "n_jobs", "method", "backend", "kernel", "screening", "random_state",
+         "n_jobs", "method", "backend", "kernel", "screening", "positive", "random_state",
          "verbose"],
         """
     alpha_ : float
@@ -341,12 +348,12 @@ class SparseLogisticRegressionCV(LinearClassifierMixin, ClassifierMixin, _PathCV
 
     def __init__(self, *, eps=1e-3, alphas=100, fit_intercept=True, tol=1e-4,
                  max_epochs=200, cv=None, scoring=None, n_jobs=None, method="auto",
-                 backend="serial", kernel="auto", screening=True, random_state=None,
-                 verbose=0):
+                 backend="serial", kernel="auto", screening=True, positive=False,
+                 random_state=None, verbose=0):
         super().__init__(eps=eps, alphas=alphas, fit_intercept=fit_intercept, tol=tol,
                          max_epochs=max_epochs, cv=cv, n_jobs=n_jobs, method=method,
                          backend=backend, kernel=kernel, screening=screening,
-                         random_state=random_state, verbose=verbose)
+                         positive=positive, random_state=random_state, verbose=verbose)
         self.scoring = scoring
 
     def _check_params(self):

@@ -4,6 +4,9 @@
     GroupLasso:               (1/2n) ||y - X w - b||^2 + alpha sum_g weights_g ||w_g||_2
     SparseLogisticRegression: (1/n) sum_i log(1 + exp(-y_i (x_i^T w + b))) + alpha Omega(w)
 
+``positive=True`` (the L1 penalty) constrains w >= 0, as scikit-learn's Lasso does; the
+intercept stays free.
+
 The optimisation stops when the duality gap G <= tol * P(0); ``dual_gap_`` is that
 certificate (an upper bound on P(coef_) - P*).
 """
@@ -55,10 +58,9 @@ class _DDSSModel(BaseEstimator):
         self.checkpoint = checkpoint
 
     def _penalty(self, n_features):
-        groups = getattr(self, "groups", None)
-        if groups is None:
-            return L1(n_features, self.weights)
-        return GroupL1(n_features, groups, self.weights)
+        # ``positive``: a parameter of the estimators of the L1 penalty (not GroupLasso)
+        return make_penalty(n_features, getattr(self, "groups", None), self.weights,
+                            getattr(self, "positive", False))
 
     def _check_params(self):
         check_lam(self.alpha)
@@ -161,6 +163,19 @@ class _DDSSModel(BaseEstimator):
         return tags
 
 
+def make_penalty(n_features, groups, weights, positive=False):
+    """The estimators' and ``lasso_path``'s penalty: L1 (``groups`` None; with
+    ``positive``, plus the constraint w >= 0) or the group penalty of ``groups``;
+    ValueError for ``positive`` with groups, which the group penalty does not define."""
+    if groups is None:
+        return L1(n_features, weights, positive=positive)
+    if positive:
+        raise ValueError("positive=True constrains the coefficients of the L1 penalty; "
+                         "the group penalty (groups) has no positive option: use "
+                         "groups=None")
+    return GroupL1(n_features, groups, weights)
+
+
 # The estimators' numpydoc docstrings are assembled from these pieces, one parameter
 # entry per constructor argument, in each constructor's order.
 _PARAMETER_DOCS = {
@@ -229,6 +244,13 @@ _PARAMETER_DOCS = {
     weights : array-like, default=None
         Positive per-feature (L1) or per-group weights; None: 1 per feature, sqrt(group
         size) per group.""",
+    "positive": """
+    positive : bool, default=False
+        Constrain the coefficients to w >= 0 (the intercept stays free), as
+        scikit-learn's ``Lasso(positive=True)``: the penalty becomes alpha sum_j
+        weights_j w_j on w >= 0, its prox max(u - t, 0), and the dual constraint, the
+        gap-safe test and lam_max one-sided (docs/design.md §1). The L1 penalty only: a
+        ValueError with ``groups``.""",
     "warm_start": """
     warm_start : bool, default=False
         Start from the previous ``coef_`` and ``intercept_`` when their shape fits.""",
@@ -289,9 +311,10 @@ _DDSS_NOTES = """
     D(theta) = -(1/n) sum_i f*(-theta_i) (eq. 3-4), and deletes every block g with
     ||X_g^T theta|| + sqrt(2 n L_f G) ||X_g|| < n alpha w_g, which is zero at every
     optimum (the gap-safe test of eq. 3-3, with the radius corrected by the factor n:
-    docs/design.md §1). The inner step runs on the surviving features only: sparse
-    prox-SVRG (eq. 3-6 and 3-8; docs/design.md §2) or a working-set step
-    (docs/design.md §2b)."""
+    docs/design.md §1). With ``positive=True`` the norms are one-sided: Omega^D(u) =
+    max(0, max_j u_j / w_j) and X_j^T theta in the test. The inner step runs on the
+    surviving features only: sparse prox-SVRG (eq. 3-6 and 3-8; docs/design.md §2) or a
+    working-set step (docs/design.md §2b)."""
 
 class Lasso(RegressorMixin, _DDSSModel):
     __doc__ = _estimator_doc(
@@ -305,8 +328,8 @@ class Lasso(RegressorMixin, _DDSSModel):
     scikit-learn's scaling (docs/design.md §1). The fit stops when the duality gap
     G <= tol * P(0); ``dual_gap_`` is that certificate.""",
         ["alpha", "fit_intercept", "tol", "max_epochs", "method", "backend", "n_jobs",
-         "kernel", "screening", "weights_l1", "warm_start", "step_scale", "random_state",
-         "verbose", "checkpoint"],
+         "kernel", "screening", "weights_l1", "positive", "warm_start", "step_scale",
+         "random_state", "verbose", "checkpoint"],
         """
     coef_ : ndarray of shape (n_features,)
         The coefficients w.
@@ -333,6 +356,18 @@ class Lasso(RegressorMixin, _DDSSModel):
     >>> bool(model.dual_gap_ <= 1e-8 * model.history_[0]["primal"])
     True
 """)
+
+    def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
+                 method="auto", backend="serial", n_jobs=None, kernel="auto",
+                 screening=True, weights=None, positive=False, warm_start=False,
+                 step_scale=1.0, random_state=None, verbose=0, checkpoint=None):
+        super().__init__(alpha, fit_intercept=fit_intercept, tol=tol,
+                         max_epochs=max_epochs, method=method, backend=backend,
+                         n_jobs=n_jobs, kernel=kernel, screening=screening,
+                         weights=weights, warm_start=warm_start, step_scale=step_scale,
+                         random_state=random_state, verbose=verbose,
+                         checkpoint=checkpoint)
+        self.positive = positive
 
     def fit(self, X, y):
         """Fit the model by DDSS.
@@ -405,13 +440,13 @@ class GroupLasso(Lasso):
                  max_epochs=200, method="auto", backend="serial", n_jobs=None,
                  kernel="auto", screening=True, weights=None, warm_start=False,
                  step_scale=1.0, random_state=None, verbose=0, checkpoint=None):
-        super().__init__(alpha, fit_intercept=fit_intercept, tol=tol,
-                         max_epochs=max_epochs, method=method, backend=backend,
-                         n_jobs=n_jobs, kernel=kernel, screening=screening,
-                         weights=weights,
-                         warm_start=warm_start,
-                         step_scale=step_scale, random_state=random_state, verbose=verbose,
-                         checkpoint=checkpoint)
+        # _DDSSModel's, not Lasso's: the group penalty has no ``positive``
+        _DDSSModel.__init__(self, alpha, fit_intercept=fit_intercept, tol=tol,
+                            max_epochs=max_epochs, method=method, backend=backend,
+                            n_jobs=n_jobs, kernel=kernel, screening=screening,
+                            weights=weights, warm_start=warm_start,
+                            step_scale=step_scale, random_state=random_state,
+                            verbose=verbose, checkpoint=checkpoint)
         self.groups = groups
 
 
@@ -428,8 +463,8 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
     Labels may take any two values: ``classes_[1]`` is coded +1, ``classes_[0]`` -1.
     The fit stops when the duality gap G <= tol * P(0).""",
         ["alpha", "fit_intercept", "tol", "max_epochs", "method", "backend", "n_jobs",
-         "kernel", "screening", "groups_logistic", "weights_logistic", "warm_start",
-         "step_scale", "random_state", "verbose", "checkpoint"],
+         "kernel", "screening", "groups_logistic", "weights_logistic", "positive",
+         "warm_start", "step_scale", "random_state", "verbose", "checkpoint"],
         """
     classes_ : ndarray of shape (2,)
         The two labels, sorted.
@@ -448,8 +483,9 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
                  method="auto", backend="serial", n_jobs=None, kernel="auto",
-                 screening=True, groups=None, weights=None, warm_start=False,
-                 step_scale=1.0, random_state=None, verbose=0, checkpoint=None):
+                 screening=True, groups=None, weights=None, positive=False,
+                 warm_start=False, step_scale=1.0, random_state=None, verbose=0,
+                 checkpoint=None):
         super().__init__(alpha, fit_intercept=fit_intercept, tol=tol,
                          max_epochs=max_epochs, method=method, backend=backend,
                          n_jobs=n_jobs, kernel=kernel, screening=screening,
@@ -458,6 +494,7 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
                          step_scale=step_scale, random_state=random_state, verbose=verbose,
                          checkpoint=checkpoint)
         self.groups = groups
+        self.positive = positive
 
     def fit(self, X, y):
         """Fit the model by DDSS.
@@ -521,8 +558,8 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
 
 def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
                tol=1e-4, max_epochs=200, method="auto", backend="serial", n_jobs=None,
-               kernel="auto", screening=True, groups=None, weights=None, loss="squared",
-               random_state=None, verbose=0, return_results=False):
+               kernel="auto", screening=True, groups=None, weights=None, positive=False,
+               loss="squared", random_state=None, verbose=0, return_results=False):
     """Compute solutions along a decreasing grid of alphas, with warm starts.
 
     At each alpha_k, the problem
@@ -570,6 +607,9 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     weights : array-like, default=None
         Positive per-feature or per-group weights (None: 1 per feature, sqrt(size) per
         group).
+    positive : bool, default=False
+        Constrain the coefficients to w >= 0, as in :class:`Lasso` (the L1 penalty
+        only); alpha_max is then the one-sided ``lam_max``.
     loss : {"squared", "logistic"}, default="squared"
         The datafit.
     random_state : int, numpy.random.Generator or None, default=None
@@ -615,13 +655,14 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     if loss == "logistic":
         y = encode_binary_labels(y)[0]
     n_features = np.shape(X)[1]
-    penalty = L1(n_features, weights) if groups is None else \
-        GroupL1(n_features, groups, weights)
+    penalty = make_penalty(n_features, groups, weights, positive)
     problem = Problem(X, y, loss, penalty, 1.0, fit_intercept)
     if alphas is None:
         top = problem.lam_max()
         if top <= 0:
-            raise ValueError("alpha_max is 0 (y is constant or X is zero): nothing to fit")
+            raise ValueError("alpha_max is 0 (y is constant or X is zero" +
+                             (", or with positive=True no feature correlates positively "
+                              "with y" if positive else "") + "): nothing to fit")
         alphas = np.geomspace(top, top * eps, n_alphas)
     else:
         alphas = np.sort(np.asarray(alphas, dtype=np.float64))[::-1]

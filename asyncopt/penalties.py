@@ -8,6 +8,12 @@ block l2 norm (self-dual) with default weight sqrt(|g|).
 - prox of t w ||.|| on a block (block soft-thresholding):
       prox(u) = u * max(0, 1 - t w / ||u||)      (soft-thresholding for size-one blocks)
 - block dual norm of u:   Omega^D(u) = max_g ||u_g|| / w_g
+
+``L1(positive=True)`` adds the indicator of x >= 0 (scikit-learn's ``positive``): the
+penalty is sum_j w_j x_j on x >= 0 and +inf elsewhere, its prox the one-sided
+max(u - t w, 0), and its "dual norm" (the support function of its unit ball) the one-sided
+max(0, max_j u_j / w_j): the dual constraint, the screening test and lam_max then bound
+A_j^T theta from above only (docs/design.md §1).
 """
 import math
 from numbers import Integral
@@ -17,9 +23,27 @@ from numba import njit
 
 
 @njit(cache=True, inline="always")
-def soft_threshold(u, threshold):
-    """prox of threshold * |.| at u: sign(u) max(|u| - threshold, 0) (branch-free form)."""
-    return max(u - threshold, 0.0) + min(u + threshold, 0.0)
+def prox_l1(u, threshold, positive):
+    """prox of threshold |.| at u, sign(u) max(|u| - threshold, 0) (soft-thresholding, as
+    max(u - threshold, 0) + min(u + threshold, 0): no branch on the sign of u); with
+    ``positive`` the prox of threshold |.| plus the indicator of [0, inf),
+    max(u - threshold, 0). Every L1 kernel's prox."""
+    upper = max(u - threshold, 0.0)
+    return upper if positive else upper + min(u + threshold, 0.0)
+
+
+@njit(cache=True, inline="always")
+def dual_magnitude(u, positive):
+    """What the L1 dual constraint bounds of a correlation u = A_j^T rho: |u|, or with
+    ``positive`` (x_j >= 0) max(u, 0), the support function of {v : |v| <= 1, v >= 0}
+    at u. The scalar form of ``l1_dual_norms`` for the kernels."""
+    return max(u, 0.0) if positive else abs(u)
+
+
+def l1_dual_norms(u, positive):
+    """``dual_magnitude`` of every entry of u: |u|, or max(u, 0) with ``positive``."""
+    u = np.asarray(u, np.float64)
+    return np.maximum(u, 0.0) if positive else np.abs(u)
 
 
 @njit(cache=True)
@@ -92,13 +116,14 @@ class BlockPenalty:
     The penalty is the solvers' unit of dispatch: it names its own inner-loop kernels
     (``svrg_kernel``, ``saga_kernel``, ``native_kernel``, each taking the arguments of
     ``kernels.workspace``), its second-order step (``newton_step``, at most
-    ``newton_max_support`` coordinates) and two facts of its blocks
-    (``keeps_orthant``, ``rows_are_column_counts``), so that a new penalty is one class
-    here and its kernels."""
+    ``newton_max_support`` coordinates), two facts of its blocks
+    (``keeps_orthant``, ``rows_are_column_counts``) and its constraint (``positive``:
+    x >= 0), so that a new penalty is one class here and its kernels."""
 
     is_l1 = False
     keeps_orthant = False     # see L1
     rows_are_column_counts = False
+    positive = False          # see L1; the kernels read it from ``workspace.Blocks``
     kernels = "group"         # the kernels' suffix in kernels/svrg.py and kernels/native.py
 
     def __init__(self, indptr, ids, weights):
@@ -121,18 +146,30 @@ class BlockPenalty:
         return penalty_value(np.asarray(x, np.float64), self.indptr, self.ids, self.weights)
 
     def block_norms(self, u):
-        """||u_g||_2 for every block (the dual norm of the L1 and group penalties)."""
+        """||u_g||_2 for every block."""
         return block_norms(np.asarray(u, np.float64), self.indptr, self.ids)
 
+    def dual_block_norms(self, u):
+        """Per block, what the dual constraint bounds by n lam w_g of u = A_g^T rho:
+        ||u_g||_2 (|u_j| for L1, max(u_j, 0) for L1 with ``positive``). A certificate's
+        ``block_correlation``, and with it the dual point, screening and lam_max."""
+        return self.block_norms(u)
+
     def dual_norm(self, u):
-        """Omega^D(u) = max_g ||u_g|| / w_g."""
-        return float(np.max(self.block_norms(u) / self.weights, initial=0.0))
+        """Omega^D(u) = max_g ``dual_block_norms(u)``_g / w_g (0 where every one is 0)."""
+        return float(np.max(self.dual_block_norms(u) / self.weights, initial=0.0))
 
     def prox(self, x, step):
         """prox_{step * Omega}(x) (a new array)."""
         out = np.array(x, dtype=np.float64, copy=True)
         block_prox_(out, self.indptr, self.ids, step * self.weights)
         return out
+
+    def projection(self, x):
+        """x on the penalty's domain, where Omega(x) is finite: x itself (the positive L1
+        penalty: max(x, 0)). A solve's starting point (``coef_init``, a checkpoint)
+        goes through it."""
+        return x
 
     def feature_blocks(self):
         """block index of every feature."""
@@ -205,11 +242,14 @@ def _check_weights(weights, n_blocks, what):
 
 
 class L1(BlockPenalty):
-    """Omega(x) = sum_j w_j |x_j| (plain L1 when weights is None).
+    """Omega(x) = sum_j w_j |x_j| (plain L1 when weights is None); with ``positive``,
+    plus the indicator of x >= 0: sum_j w_j x_j on x >= 0, +inf elsewhere.
 
     ``keeps_orthant``: the prox of one coordinate never crosses zero in a step, so
     Dis-DDSS's server keeps summed deltas on x's orthant; ``rows_are_column_counts``:
-    a block's rows are its column's stored entries."""
+    a block's rows are its column's stored entries. ``positive``: the prox is
+    max(u - t w_j, 0) (``prox_l1``) and the dual constraint one-sided,
+    A_j^T theta <= n lam w_j (``dual_block_norms``: max(u_j, 0))."""
 
     is_l1 = True
     keeps_orthant = True
@@ -217,20 +257,34 @@ class L1(BlockPenalty):
     kernels = "l1"
     newton_max_support = None      # StallWatch's default (newton.policy.MAX_SUPPORT)
 
-    def __init__(self, n_features, weights=None):
+    def __init__(self, n_features, weights=None, positive=False):
         weights = np.ones(n_features) if weights is None else \
             _check_weights(weights, n_features, "L1")
         ar = np.arange(n_features + 1)
         super().__init__(ar, ar[:-1], weights)
+        self.positive = bool(positive)
 
     # blocks of one coordinate, in feature order (here and in every ``restricted``):
     # the block norms are |u_j|, with no block indirection (Dis-DDSS's server takes them
     # over every feature each epoch)
     def value(self, x):
-        return weighted_l1_value(np.asarray(x, np.float64), self.weights)
+        x = np.asarray(x, np.float64)
+        if self.positive and x.shape[0] and x.min() < 0.0:
+            return np.inf
+        return weighted_l1_value(x, self.weights)
 
     def block_norms(self, u):
         return np.abs(np.asarray(u, np.float64))
+
+    def dual_block_norms(self, u):
+        return l1_dual_norms(u, self.positive)
+
+    def prox(self, x, step):
+        out = super().prox(x, step)
+        return np.maximum(out, 0.0) if self.positive else out
+
+    def projection(self, x):
+        return np.maximum(x, 0.0) if self.positive else x
 
     # block g is coordinate ids[g]: the blocks' positions are the blocks themselves
     # (BlockPenalty's versions form them for blocks of any size, with a pass over the
@@ -238,7 +292,9 @@ class L1(BlockPenalty):
     def restricted(self, blocks):
         blocks = np.asarray(blocks, dtype=np.int64)
         indptr = np.arange(blocks.shape[0] + 1)
-        return type(self)._from_blocks(indptr, indptr[:-1], self.weights[blocks])
+        out = type(self)._from_blocks(indptr, indptr[:-1], self.weights[blocks])
+        out.positive = self.positive
+        return out
 
     def active_features(self, blocks):
         return self.ids[np.asarray(blocks, dtype=np.int64)]

@@ -6,6 +6,10 @@
     D(theta) = -(1/n) sum_i f_i*(-theta_i)          G = P - D >= 0
     lam_max = Omega^D(A^T rho(0)) / n               (x = 0 is optimal iff lam >= lam_max)
 
+Omega^D is the penalty's ``dual_norm``; for the positive L1 penalty (x >= 0) it is the
+one-sided max(0, max_j u_j / w_j), so the dual constraint is A_j^T theta <= n lam w_j
+and lam_max is 0 where no feature correlates positively with rho(0).
+
 Before every dual computation the intercept b is set to its exact optimum for the current x,
 so sum_i rho_i = 0 and theta is feasible for the intercept's constraint.
 
@@ -28,7 +32,7 @@ from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_keep_co
 from .kernels.workspace import Blocks, Rows
 from .losses import (LOGISTIC, generalized_residual, get_loss, intercept_sums,
                      loss_of_code, mean_loss, mean_neg_conjugate)
-from .penalties import L1, BlockPenalty, contiguous_block_norms
+from .penalties import L1, BlockPenalty
 from .runtime import IdlePageToucher
 
 
@@ -250,7 +254,7 @@ class ActiveSet:
 
     def kernel_blocks(self):
         """The blocks as the epoch kernels take them (``workspace.Blocks``)."""
-        return Blocks(self.block_indptr, self.feature_block)
+        return Blocks(self.block_indptr, self.feature_block, self.penalty.positive)
 
     def touch_view_buffers(self):
         """Make the epoch views' buffers (``RowsView.new_buffers``) and map their pages
@@ -436,7 +440,7 @@ class ActiveSet:
             b = new_b
         rho = generalized_residual(code, z, y, np.empty_like(z))
         correlation = self.residual_correlation_at(x, code, b, rho, n_threads)
-        block_corr = contiguous_block_norms(correlation, self.block_indptr)
+        block_corr = self.penalty.dual_block_norms(correlation)
         n_lam = prob.n_samples * prob.lam
         dual_norm = float(np.max(block_corr / self.weights, initial=0.0))
         scale = max(1.0, dual_norm / n_lam)
@@ -679,12 +683,14 @@ class Problem:
             lam_max = Omega^D(A^T rho(0)) / n,   Omega^D(u) = max_g ||u_g||_* / w_g,
 
         rho(0) the generalized residual at x = 0 with the intercept fitted
-        (docs/design.md §1).
+        (docs/design.md §1); Omega^D is the penalty's ``dual_norm``, one-sided,
+        max(0, max_j u_j / w_j), for the positive L1 penalty.
 
         Returns
         -------
         float
-            lam_max (0 when y is constant or A is zero).
+            lam_max (0 when y is constant or A is zero, and for the positive L1 penalty
+            where no column has A_j^T rho(0) > 0: then x = 0 is optimal at every lam).
         """
         cert = self.zero_certificate()
         return float(np.max(cert.block_correlation / self.full_active_set().weights,
@@ -789,7 +795,9 @@ def lam_max(X, y, loss="squared", fit_intercept=True, penalty=None):
     fit_intercept : bool, default=True
         Whether the problem has an unpenalized intercept.
     penalty : BlockPenalty, default=None
-        The block penalty; None: L1.
+        The block penalty; None: L1. ``L1(n_features, positive=True)`` gives the
+        one-sided lam_max of a model with coefficients >= 0,
+        ``max(0, max_j x_j^T rho(0) / w_j) / n``.
 
     Returns
     -------

@@ -16,8 +16,9 @@
  *
  * Shared x: every write is an atomic compare-and-swap on the 64-bit pattern of x_j
  * (GCC/Clang __atomic builtins); every read is a relaxed atomic load.
- *   L1:    CAS(x_j, old, soft_threshold(old - eta (diff a_ij + wmu_j), thr_j))
- *          (on one thread this is exactly numba's x[j] = soft_threshold(x[j] - ..., thr)).
+ *   L1:    CAS(x_j, old, prox_l1(old - eta (diff a_ij + wmu_j), thr_j, positive))
+ *          (on one thread this is exactly numba's x[j] = prox_l1(x[j] - ..., thr, positive);
+ *          with positive the prox is max(u - thr, 0), so every value swapped in is >= 0).
  *   group: the block's new value is formed in private buffers from one read of x_g, then
  *          x_j += new_j - old_j per coordinate with a CAS add (eq. 3-10).
  * Clock: shared int64 step counter; tau = (clock value fetched by my atomic increment)
@@ -66,10 +67,11 @@ static inline double gradient_difference(int code, double z, double z_snap_i, do
     return loss_derivative(code, z, y_i);
 }
 
-/* ---- penalties.py: soft_threshold ---------------------------------------------------- */
-static inline double soft_threshold(double u, double threshold)
+/* ---- penalties.py: prox_l1 ------------------------------------------------------------ */
+static inline double prox_l1(double u, double threshold, int positive)
 {
-    return nb_max(u - threshold, 0.0) + nb_min(u + threshold, 0.0);
+    double upper = nb_max(u - threshold, 0.0);
+    return positive ? upper : upper + nb_min(u + threshold, 0.0);
 }
 
 /* ---- atomics on shared doubles --------------------------------------------------------- */
@@ -91,13 +93,14 @@ static inline void atomic_add(double *p, double delta)
                                         __ATOMIC_RELAXED));
 }
 
-/* x_j <- soft_threshold(x_j - step, thr) atomically, the prox applied to the value swapped. */
-static inline void atomic_prox_l1(double *p, double step, double thr)
+/* x_j <- prox_l1(x_j - step, thr, positive) atomically, the prox applied to the value
+ * swapped. */
+static inline void atomic_prox_l1(double *p, double step, double thr, int positive)
 {
     double old, new_;
     __atomic_load(p, &old, __ATOMIC_RELAXED);
     do {
-        new_ = soft_threshold(old - step, thr);
+        new_ = prox_l1(old - step, thr, positive);
     } while (!__atomic_compare_exchange(p, &old, &new_, 0, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED));
 }
@@ -153,7 +156,7 @@ ASYNCOPT_EXPORT int asyncopt_svrg_epoch_l1(
     int code, double *x, double *intercept, double eta_intercept, const double *z_snap,
     const double *weighted_mu, double mu_intercept, const double *thresholds, double eta,
     const int64_t *samples, int64_t n_samples, int variance_reduced, int n_threads,
-    int64_t *clock, int64_t *staleness)
+    int64_t *clock, int64_t *staleness, int positive)
 {
     if (n_threads < 1 || n_samples < 0)
         return 2;
@@ -178,7 +181,7 @@ ASYNCOPT_EXPORT int asyncopt_svrg_epoch_l1(
                 for (int64_t k = indptr[i]; k < indptr[i + 1]; k++) {
                     int64_t j = indices[k];
                     atomic_prox_l1(&x[j], eta * (diff * data[k] + weighted_mu[j]),
-                                   thresholds[j]);
+                                   thresholds[j], positive);
                 }
                 step_intercept(intercept, &b, &delta, eta_intercept * (diff + mu_intercept),
                                t - start);

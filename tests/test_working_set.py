@@ -108,11 +108,11 @@ def test_epochs_and_extrapolations_never_raise_the_subproblems_objective():
         w, r = np.zeros(cols.shape[0]), order_y - order_y.mean()
         b, done, _, kept = lasso_working_set_cd(indptr, rows, data, cols, w, r,
                                                 float(order_y.mean()), order_y, n_lam,
-                                                weights, sq, blocks, True, 0.0, epochs,
-                                                5, 10)
+                                                weights, False, sq, blocks, True, 0.0,
+                                                epochs, 5, 10)
         assert done == epochs
         np.testing.assert_allclose(r, order_y - csc[:, cols] @ w - b, atol=1e-10)
-        values.append(lasso_objective(w, r, n_lam, weights, blocks))
+        values.append(lasso_objective(w, r, n_lam, weights, False, blocks))
     assert all(later <= earlier + 1e-12 for earlier, later in zip(values, values[1:]))
     assert kept > 0
 
@@ -142,7 +142,7 @@ def test_gram_coordinate_descent_reaches_sklearns_objective_with_a_true_gap(fit_
     values = []
     for passes in range(1, 30):
         w = w0.copy()
-        db, done, gap = gram_lasso_cd(B.T @ B, B.T @ r, w, n * lam, np.ones(25),
+        db, done, gap = gram_lasso_cd(B.T @ B, B.T @ r, w, n * lam, np.ones(25), False,
                                       fit_intercept, r @ r, y @ r, B.T @ y, 0.0, passes,
                                       1, anderson)
         assert done == passes
@@ -150,8 +150,9 @@ def test_gram_coordinate_descent_reaches_sklearns_objective_with_a_true_gap(fit_
         assert values[-1] - best <= gap / n + 1e-13
     assert all(later <= earlier + 1e-15 for earlier, later in zip(values, values[1:]))
     w = w0.copy()
-    db, _, gap = gram_lasso_cd(B.T @ B, B.T @ r, w, n * lam, np.ones(25), fit_intercept,
-                               r @ r, y @ r, B.T @ y, 1e-12, 100_000, 10, anderson)
+    db, _, gap = gram_lasso_cd(B.T @ B, B.T @ r, w, n * lam, np.ones(25), False,
+                               fit_intercept, r @ r, y @ r, B.T @ y, 1e-12, 100_000, 10,
+                               anderson)
     assert gap <= 1e-12
     assert abs(objective(w, b0 + db) - best) <= 1e-9 * best
 
@@ -212,7 +213,7 @@ def test_going_on_on_the_gram_matrix_solves_the_columns_subproblem(fit_intercept
     args = (store.indptr, store.rows, store.data, cols)
 
     def columns(w, r, b, epochs, tol):
-        return lasso_working_set_cd(*args, w, r, b, active.y, n_lam, np.ones(30),
+        return lasso_working_set_cd(*args, w, r, b, active.y, n_lam, np.ones(30), False,
                                     active.column_sq_norms, np.arange(31), fit_intercept,
                                     tol, epochs, 5, 10)
     w_ref, r_ref = x0.copy(), cert.rho.copy()
@@ -330,8 +331,8 @@ def test_prox_newton_steps_never_raise_the_subproblems_objective():
     for steps in range(1, 13):
         w, z = np.zeros(cols.shape[0]), np.zeros(60)
         b, done, _, _ = prox_newton_working_set(indptr, rows, data, cols, w, z, 0.0,
-                                                active.y, 1, n_lam, weights, sq, 0.25,
-                                                True, 0.0, steps, 20)
+                                                active.y, 1, n_lam, weights, False, sq,
+                                                0.25, True, 0.0, steps, 20)
         np.testing.assert_allclose(z, csc[:, cols] @ w + b, atol=1e-10)
         values.append(np.sum(np.logaddexp(0.0, -active.y * z)) + n_lam * np.abs(w).sum())
     assert all(later <= earlier + 1e-12 for earlier, later in zip(values, values[1:]))

@@ -157,6 +157,10 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
                    help="disable gap-safe screening")
     p.add_argument("--no-intercept", action="store_true",
                    help="do not fit an (unpenalized) intercept")
+    p.add_argument("--positive", action="store_true",
+                   help="constrain the coefficients to be >= 0 (the intercept stays free), "
+                        "as scikit-learn's positive=True; lam_max is then the one-sided "
+                        "max_j x_j^T r / n")
     p.add_argument("--degree", type=int, choices=[1, 2, 3], default=1,
                    help="feature-cross degree of the embedded a9a data set")
     p.add_argument("--seed", type=_nonneg_int, default=0, metavar="S",
@@ -495,7 +499,8 @@ def fit_and_report(args, prog, loss, title):
     test = held_out(args, loss, p, classes, threads)
 
     # X was read for this solve alone: its arrays serve as the first epoch view
-    problem = Problem(X, y, loss, L1(p), 1.0, fit_intercept, overwrite_X=True)
+    problem = Problem(X, y, loss, L1(p, positive=args.positive), 1.0, fit_intercept,
+                      overwrite_X=True)
     lmax = float(problem.lam_max())
     alpha, ratio = alpha_from(args, lmax, name)
     leader = world is None or world[0] == 0
@@ -563,8 +568,9 @@ def alpha_from(args, lmax, name):
         alpha = float(args.alpha)
         return alpha, (alpha / lmax if lmax > 0 else float("inf"))
     if not lmax > 0:
-        raise ValueError(f"{name}: lam_max is 0 (the all-zero model is already optimal); "
-                         "give --alpha explicitly")
+        why = ": no feature correlates positively with the target" if args.positive else ""
+        raise ValueError(f"{name}: lam_max is 0 (the all-zero model is already optimal"
+                         f"{why}); give --alpha explicitly")
     return float(args.alpha_ratio) * lmax, float(args.alpha_ratio)
 
 
@@ -596,7 +602,7 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     # --test: read by the server, which prints the summary, before the solve
     test = agree(comm, lambda: held_out(args, loss, p, classes) if world[0] == 0 else None)
     fit_intercept = not args.no_intercept
-    penalty = L1(p)
+    penalty = L1(p, positive=args.positive)
     # the shard's rows are this rank's alone: their arrays serve as its first epoch view
     shard = None if X is None else Problem(X, y, loss, penalty, 1.0, fit_intercept,
                                            overwrite_X=True)
@@ -655,7 +661,8 @@ def report(args, title, est, name, n, p, nnz, classes, alpha, ratio, lmax, fit_i
     if classes is not None:
         rows.append(("classes", classes_text(classes)))
     rows += [
-        ("method", f"{method}, {backend}, screening {screens}"),
+        ("method", f"{method}, {backend}, screening {screens}"
+                   f"{', coef >= 0' if args.positive else ''}"),
         ("alpha", f"{alpha:.4e}  (alpha/lam_max = {ratio:.3g}, lam_max = {lmax:.4e})"),
         ("objective", f"{objective:.8e}"),
         ("duality gap", f"{gap:.3e}  (relative {rel_gap:.3e}, tol {args.tol:g}"

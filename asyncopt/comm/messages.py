@@ -56,11 +56,13 @@ def apply_reply(local, base, index, values, offset, full):
 
 @njit(cache=True, nogil=True)
 def add_weighted_delta(x, changed_at, index, values, offset, weight, omega, version,
-                       source=0, run_source=None, before_run=None, orthant=None):
+                       source=0, run_source=None, before_run=None, orthant=None,
+                       positive=False):
     """x[j] += weight omega[j] delta_j on a delta's coordinates (values[offset:]), each
     stamped changed_at[j] = version. With ``orthant`` (bool per coordinate), a marked
     coordinate that this takes across zero lands on zero instead: the sum is projected
-    onto x's orthant (solvers/mpi.py, ``_serve_inner``).
+    onto x's orthant (solvers/mpi.py, ``_serve_inner``). With ``positive`` (x >= 0, the
+    positive L1 penalty), every coordinate that this takes below zero lands on zero.
 
     With ``run_source`` / ``before_run`` (per coordinate, int32 / int64) the server also
     tracks, for every coordinate, the run of changes that ``source`` made with weight
@@ -78,6 +80,9 @@ def add_weighted_delta(x, changed_at, index, values, offset, weight, omega, vers
             if orthant[j] and before * x[j] < 0.0:
                 x[j] = 0.0
                 projected = True
+        if positive and x[j] < 0.0:
+            x[j] = 0.0
+            projected = True
         if run_source is not None:
             exact = scale == 1.0 and not projected
             if not (exact and run_source[j] == source):

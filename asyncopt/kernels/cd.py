@@ -8,7 +8,9 @@ For a block g with columns A_g (CSC), margins z = A x + b kept up to date:
     z     += A_g (x_g_new - x_g_old)
 
 ||A_g||_F^2 bounds the spectral norm squared, so the step is safe for groups and exact
-(one-dimensional Lipschitz constant) for L1. Threads that share z and own disjoint blocks
+(one-dimensional Lipschitz constant) for L1. With ``positive`` (the L1 penalty with
+x >= 0) the prox is that of the block soft-threshold of max(u, 0), for one coordinate
+max(u - t, 0). Threads that share z and own disjoint blocks
 run this lock-free: x stays consistent (one writer per coordinate) while racing additions
 to z may be lost, so the caller recomputes z exactly after every epoch.
 """
@@ -21,10 +23,11 @@ from .svrg import INTERCEPT_SYNC, block_buffers
 
 @njit(cache=True, nogil=True)
 def cd_epoch(col_indptr, col_rows, col_data, y, code, x, z, intercept, column_means, order,
-             block_indptr, block_lipschitz, thresholds):
+             block_indptr, block_lipschitz, thresholds, positive):
     """One block coordinate descent update per block in ``order`` (x, z, intercept in
     place); z = A x holds the margins without the intercept, f' is taken at z + b.
-    thresholds[g] = lam w_g. A block whose columns are empty (L_g = 0) is set to zero.
+    thresholds[g] = lam w_g; ``positive``: x >= 0 (module docstring). A block whose
+    columns are empty (L_g = 0) is set to zero.
 
     column_means[j] = mean of column j profiles the intercept out for the squared loss:
     b = mean(y - A x) moves by -m_j delta_j with every update, which makes this exact
@@ -58,6 +61,8 @@ def cd_epoch(col_indptr, col_rows, col_data, y, code, x, z, intercept, column_me
                 grad += col_data[k] * loss_derivative(code, z[r] + b, y[r])
             old[q] = x[j]
             new[q] = old[q] - grad / (n * lipschitz)
+            if positive:
+                new[q] = max(new[q], 0.0)
         block_soft_threshold_(new, local_ids, 0, size, thresholds[g] / lipschitz)
         for q in range(size):
             delta = new[q] - old[q]

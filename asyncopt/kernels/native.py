@@ -65,7 +65,7 @@ def _load():
             return
         LIBRARY_PATH = str(path)
         lib = ctypes.CDLL(LIBRARY_PATH)
-        lib.asyncopt_svrg_epoch_l1.argtypes = list(_COMMON)
+        lib.asyncopt_svrg_epoch_l1.argtypes = list(_COMMON) + [ctypes.c_int]  # positive
         lib.asyncopt_svrg_epoch_l1.restype = ctypes.c_int
         lib.asyncopt_svrg_epoch_group.argtypes = list(_COMMON) + [
             _p_i64, _p_i64, ctypes.c_int64, ctypes.c_int64]
@@ -147,18 +147,19 @@ def _finish(rc, per_thread, staleness):
 
 
 def native_epoch_l1(rows, blocks, step, x, intercept, samples, clock, n_threads=1):
-    """Native twin of ``svrg_epoch_l1_tracked`` on ``n_threads`` OpenMP threads."""
+    """Native twin of ``svrg_epoch_l1_tracked`` on ``n_threads`` OpenMP threads (of
+    ``blocks``, only ``positive`` is read: the prox then keeps x >= 0)."""
     _require()
     args, per_thread = _common_args(rows, step, x, intercept, samples, clock, n_threads,
                                     x.shape[0] if isinstance(x, np.ndarray) else 0)
-    rc = _lib.asyncopt_svrg_epoch_l1(*args)
+    rc = _lib.asyncopt_svrg_epoch_l1(*args, int(bool(blocks.positive)))
     return _finish(rc, per_thread, clock.staleness)
 
 
 def native_epoch_group(rows, blocks, step, x, intercept, samples, clock, n_threads=1):
     """Native twin of ``svrg_epoch_group_tracked`` on ``n_threads`` OpenMP threads."""
     _require()
-    block_indptr, feature_block = blocks
+    block_indptr, feature_block = blocks.indptr, blocks.feature_block
     _check("block_indptr", block_indptr, np.int64, length=1)
     n_blocks = block_indptr.shape[0] - 1
     args, per_thread = _common_args(rows, step, x, intercept, samples, clock, n_threads,

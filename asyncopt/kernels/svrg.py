@@ -29,7 +29,7 @@ import numpy as np
 from numba import njit
 
 from ..losses import loss_derivative
-from ..penalties import block_soft_threshold_, soft_threshold
+from ..penalties import block_soft_threshold_, prox_l1
 
 
 @njit(cache=True, inline="always")
@@ -187,6 +187,7 @@ def _make_epoch_kernels(track_staleness):
     @njit(cache=True, nogil=True)
     def epoch_l1(rows, blocks, step, x, intercept, samples, clock):
         indptr, indices, data, y, code = rows
+        positive = blocks.positive
         z_snap, weighted_mu, mu_intercept, thresholds, eta, eta_intercept, \
             variance_reduced = step
         steps, staleness = clock
@@ -200,8 +201,8 @@ def _make_epoch_kernels(track_staleness):
             for k in range(indptr[i], indptr[i + 1]):
                 j = indices[k]
                 if thresholds[j] < np.inf:        # +inf: frozen at zero for the epoch
-                    x[j] = soft_threshold(x[j] - eta * (diff * data[k] + weighted_mu[j]),
-                                          thresholds[j])
+                    x[j] = prox_l1(x[j] - eta * (diff * data[k] + weighted_mu[j]),
+                                   thresholds[j], positive)
             b, delta = step_intercept(intercept, b, delta,
                                       eta_intercept * (diff + mu_intercept), t,
                                       track_staleness)
@@ -212,7 +213,7 @@ def _make_epoch_kernels(track_staleness):
     @njit(cache=True, nogil=True)
     def epoch_group(rows, blocks, step, x, intercept, samples, clock):
         indptr, indices, data, y, code = rows
-        block_indptr, feature_block = blocks
+        block_indptr, feature_block = blocks.indptr, blocks.feature_block
         z_snap, weighted_mu, mu_intercept, thresholds, eta, eta_intercept, \
             variance_reduced = step
         steps, staleness = clock
@@ -248,7 +249,8 @@ def _make_epoch_kernels(track_staleness):
 
 svrg_epoch_l1, svrg_epoch_group = _make_epoch_kernels(False)
 svrg_epoch_l1.__doc__ = """Sparse prox-SVRG steps (``workspace.SvrgStep`` ``step``) for the
-rows (``workspace.Rows``) in ``samples``, L1: blocks of size 1 (``blocks`` unread); x and
+rows (``workspace.Rows``) in ``samples``, L1: blocks of size 1 (of ``blocks``, only
+``positive`` is read: the prox max(u - t, 0) keeps x >= 0); x and
 intercept (length-1 array, step eta_intercept) updated in place; thresholds[j] =
 eta lam d_j w_j, or +inf for a coordinate frozen at zero for the epoch
 (``ddss.freeze_optimal_zeros``), which the steps skip. ``clock`` (``workspace.Clock``) is
@@ -272,9 +274,10 @@ def saga_epoch_l1(rows, blocks, step, x, intercept, samples):
         v_j = (f'(z) - memory[i]) a_ij + d_j average_j,   x_j <- prox(x_j - eta v_j)
     then average += (f'(z) - memory[i]) a_i / n and memory[i] = f'(z); the intercept moves
     with eta_intercept (private per call; the caller sums the deltas of parallel calls).
-    ``step`` is a ``workspace.SagaStep``.
+    ``step`` is a ``workspace.SagaStep``; ``blocks.positive``: the prox keeps x >= 0.
     """
     indptr, indices, data, y, code = rows
+    positive = blocks.positive
     memory, average, average_intercept, reweight, thresholds, eta, eta_intercept = step
     n = memory.shape[0]
     b = intercept[0]
@@ -285,8 +288,8 @@ def saga_epoch_l1(rows, blocks, step, x, intercept, samples):
         diff = grad - memory[i]
         for k in range(indptr[i], indptr[i + 1]):
             j = indices[k]
-            x[j] = soft_threshold(x[j] - eta * (diff * data[k] + reweight[j] * average[j]),
-                                  thresholds[j])
+            x[j] = prox_l1(x[j] - eta * (diff * data[k] + reweight[j] * average[j]),
+                           thresholds[j], positive)
             average[j] += diff * data[k] / n
         b -= eta_intercept * (diff + average_intercept[0])
         average_intercept[0] += diff / n
@@ -299,10 +302,12 @@ def dense_svrg_epoch(rows, blocks, step, x, intercept, samples):
     """Proximal SVRG with dense steps (the ProxASVRG baseline: no sparse prox, no
     reweighting): for row i, v = (f'(z) - f'(z~_i)) a_i + mu over every coordinate and
     x <- prox_{eta lam Omega}(x - eta v) over every block (thresholds[g] = eta lam w_g),
-    added as deltas so threads may share x. O(p) per step: the cost DDSS's sparse step
-    removes. ``step`` is a ``workspace.SvrgStep`` whose weighted_mu is mu."""
+    added as deltas so threads may share x (with ``blocks.positive``, each sum clipped
+    at 0: a racing thread's delta may not take x below the constraint). O(p) per step:
+    the cost DDSS's sparse step removes. ``step`` is a ``workspace.SvrgStep`` whose
+    weighted_mu is mu."""
     indptr, indices, data, y, code = rows
-    block_indptr = blocks.indptr
+    block_indptr, positive = blocks.indptr, blocks.positive
     z_snap, mu, mu_intercept, thresholds, eta, eta_intercept, _ = step
     n_blocks = block_indptr.shape[0] - 1
     scratch = np.zeros(x.shape[0])
@@ -315,11 +320,12 @@ def dense_svrg_epoch(rows, blocks, step, x, intercept, samples):
         diff = gradient_difference(code, z, z_snap[i], y[i], True)
         for k in range(indptr[i], indptr[i + 1]):
             scratch[indices[k]] += diff * data[k]
-        if singletons:      # the L1 penalty: the scalar soft threshold, no block norm
+        if singletons:      # the L1 penalty: the scalar prox, no block norm
             for j in range(n_blocks):
                 before = x[j]
-                x[j] += soft_threshold(before - eta * (scratch[j] + mu[j]),
-                                       thresholds[j]) - before
+                moved = x[j] + (prox_l1(before - eta * (scratch[j] + mu[j]),
+                                        thresholds[j], positive) - before)
+                x[j] = max(moved, 0.0) if positive else moved
         else:
             for g in range(n_blocks):
                 start = block_indptr[g]
@@ -341,7 +347,7 @@ def saga_epoch_group(rows, blocks, step, x, intercept, samples):
     formed from one read of x_g and added as a delta (eq. 3-10), like the SVRG group kernel.
     """
     indptr, indices, data, y, code = rows
-    block_indptr, feature_block = blocks
+    block_indptr, feature_block = blocks.indptr, blocks.feature_block
     memory, average, average_intercept, reweight, thresholds, eta, eta_intercept = step
     n = memory.shape[0]
     scratch, stamp, touched = scatter_buffers(x.shape[0], block_indptr)

@@ -15,7 +15,12 @@ D(u) = 1/2 ||y||^2 - 1/2 ||y - u||^2.
 
 One epoch updates every block once in order (for one column, exact minimisation along
 it, w_q <- ST(w_q + A_q^T r / ||A_q||^2, n lam v_q / ||A_q||^2)) and then the intercept
-(b <- b + mean(r)). Every ``anderson`` epochs the last iterates are extrapolated
+(b <- b + mean(r)).
+
+``positive`` (the L1 penalty with x >= 0, ``penalties.L1``): every ST is the one-sided
+prox max(u - t, 0) (``penalties.prox_l1``), the dual constraints A_q^T u <= n lam v_q
+(``penalties.dual_magnitude``), and the objectives +inf at a w with a negative entry, so
+that an extrapolated point outside the constraint is never kept. Every ``anderson`` epochs the last iterates are extrapolated
 (Anderson acceleration, as skglm's ``AndersonCD``; Bertrand and Massias, AISTATS 2021)
 and the extrapolated point is kept only where it lowers F, so that no epoch and no
 extrapolation raises the objective.
@@ -24,7 +29,7 @@ import numpy as np
 from numba import njit
 
 from ..losses import loss_conjugate, loss_derivative, loss_second_derivative, loss_value
-from ..penalties import soft_threshold
+from ..penalties import dual_magnitude, prox_l1
 
 
 @njit(cache=True, inline="always")
@@ -44,12 +49,15 @@ def _assign(dst, src):
 
 
 @njit(cache=True)
-def lasso_objective(w, r, n_lam, weights, blocks):
+def lasso_objective(w, r, n_lam, weights, positive, blocks):
     """F(w, b) = 1/2 ||r||^2 + n lam sum_g v_g ||w_g||_2 at the residual r of (w, b);
-    block g holds w[blocks[g]:blocks[g+1]] (singletons: the L1 norm)."""
+    block g holds w[blocks[g]:blocks[g+1]] (singletons: the L1 norm; with ``positive``,
+    +inf where some w_q < 0)."""
     penalty = 0.0
     if blocks.shape[0] - 1 == w.shape[0]:        # singletons
         for q in range(w.shape[0]):
+            if positive and w[q] < 0.0:
+                return np.inf
             penalty += weights[q] * abs(w[q])
     else:
         for g in range(blocks.shape[0] - 1):
@@ -61,15 +69,17 @@ def lasso_objective(w, r, n_lam, weights, blocks):
 
 
 @njit(cache=True)
-def lasso_dual_gap(indptr, rows, data, cols, w, r, y, n_lam, weights, blocks):
-    """F(w, b) - D(u) with u = r min(1, n lam / max_g ||A_g^T r||_2 / v_g): a
-    certificate of the working-set subproblem (its dual point is feasible there)."""
+def lasso_dual_gap(indptr, rows, data, cols, w, r, y, n_lam, weights, positive, blocks):
+    """F(w, b) - D(u) with u = r min(1, n lam / max_g ||A_g^T r||_2 / v_g) (singletons
+    with ``positive``: max(A_q^T r, 0) for ||A_q^T r||): a certificate of the
+    working-set subproblem (its dual point is feasible there)."""
     dual_norm = 0.0
     for g in range(blocks.shape[0] - 1):
         if weights[g] > 0.0:
             start, stop = blocks[g], blocks[g + 1]
             if stop - start == 1:
-                norm = abs(_column_dot(indptr, rows, data, cols[start], r))
+                norm = dual_magnitude(_column_dot(indptr, rows, data, cols[start], r),
+                                      positive)
             else:
                 sq = 0.0
                 for q in range(start, stop):
@@ -82,14 +92,15 @@ def lasso_dual_gap(indptr, rows, data, cols, w, r, y, n_lam, weights, blocks):
     for i in range(r.shape[0]):
         d = y[i] - scale * r[i]
         dual += y[i] * y[i] - d * d
-    return lasso_objective(w, r, n_lam, weights, blocks) - 0.5 * dual
+    return lasso_objective(w, r, n_lam, weights, positive, blocks) - 0.5 * dual
 
 
 @njit(cache=True)
-def _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, lipschitz, blocks,
-                 fit_intercept, scratch):
+def _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, positive, lipschitz,
+                 blocks, fit_intercept, scratch):
     """One pass over the blocks, then the intercept; returns the intercept's move. A
-    block of one column is minimised exactly along it (lipschitz = ||A_q||^2); a larger
+    block of one column is minimised exactly along it (lipschitz = ||A_q||^2; over
+    w_q >= 0 with ``positive``); a larger
     block takes the block prox-gradient step w_g <- BST(w_g + A_g^T r / L_g,
     n lam v_g / L_g) with L_g = ||A_g||_F^2 >= ||A_g||_2^2, which minimises a majorizer
     of F tight at w, so no update raises F."""
@@ -101,8 +112,8 @@ def _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, lipschitz, bloc
         if stop - start == 1:
             c = cols[start]
             old = w[start]
-            new = soft_threshold(old + _column_dot(indptr, rows, data, c, r) / lipschitz[g],
-                                 threshold)
+            new = prox_l1(old + _column_dot(indptr, rows, data, c, r) / lipschitz[g],
+                          threshold, positive)
             if new != old:
                 delta = new - old
                 w[start] = new
@@ -234,15 +245,17 @@ def _extrapolate(past_w, past_r, past_b, out_w, out_r):
 
 
 @njit(cache=True, nogil=True)
-def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, n_lam, weights, lipschitz,
-                         blocks, fit_intercept, tol, max_epochs, anderson, check_every):
+def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, n_lam, weights, positive,
+                         lipschitz, blocks, fit_intercept, tol, max_epochs, anderson,
+                         check_every):
     """Epochs of coordinate descent on the working set ``cols`` from (w, b) with residual
     r = y - A_ws w - b (the working set holds every non-zero), w and r updated in place,
     until the subproblem's gap (``lasso_dual_gap``) is at most ``tol`` (checked every
     ``check_every`` epochs) or ``max_epochs`` passed. ``anderson``: iterates per
     extrapolation (0: none); ``blocks``: block g holds positions blocks[g]:blocks[g+1]
     of cols and w (singletons for L1), weights[g] = v_g, lipschitz[g] = ||A_g||_F^2
-    (``_lasso_epoch``). Returns (b, epochs, gap, extrapolations kept)."""
+    (``_lasso_epoch``); ``positive``: L1 with w >= 0 (module docstring). Returns (b,
+    epochs, gap, extrapolations kept)."""
     m = cols.shape[0]
     n = r.shape[0]
     largest = 1
@@ -255,33 +268,33 @@ def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, n_lam, weights, l
     gap = np.inf
     epoch = 0
     while epoch < max_epochs:
-        b += _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, lipschitz,
-                          blocks, fit_intercept, scratch)
+        b += _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, positive,
+                          lipschitz, blocks, fit_intercept, scratch)
         epoch += 1
         if anderson > 0:
             stored, full = _record_iterate(past_w, past_r, past_b, stored, w, r, b)
             if full:
                 try_b = _extrapolate(past_w, past_r, past_b, try_w, try_r)
                 if np.isfinite(try_b) and \
-                        lasso_objective(try_w, try_r, n_lam, weights, blocks) < \
-                        lasso_objective(w, r, n_lam, weights, blocks):
+                        lasso_objective(try_w, try_r, n_lam, weights, positive, blocks) < \
+                        lasso_objective(w, r, n_lam, weights, positive, blocks):
                     _assign(w, try_w)
                     _assign(r, try_r)
                     b = try_b
                     accepted += 1
         if epoch % check_every == 0 or epoch == max_epochs:
             gap = lasso_dual_gap(indptr, rows, data, cols, w, r, y, n_lam, weights,
-                                 blocks)
+                                 positive, blocks)
             if gap <= tol:
                 break
     return b, epoch, gap, accepted
 
 
 @njit(cache=True)
-def working_set_gap(indptr, rows, data, cols, w, z, y, code, n_lam, weights):
+def working_set_gap(indptr, rows, data, cols, w, z, y, code, n_lam, weights, positive):
     """n (P - D) of the working-set subproblem at margins z = A_ws w + b: P from the
     loss, D at the dual point rho = -f'(z) scaled into the constraints
-    (docs/design.md §1). With an intercept the dual point is feasible only where b is
+    (docs/design.md §1; one-sided with ``positive``). With an intercept the dual point is feasible only where b is
     optimal; the value then serves as the inner stopping rule, the outer certificate
     being exact."""
     n = z.shape[0]
@@ -295,8 +308,8 @@ def working_set_gap(indptr, rows, data, cols, w, z, y, code, n_lam, weights):
     for q in range(cols.shape[0]):
         penalty += weights[q] * abs(w[q])
         if weights[q] > 0.0:
-            dual_norm = max(dual_norm,
-                            abs(_column_dot(indptr, rows, data, cols[q], rho)) / weights[q])
+            dual_norm = max(dual_norm, dual_magnitude(
+                _column_dot(indptr, rows, data, cols[q], rho), positive) / weights[q])
     scale = max(1.0, dual_norm / n_lam)
     conjugate = 0.0
     for i in range(n):
@@ -317,12 +330,12 @@ def _objective_along(z, xdelta, t, y, code, w, delta, n_lam, weights):
 
 
 @njit(cache=True)
-def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
+def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights, positive,
                       fit_intercept, max_passes, delta, xdelta):
     """Coordinate descent on the quadratic model of n P at w, in (delta, and the
     intercept's move db, returned; xdelta = A_ws delta + db):
         sum_i grad_i (A delta + db)_i + 1/2 sum_i hess_i (A delta + db)_i^2
-        + n lam |w + delta|_v,
+        + n lam |w + delta|_v      (over w + delta >= 0 with ``positive``),
     at most ``max_passes`` passes, stopping once a pass over every coordinate moves
     none by more than 1e-4 of the first pass's largest move (in the model's metric).
     A coordinate a pass leaves at zero is skipped by the passes after it until they
@@ -368,8 +381,8 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
             for k in range(indptr[c], indptr[c + 1]):
                 model += data[k] * hess[rows[k]] * xdelta[rows[k]]
             old = w[q] + delta[q]
-            new = soft_threshold(old - model / lipschitz[q],
-                                 n_lam * weights[q] / lipschitz[q])
+            new = prox_l1(old - model / lipschitz[q], n_lam * weights[q] / lipschitz[q],
+                          positive)
             step = new - old
             if step != 0.0:
                 delta[q] += step
@@ -396,10 +409,11 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights,
 
 
 @njit(cache=True)
-def _majorized_pass(indptr, rows, data, cols, w, z, b, y, code, n_lam, weights, sq_norms,
-                    curvature, fit_intercept):
+def _majorized_pass(indptr, rows, data, cols, w, z, b, y, code, n_lam, weights, positive,
+                    sq_norms, curvature, fit_intercept):
     """One pass of coordinate descent on the majorizer f'' <= ``curvature`` (the loss's
-    Lipschitz constant): w_q <- ST(w_q - A_q^T f'(z) / L_q, n lam v_q / L_q) with
+    Lipschitz constant): w_q <- ST(w_q - A_q^T f'(z) / L_q, n lam v_q / L_q) (the
+    one-sided prox with ``positive``) with
     L_q = curvature ||A_q||^2, then the intercept; each update minimises an upper bound
     of n P that is tight at the current point, so none raises n P. Returns (b, whether
     anything moved)."""
@@ -412,7 +426,7 @@ def _majorized_pass(indptr, rows, data, cols, w, z, b, y, code, n_lam, weights, 
         g = 0.0
         for k in range(indptr[c], indptr[c + 1]):
             g += data[k] * loss_derivative(code, z[rows[k]], y[rows[k]])
-        new = soft_threshold(w[q] - g / lipschitz, n_lam * weights[q] / lipschitz)
+        new = prox_l1(w[q] - g / lipschitz, n_lam * weights[q] / lipschitz, positive)
         if new != w[q]:
             step = new - w[q]
             w[q] = new
@@ -433,7 +447,7 @@ def _majorized_pass(indptr, rows, data, cols, w, z, b, y, code, n_lam, weights, 
 
 @njit(cache=True, nogil=True)
 def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, code, n_lam, weights,
-                            sq_norms, curvature, fit_intercept, tol, max_steps,
+                            positive, sq_norms, curvature, fit_intercept, tol, max_steps,
                             max_passes):
     """Proximal Newton steps on the working set ``cols`` from (w, b) at margins
     z = A_ws w + b (the working set holds every non-zero), w and z updated in place:
@@ -442,7 +456,9 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, code, n_lam, w
     the step until n P falls (so no step raises it), and where no step does, one pass
     of ``_majorized_pass`` (sq_norms[q] = ||A_q||^2, ``curvature`` >= f''); until the
     subproblem's gap (``working_set_gap``) is at most ``tol`` or ``max_steps`` steps.
-    skglm's ``ProxNewton`` and liblinear's newGLMNET are this method. Returns (b,
+    skglm's ``ProxNewton`` and liblinear's newGLMNET are this method. ``positive``:
+    w >= 0 throughout (each direction keeps w + delta >= 0, so every step between w and
+    w + delta does). Returns (b,
     steps, gap, reads): reads counts the entries of the columns and the rows each pass
     read (the work ``solvers.choice`` charges)."""
     n = z.shape[0]
@@ -456,7 +472,8 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, code, n_lam, w
     steps = 0
     reads = 0
     while steps < max_steps:
-        gap = working_set_gap(indptr, rows, data, cols, w, z, y, code, n_lam, weights)
+        gap = working_set_gap(indptr, rows, data, cols, w, z, y, code, n_lam, weights,
+                              positive)
         reads += nnz + 3 * n
         if gap <= tol:
             break
@@ -464,8 +481,8 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, code, n_lam, w
             grad[i] = loss_derivative(code, z[i], y[i])
             hess[i] = loss_second_derivative(code, z[i], y[i])
         db, passes_read = _newton_direction(indptr, rows, data, cols, w, grad, hess,
-                                            n_lam, weights, fit_intercept, max_passes,
-                                            delta, xdelta)
+                                            n_lam, weights, positive, fit_intercept,
+                                            max_passes, delta, xdelta)
         reads += 2 * n + nnz + passes_read
         before = _objective_along(z, xdelta, 0.0, y, code, w, delta, n_lam, weights)
         t = 1.0
@@ -480,7 +497,8 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, code, n_lam, w
         if not moved:       # the model misleads (f'' ~ 0 on separated rows): majorize
             reads += 2 * nnz + n
             b, moved = _majorized_pass(indptr, rows, data, cols, w, z, b, y, code, n_lam,
-                                       weights, sq_norms, curvature, fit_intercept)
+                                       weights, positive, sq_norms, curvature,
+                                       fit_intercept)
             if not moved:
                 break
             continue
@@ -493,13 +511,16 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, code, n_lam, w
 
 
 @njit(cache=True)
-def _gram_objective(w, start, db, g, corr, sq_residual, n_lam, weights, fit_intercept):
+def _gram_objective(w, start, db, g, corr, sq_residual, n_lam, weights, positive,
+                    fit_intercept):
     """F at (w, b + db) from the Gram sums (``gram_lasso_cd``): d = (w - start, db),
-    ||r'||^2 = ||r||^2 - d^T corr - d^T g."""
+    ||r'||^2 = ||r||^2 - d^T corr - d^T g; +inf where ``positive`` and some w_q < 0."""
     m = w.shape[0]
     sq = sq_residual
     penalty = 0.0
     for q in range(m):
+        if positive and w[q] < 0.0:
+            return np.inf
         d = w[q] - start[q]
         sq -= d * (corr[q] + g[q])
         penalty += weights[q] * abs(w[q])
@@ -544,8 +565,8 @@ def gram_start(gram, corr, w0, w, db, r, y, fit_intercept):
 
 
 @njit(cache=True)
-def gram_lasso_cd(gram, corr, w, n_lam, weights, fit_intercept, sq_residual, y_residual,
-                  y_corr, tol, max_passes, check_every, anderson):
+def gram_lasso_cd(gram, corr, w, n_lam, weights, positive, fit_intercept, sq_residual,
+                  y_residual, y_corr, tol, max_passes, check_every, anderson):
     """Coordinate descent on the L1 subproblem F(w + d_w, b + d_b) (module docstring) from
     the Gram matrix of B = [A_ws, 1] alone, what the working-set step under MPI has on
     the server: ``gram`` = B^T B (the intercept's row and column last where it is
@@ -557,9 +578,11 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, fit_intercept, sq_residual, y_r
     n lam v_q / G_qq), O(|ws|) more to update g. A pass updates every column in order,
     then the intercept (d_b += g_b / n). Every ``anderson`` passes (0: never) the last
     iterates are extrapolated (g is affine in them, so it extrapolates alike) and the
-    point kept only where it lowers F (its g then formed anew from the Gram matrix). Passes run until the gap F - D, checked every
-    ``check_every`` passes, is at most ``tol`` or ``max_passes`` passed. w is updated in
-    place; returns (d_b, passes, gap)."""
+    point kept only where it lowers F (its g then formed anew from the Gram matrix).
+    Passes run until the gap F - D, checked every ``check_every`` passes, is at most
+    ``tol`` or ``max_passes`` passed. ``positive``: w >= 0 (the one-sided prox and dual
+    constraint, module docstring). w is updated in place; returns (d_b, passes,
+    gap)."""
     m = w.shape[0]
     dim = gram.shape[0]
     start = w.copy()
@@ -575,7 +598,7 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, fit_intercept, sq_residual, y_r
             if h <= 0.0:
                 continue
             old = w[q]
-            new = soft_threshold(old + g[q] / h, n_lam * weights[q] / h)
+            new = prox_l1(old + g[q] / h, n_lam * weights[q] / h, positive)
             step = new - old
             if step != 0.0:
                 w[q] = new
@@ -591,9 +614,9 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, fit_intercept, sq_residual, y_r
                 try_b = _extrapolate(past_w, past_g, past_b, try_w, try_g)
                 if np.isfinite(try_b) and \
                         _gram_objective(try_w, start, try_b, try_g, corr, sq_residual,
-                                        n_lam, weights, fit_intercept) < \
+                                        n_lam, weights, positive, fit_intercept) < \
                         _gram_objective(w, start, db, g, corr, sq_residual, n_lam,
-                                        weights, fit_intercept):
+                                        weights, positive, fit_intercept):
                     _assign(w, try_w)
                     db = try_b
                     _gram_residual_correlation(gram, corr, w, start, db, fit_intercept, g)
@@ -603,13 +626,13 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, fit_intercept, sq_residual, y_r
                         _subtract_row(g, step, gram, m)
         if passes % check_every == 0 or passes == max_passes:
             sq = 2.0 * _gram_objective(w, start, db, g, corr, sq_residual, 0.0, weights,
-                                       fit_intercept)
+                                       positive, fit_intercept)
             dual_norm = 0.0
             penalty = 0.0
             for q in range(m):
                 penalty += weights[q] * abs(w[q])
                 if weights[q] > 0.0:
-                    dual_norm = max(dual_norm, abs(g[q]) / weights[q])
+                    dual_norm = max(dual_norm, dual_magnitude(g[q], positive) / weights[q])
             scale = max(1.0, dual_norm / n_lam)
             yu = y_residual
             for q in range(m):

@@ -26,10 +26,17 @@ class Rows(namedtuple("Rows", "indptr indices data y code")):
         return super().__new__(cls, indptr, indices, data, y, int(code))
 
 
-Blocks = namedtuple("Blocks", "indptr feature_block")
-Blocks.__doc__ = """Contiguous blocks of the features: block g holds features
-indptr[g]:indptr[g+1], feature_block[j] is the block of feature j (singletons for L1,
-whose kernels do not read them)."""
+class Blocks(namedtuple("Blocks", "indptr feature_block positive")):
+    """Contiguous blocks of the features: block g holds features indptr[g]:indptr[g+1],
+    feature_block[j] is the block of feature j (singletons for L1, whose kernels do not
+    read them); ``positive``: the penalty's (``penalties.L1``), x >= 0, which the L1
+    kernels' prox keeps (``penalties.prox_l1``); the group kernels have no such
+    constraint."""
+
+    __slots__ = ()
+
+    def __new__(cls, indptr, feature_block, positive=False):
+        return super().__new__(cls, indptr, feature_block, bool(positive))
 
 
 class SvrgStep(namedtuple("SvrgStep", "z_snap weighted_mu mu_intercept thresholds eta "

@@ -10,7 +10,13 @@ Newton direction by preconditioned CG from products with H). ``dense_move`` /
 ``support_move`` form both where |S| allows and keep the one whose full step models
 lower; ``move_candidates`` spreads it over STEP_GRID and ``best_candidate`` picks the
 candidate of smallest exact P (the group step's too). H and g are given; nothing here
-reads the rows."""
+reads the rows.
+
+``positive`` (the positive L1 penalty, x >= 0; S's orthant is then +1 everywhere,
+``policy.entering_coordinates``): no move changes a coordinate's sign, so that every
+candidate stays in x >= 0 (the orthant path and the projected candidates stop at zero;
+the sign flips of ``hessian_free_direction`` and the entering zeros of
+``_with_violating_zeros`` with the sign -1 are left out)."""
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
@@ -211,7 +217,7 @@ def block_preconditioner(diagonal, ridge, free, block):
 
 
 def hessian_free_direction(hessian_times, diagonal, gradient, point, n_penalized, drop,
-                           signs=None, block=None, penalty=None):
+                           signs=None, block=None, penalty=None, positive=False):
     """The projected Newton direction from Hessian-vector products (truncated Newton with
     the projection of Bertsekas' two-metric method and OWL-QN's orthant): ``drop``'s
     coordinates move to zero (d_j = -x_j), the others solve (H_FF + ridge I) d_F = -(g + H
@@ -238,7 +244,8 @@ def hessian_free_direction(hessian_times, diagonal, gradient, point, n_penalized
     epochs leave popular features on the wrong side of zero). Only coordinates that pass
     both tests flip: the axis test alone ignores the coupling, and flipping every
     coordinate that CG fixed at zero with its model gradient pointing to the other side
-    flips right signs too (an intermediate solve may have fixed them).
+    flips right signs too (an intermediate solve may have fixed them). ``positive``: only
+    coordinates of the orthant -1 may flip (none, where every sign is +1: x >= 0).
 
     Returns (d, Hessian products, the orthant over the first n_penalized coordinates at
     the end), d None when it is no descent direction. The candidates are the projections
@@ -256,7 +263,8 @@ def hessian_free_direction(hessian_times, diagonal, gradient, point, n_penalized
         push = sigma[:n_penalized] * gradient[:n_penalized] - 2.0 * penalty
         flip = np.flatnonzero((push > 0.0) & (np.abs(point[:n_penalized]) * (
             diagonal[:n_penalized] + ridge) < push) & (
-            point[:n_penalized] + direction[:n_penalized] == 0.0))
+            point[:n_penalized] + direction[:n_penalized] == 0.0) & (
+            (sigma[:n_penalized] < 0.0) | (not positive)))
     if flip.shape[0] and products < budget:
         flipped = sigma.copy()
         flipped[flip] = -flipped[flip]
@@ -391,7 +399,7 @@ def support_point(x, b, intercept, entering=None):
 
 
 def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, intercept,
-               signs=None):
+               signs=None, positive=False):
     """The move from the summed Hessian (``support_move`` with its products, diagonal
     and preconditioner block, and the orthant path where |S| allows it; ``hessian_sum``
     is read from its lower triangle, ``kernels.lower_from_upper_triangle``): (kind,
@@ -407,7 +415,8 @@ def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, in
     The path fixes crossing coordinates one piece at a time and gives up at 128 pieces;
     the drop can cost more than the path gains, where the projected direction still
     finds the move. Coordinates entering S at zero (``signs``) move only in the
-    projected direction; the path keeps them at zero.
+    projected direction; the path keeps them at zero. ``positive``: no sign changes
+    (module docstring).
 
     Above 398 coordinates (``uses_hessian_free``) the path is not formed: each of its
     pieces factors an |S|-square system, and there the projected direction wins anyway
@@ -419,11 +428,12 @@ def dense_move(hessian_sum, correlation_S, rho_sum, point, weights_S, lam, n, in
                         (positions, symmetric_submatrix(hessian_sum, positions)),
                         correlation_S, rho_sum, point, weights_S, lam, n, intercept, signs,
                         None if uses_hessian_free(k) else
-                        symmetric_from_lower(hessian_sum.copy()))
+                        symmetric_from_lower(hessian_sum.copy()), positive)
 
 
 def support_move(hessian_times, diagonal_sum, block_sum, correlation_S, rho_sum, point,
-                 weights_S, lam, n, intercept, signs=None, hessian_sum=None):
+                 weights_S, lam, n, intercept, signs=None, hessian_sum=None,
+                 positive=False):
     """``dense_move`` from the Hessian sum as products: ``hessian_times(v)`` = H_sum v
     (unscaled: summed over the rows, or over the workers' shares), ``diagonal_sum`` its
     diagonal, ``block_sum`` = (positions, H_sum on them), CG's preconditioner block
@@ -431,7 +441,8 @@ def support_move(hessian_times, diagonal_sum, block_sum, correlation_S, rho_sum,
     formed (the orthant path needs it; None: the projected direction only). Under MPI
     across machines the products are the workers' (``solvers.mpi``), so that the step
     is the same maths with or without the summed Hessian on the server; each model
-    value of a candidate is one product."""
+    value of a candidate is one product. ``positive``: no sign changes (module
+    docstring)."""
     k = correlation_S.shape[0]
 
     def times(v):
@@ -460,7 +471,7 @@ def support_move(hessian_times, diagonal_sum, block_sum, correlation_S, rho_sum,
         if predicted < 0.0:
             best = (LINE, target, model(target), orthant_S)
     direction, _, ending = hessian_free_direction(times, diagonal, gradient, point, k, None,
-                                                  signs, block, lam * weights_S)
+                                                  signs, block, lam * weights_S, positive)
     if direction is not None:
         projected = model(projected_candidates(point, direction, k, ending)[0])
         if projected < best[2]:
@@ -469,7 +480,7 @@ def support_move(hessian_times, diagonal_sum, block_sum, correlation_S, rho_sum,
         end = best[1] if best[0] == LINE else \
             projected_candidates(point, best[1], k, best[3])[0]
         further = _with_violating_zeros(times, diagonal, block, smooth, point, end,
-                                        lam * weights_S, k)
+                                        lam * weights_S, k, positive)
         value = np.inf if further is None else model(further)
         if not value < best[2]:
             break
@@ -478,7 +489,8 @@ def support_move(hessian_times, diagonal_sum, block_sum, correlation_S, rho_sum,
     return best
 
 
-def _with_violating_zeros(hessian_times, diagonal, block, smooth, point, end, penalty, k):
+def _with_violating_zeros(hessian_times, diagonal, block, smooth, point, end, penalty, k,
+                          positive=False):
     """The end point of a second projected Newton solve from ``end`` (a move's full
     step) in which the zeros of ``end`` that violate the model's optimality condition,
     |s_j| > lam w_j with s = ``smooth`` + H (end - point) the smooth part of the model's
@@ -488,10 +500,12 @@ def _with_violating_zeros(hessian_times, diagonal, block, smooth, point, end, pe
     whose solution value is small): the move takes it to zero and, where the flip of
     ``hessian_free_direction`` does not fire, leaves it there, and the step cannot
     certify without a chained step (another certificate, the Hessian again and a second
-    solve), where the Hessian on S is all this solve needs."""
+    solve), where the Hessian on S is all this solve needs. ``positive``: only the zeros
+    that enter with the sign +1 (s_j < 0)."""
     slope = smooth + hessian_times(end - point)
     at_zero = end[:k] == 0.0
-    entering = at_zero & (np.abs(slope[:k]) > (1.0 + ZERO_SLACK) * penalty)
+    violation = -slope[:k] if positive else np.abs(slope[:k])
+    entering = at_zero & (violation > (1.0 + ZERO_SLACK) * penalty)
     if not np.any(entering):
         return None
     signs = np.sign(end[:k])
@@ -501,7 +515,7 @@ def _with_violating_zeros(hessian_times, diagonal, block, smooth, point, end, pe
     drop = np.zeros(end.shape[0], dtype=bool)
     drop[:k] = at_zero & ~entering
     direction, _, ending = hessian_free_direction(hessian_times, diagonal, gradient, end, k,
-                                                  drop, signs, block, penalty)
+                                                  drop, signs, block, penalty, positive)
     if direction is None:
         return None
     return projected_candidates(end, direction, k, ending)[0]

@@ -7,10 +7,12 @@ take). Functions of x, A^T rho, the weights and counts; no rows are read.
 The optimality condition these decisions test, for x minimising
 P(x, b) = (1/n) sum_i f(a_i^T x + b) + lam sum_j w_j |x_j| with rho = -f'(z):
 |A_j^T rho| <= n lam w_j at a zero x_j, = n lam w_j (with sign(x_j)) at a non-zero; for a
-group penalty ||A_g^T rho|| <= n lam w_g at a zero group."""
+group penalty ||A_g^T rho|| <= n lam w_g at a zero group. For the positive L1 penalty
+(x >= 0) the condition at a zero is one-sided, A_j^T rho <= n lam w_j, and every
+coordinate enters S with the sign +1 (``positive`` below)."""
 import numpy as np
 
-from ..penalties import contiguous_block_norms
+from ..penalties import contiguous_block_norms, l1_dual_norms
 
 MAX_SUPPORT = 2000       # |S| above which the step is not tried
 MIN_PRODUCTS = 100       # Hessian-vector products a step may take at least
@@ -89,13 +91,15 @@ def entering_limit(support_size):
                           MAX_SUPPORT - support_size)))
 
 
-def violating_zeros(x, correlation, n, lam, weights, block_indptr=None, level=1.0):
+def violating_zeros(x, correlation, n, lam, weights, block_indptr=None, level=1.0,
+                    positive=False):
     """(the zeros j of x with |A_j^T rho| > level n lam w_j, the ratio |A_j^T rho| /
-    (n lam w_j) of every coordinate); for a group penalty (``block_indptr``, ``weights``
-    per group), the zero groups g with ||A_g^T rho|| > level n lam w_g and the ratio of
-    every group. level 1: the zeros that violate the optimality condition."""
+    (n lam w_j) of every coordinate; ``positive``: max(A_j^T rho, 0) for |A_j^T rho|);
+    for a group penalty (``block_indptr``, ``weights`` per group), the zero groups g
+    with ||A_g^T rho|| > level n lam w_g and the ratio of every group. level 1: the
+    zeros that violate the optimality condition."""
     if block_indptr is None:
-        magnitude, zero = np.abs(correlation), x == 0
+        magnitude, zero = l1_dual_norms(correlation, positive), x == 0
     else:
         magnitude = contiguous_block_norms(correlation, block_indptr)
         zero = contiguous_block_norms(x, block_indptr) == 0.0
@@ -103,13 +107,16 @@ def violating_zeros(x, correlation, n, lam, weights, block_indptr=None, level=1.
     return np.flatnonzero(zero & (ratio > level)), ratio
 
 
-def entering_coordinates(x, correlation, n, lam, weights, limit, column_sq=None):
+def entering_coordinates(x, correlation, n, lam, weights, limit, column_sq=None,
+                         positive=False):
     """The zeros of x that violate the optimality condition |A_j^T rho| <= n lam w_j, or
     come within 10% of violating it (ENTERING_LEVEL), the ``limit`` largest by
     |A_j^T rho| / (n lam w_j), each with the sign it would enter with, sign(A_j^T rho):
     coded as (j + 1) sign (float64, by j) so that one broadcast carries both. A step on
     the non-zeros of x alone cannot certify while such a coordinate is missing, and a
-    coordinate close below the bound can be one of the solution's.
+    coordinate close below the bound can be one of the solution's. ``positive`` (x >=
+    0): the condition A_j^T rho <= n lam w_j, and every coordinate enters with +1 (the
+    popular zeros too).
 
     Given ``column_sq`` (||A_:j||^2; the squared loss where the step sums the Hessian),
     the ``popular_zeros`` enter too, whatever their |A_j^T rho|, with the sign of A_j^T
@@ -121,7 +128,7 @@ def entering_coordinates(x, correlation, n, lam, weights, limit, column_sq=None)
     largest columns' zeros first. The logistic loss goes without them
     (benchmarks/notes/newton.md)."""
     violating, ratio = violating_zeros(x, correlation, n, lam, weights,
-                                       level=ENTERING_LEVEL)
+                                       level=ENTERING_LEVEL, positive=positive)
     if violating.shape[0] > limit:
         violating = np.sort(violating[np.argpartition(-ratio[violating],
                                                       limit - 1)[:limit]]) \
@@ -129,6 +136,8 @@ def entering_coordinates(x, correlation, n, lam, weights, limit, column_sq=None)
     if column_sq is not None:
         room = MAX_SUPPORT - int(np.count_nonzero(x)) - violating.shape[0]
         violating = np.union1d(violating, popular_zeros(x, column_sq, max(room, 0)))
+    if positive:
+        return violating + 1.0
     return (violating + 1.0) * np.where(correlation[violating] < 0.0, -1.0, 1.0)
 
 

@@ -40,12 +40,13 @@ def support_newton_step(active, cert, x, cache=None, n_threads=1):
     problem = active.problem
     n, lam, code = problem.n_samples, problem.lam, problem.loss.code
     intercept = problem.fit_intercept
+    positive = active.penalty.positive
     pruned, saved, offset, cert = prune_for_step(active, cert, x)
     nonzeros = int(np.count_nonzero(x))
     entering = entering_coordinates(x, cert.correlation, n, lam, active.weights,
                                     entering_limit(nonzeros),
                                     active.column_sq_norms if problem.loss.quadratic
-                                    else None)
+                                    else None, positive)
     support, point, signs = support_point(x, cert.intercept, intercept, entering)
     k = support.shape[0]
     weights = active.weights[support]
@@ -54,7 +55,7 @@ def support_newton_step(active, cert, x, cache=None, n_threads=1):
                        cache, n_threads)
     kind, vector, _, signs = dense_move(rows.hessian_sums(), cert.correlation[support],
                                         cert.rho_sum, point, weights, lam, n, intercept,
-                                        signs)
+                                        signs, positive)
     index = -1
     if kind is not None:
         candidates = move_candidates(kind, vector, point, k, signs)

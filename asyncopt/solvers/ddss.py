@@ -35,7 +35,7 @@ import numpy as np
 
 from ..kernels.workspace import SvrgStep
 from ..runtime import check_switch
-from ..penalties import contiguous_block_norms
+from ..penalties import contiguous_block_norms, l1_dual_norms
 from ..screening import BestDual, screen_blocks
 from ..newton.policy import StallWatch, firm_support, prunes_for_step, violating_zeros
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -64,10 +64,12 @@ def worth_compacting(nnz_share, feature_share):
     return nnz_share >= COMPACT_NNZ_SHARE or feature_share >= COMPACT_FEATURE_SHARE
 
 
-def freeze_optimal_zeros(x, eta, weighted_mu, thresholds, block_indptr=None):
+def freeze_optimal_zeros(x, eta, weighted_mu, thresholds, block_indptr=None,
+                         positive=False):
     """An epoch's thresholds with the zeros of x that satisfy their optimality condition at
     the epoch's anchor frozen (prox-SVRG): where x_j = 0 and eta |d_j mu_j| <= eta lam d_j
-    w_j (|A_j^T rho| <= n lam w_j, so x_j = 0 is optimal given the other coordinates), the
+    w_j (|A_j^T rho| <= n lam w_j, so x_j = 0 is optimal given the other coordinates;
+    with ``positive``, x >= 0, the one-sided eta max(-d_j mu_j, 0) <= eta lam d_j w_j), the
     threshold becomes +inf and x_j stays zero for the epoch; for blocks (``block_indptr``,
     group Lasso), where x_g = 0 and ||A_g^T rho||_2 <= n lam w_g. Without the noise of the
     steps such a coordinate would not move; with it, it leaves zero and costs later epochs
@@ -76,16 +78,17 @@ def freeze_optimal_zeros(x, eta, weighted_mu, thresholds, block_indptr=None):
     on every coordinate, so what DDSS certifies does not change (celer's working sets and
     the strong rule with a KKT check, here for one epoch at a time). Returns new
     thresholds (the input is kept)."""
-    return np.where(optimal_zeros(x, eta, weighted_mu, thresholds, block_indptr), np.inf,
-                    thresholds)
+    return np.where(optimal_zeros(x, eta, weighted_mu, thresholds, block_indptr, positive),
+                    np.inf, thresholds)
 
 
-def optimal_zeros(x, eta, weighted_mu, thresholds, block_indptr=None):
+def optimal_zeros(x, eta, weighted_mu, thresholds, block_indptr=None, positive=False):
     """The blocks ``freeze_optimal_zeros`` freezes: x_g = 0 and eta ||d_g mu_g||_2 <= the
     block's threshold. ``block_indptr``: contiguous blocks (the ActiveSet's), None for
-    one coordinate each (L1: x_j = 0 and eta |d_j mu_j| <= the threshold)."""
+    one coordinate each (L1: x_j = 0 and eta |d_j mu_j| <= the threshold, with
+    ``positive`` eta max(-d_j mu_j, 0), since -d_j mu_j = d_j A_j^T rho / n)."""
     if block_indptr is None:
-        return (x == 0.0) & (eta * np.abs(weighted_mu) <= thresholds)
+        return (x == 0.0) & (eta * l1_dual_norms(-weighted_mu, positive) <= thresholds)
     moving = np.add.reduceat(x != 0.0, block_indptr[:-1]) if x.shape[0] else \
         np.zeros(0, dtype=int)
     mu_norms = contiguous_block_norms(weighted_mu, block_indptr)
@@ -164,9 +167,10 @@ class EpochPlan:
 
 
 def epoch_plan(cert, x, eta, eta_intercept, lam, n, reweighting, weights, block_indptr,
-               group_indptr, variance_reduced, saga, dense):
+               group_indptr, variance_reduced, saga, dense, positive=False):
     """The EpochPlan at the certificate ``cert`` (``cert.correlation`` = A^T rho,
-    ``cert.rho_sum`` = sum rho) and x, for the method's flags."""
+    ``cert.rho_sum`` = sum rho) and x, for the method's flags (``positive``: the
+    penalty's, whose zeros' optimality is one-sided, ``optimal_zeros``)."""
     p = x.shape[0]
     thresholds = epoch_thresholds(eta, lam, reweighting, weights, dense)
     if variance_reduced and not saga:
@@ -178,7 +182,7 @@ def epoch_plan(cert, x, eta, eta_intercept, lam, n, reweighting, weights, block_
         weighted_mu, mu_intercept = np.zeros(p), 0.0
     frozen = None
     if prox_svrg_epochs(variance_reduced, saga, dense):
-        frozen = optimal_zeros(x, eta, weighted_mu, thresholds, group_indptr)
+        frozen = optimal_zeros(x, eta, weighted_mu, thresholds, group_indptr, positive)
         thresholds = np.where(frozen, np.inf, thresholds)
         weighted_mu[np.repeat(frozen, np.diff(block_indptr))] = 0.0
     return EpochPlan(eta, eta_intercept, mu_intercept, weighted_mu, thresholds, frozen,
@@ -343,8 +347,10 @@ class Driver:
                             backend.features().copy(), converged, self.history)
 
     def _begin(self):
-        """x and b where the run starts, told to the backend; the history of a resumed
-        run and P(0) (``reference``; None until the first certificate of a fresh run)."""
+        """x and b where the run starts, told to the backend (a warm start's or a
+        checkpoint's x through the penalty's ``projection``: x >= 0 for the positive L1
+        penalty); the history of a resumed run and P(0) (``reference``; None until the
+        first certificate of a fresh run)."""
         s, backend = self.settings, self.backend
         try:
             kind, coef, b, history = starting_point(s.checkpoint, self.coef_init,
@@ -355,7 +361,8 @@ class Driver:
             raise
         backend.announce(kind)
         self.reference = None if kind == START_FRESH else backend.null_objective()
-        x = np.zeros(backend.n_features) if coef is None else coef[backend.features()]
+        x = np.zeros(backend.n_features) if coef is None else \
+            backend.penalty.projection(coef[backend.features()])
         if kind == START_RESUME:
             self.history = history
             self.first_epoch = history[-1]["epoch"] + 1
@@ -463,10 +470,12 @@ class Driver:
                 self.phases["newton_products"] += products
                 cert = self._certify(x, b)
             watch.tried(self.epochs, gap_before, best.gap(cert.primal))
-            if moved is None or best.gap(cert.primal) <= goal or not watch.should_chain(
-                    moved[2], violating_zeros(x, cert.correlation, backend.n_samples,
-                                              backend.lam, backend.weights,
-                                              groups)[0].shape[0]):
+            if moved is None or best.gap(cert.primal) <= goal:
+                return x, cert
+            violating, _ = violating_zeros(x, cert.correlation, backend.n_samples,
+                                           backend.lam, backend.weights, groups,
+                                           positive=backend.penalty.positive)
+            if not watch.should_chain(moved[2], violating.shape[0]):
                 return x, cert
             firm, _ = self._firm(x, cert)
 
@@ -544,7 +553,7 @@ class Driver:
         plan = epoch_plan(cert, x, eta, eta * backend.intercept_scale_sq, backend.lam,
                           backend.n_samples, backend.reweighting(), backend.weights,
                           backend.block_indptr, backend.penalty.group_indptr,
-                          s.variance_reduced, s.saga, s.dense)
+                          s.variance_reduced, s.saga, s.dense, backend.penalty.positive)
         if s.reject_worse_epochs:
             self.snapshot = Snapshot(x.copy(), cert.intercept, cert.primal, cert.gap)
         if self.watch is not None:      # again only where a step or a compaction moved x

@@ -22,7 +22,6 @@ import time
 import numpy as np
 
 from ..kernels.linalg import csr_columns, csr_rmatvec
-from ..penalties import contiguous_block_norms
 from ..screening import screen_active_set, strong_rule_keep
 from .ddss import SolverResult, history_record
 from .serial import SerialInnerLoop
@@ -44,11 +43,11 @@ def static_keep(rule, full, cert0):
 
 def kkt_violators(full, keep, rho, dual_scale, n_threads=1):
     """Discarded blocks whose dual constraint ||A_g^T rho|| <= n lam w_g dual_scale
-    fails."""
+    fails (the penalty's ``dual_block_norms``: one-sided for the positive L1 penalty)."""
     prob = full.problem
     correlation = csr_rmatvec(full.indptr, full.indices, full.data, rho, full.n_features,
                               n_threads)
-    block_corr = contiguous_block_norms(correlation, full.block_indptr)
+    block_corr = full.penalty.dual_block_norms(correlation)
     return ~keep & (block_corr > prob.n_samples * prob.lam * full.weights * dual_scale)
 
 
@@ -104,7 +103,7 @@ def solve_pse(problem, rule="safe", *, tol=1e-4, max_epochs=200, coef_init=None,
     cert0 = full.certificate(np.zeros(full.n_features), b, n_threads=n_threads)
     keep = static_keep(rule, full, cert0)
     x_full = np.zeros(full.n_features) if coef_init is None else \
-        np.array(coef_init, dtype=np.float64)[full.features]
+        full.penalty.projection(np.array(coef_init, dtype=np.float64)[full.features])
     active, x, _ = full.compact(keep, x_full)
     columns = column_major(active)
     means, block_lipschitz = coordinate_steps(active, columns)

@@ -7,7 +7,7 @@ set W of blocks (features, for L1), to a fraction of the outer gap:
 - scores: how far each block is from its optimality condition at the certificate, the
   distance of -grad_g = A_g^T rho / n to lam v_g d||x_g|| (skglm's ``dist_fix_point``
   scores): max(||grad_g|| - lam v_g, 0) at x_g = 0, ||grad_g + lam v_g x_g / ||x_g|| ||
-  else;
+  else (for the positive L1 penalty, max(-grad_j - lam v_j, 0) at x_j = 0);
 - W: every non-zero block, then the zero blocks of largest positive score, up to
   max(FIRST_SIZE, 2 nnz) blocks (skglm's rule: the set grows geometrically while the
   support does);
@@ -32,7 +32,7 @@ from ..kernels.working_set import (gram_lasso_cd, gram_start, lasso_working_set_
                                    prox_newton_working_set)
 from ..losses import generalized_residual, mean_loss, mean_neg_conjugate
 from ..newton.kernels import HessianCache, SupportRows, shard_slope
-from ..penalties import block_positions, contiguous_block_norms
+from ..penalties import block_positions, contiguous_block_norms, l1_dual_norms
 from .choice import WORK
 
 FIRST_SIZE = 10          # skglm's p0
@@ -57,14 +57,16 @@ def supports(problem):
             "use method='ddss' for this problem")
 
 
-def violation_scores(x, correlation, n, lam, weights, block_indptr):
+def violation_scores(x, correlation, n, lam, weights, block_indptr, positive=False):
     """Per block, the distance of -grad_g (grad = -A^T rho / n) to lam v_g d||x_g||:
     max(||grad_g|| - lam v_g, 0) at x_g = 0, ||grad_g + lam v_g x_g / ||x_g|| || else
-    (singleton blocks: |grad_j| and sign(x_j))."""
+    (singleton blocks: |grad_j| and sign(x_j); with ``positive``, x_j >= 0, the
+    one-sided max(-grad_j - lam v_j, 0) at x_j = 0)."""
     grad = correlation / -n
     thresholds = lam * weights
     if block_indptr.shape[0] - 1 == x.shape[0]:            # singletons: L1
-        return np.where(x == 0.0, np.maximum(np.abs(grad) - thresholds, 0.0),
+        return np.where(x == 0.0,
+                        np.maximum(l1_dual_norms(-grad, positive) - thresholds, 0.0),
                         np.abs(grad + thresholds * np.sign(x)))
     sizes = np.diff(block_indptr)
     x_norms = contiguous_block_norms(x, block_indptr)
@@ -203,12 +205,13 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
     with Anderson extrapolation, on the columns and, for L1 once ``gram_passes`` passes
     have not solved the subproblem, on the Gram matrix of [A_W, 1] (``grams``: the
     run's ``GramStore``, ``n_threads`` form it); other losses: proximal Newton
-    steps."""
+    steps. With the positive L1 penalty every solver keeps x >= 0."""
     prob = active.problem
     n = prob.n_samples
     block_indptr = active.block_indptr
+    positive = active.penalty.positive
     scores = violation_scores(x, cert.correlation, n, prob.lam, active.weights,
-                              block_indptr)
+                              block_indptr, positive)
     singletons = block_indptr.shape[0] - 1 == x.shape[0]
     x_norms = np.abs(x) if singletons else contiguous_block_norms(x, block_indptr)
     chosen = working_set(x_norms, scores)
@@ -245,7 +248,7 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
         r = cert.rho.copy()                      # y - A x - b for the squared loss
         b, epochs, gap, _ = lasso_working_set_cd(
             store.indptr, store.rows, store.data, cols, w, r, float(cert.intercept),
-            active.y, n * prob.lam, active.weights[chosen], lipschitz, pointer,
+            active.y, n * prob.lam, active.weights[chosen], positive, lipschitz, pointer,
             prob.fit_intercept, tol, rent, ANDERSON, CHECK_EVERY)
         work += WORK["read"] * (epochs * (2.0 * entries + 2.0 * n) +
                                 (epochs // CHECK_EVERY + 1) * (entries + 2.0 * n) +
@@ -263,7 +266,7 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
                                     MAX_NEWTON_STEPS - epochs)))
             b, steps, gap, reads = prox_newton_working_set(
                 store.indptr, store.rows, store.data, cols, w, z, b, active.y,
-                prob.loss.code, n * prob.lam, active.weights[chosen],
+                prob.loss.code, n * prob.lam, active.weights[chosen], positive,
                 active.column_sq_norms[ws], prob.loss.lipschitz, prob.fit_intercept, tol,
                 budget, MAX_CD_PASSES)
             epochs += steps
@@ -319,13 +322,13 @@ def gram_newton_finish(active, z, ws, w, b, tol, max_steps, entries, n_threads):
     prob = active.problem
     n, intercept = prob.n_samples, prob.fit_intercept
     dim = ws.shape[0] + int(intercept)
-    weights = active.weights[ws]
-    sums = LocalNewtonSums(active, z, ws, weights, n * prob.lam, n_threads)
+    weights, positive = active.weights[ws], active.penalty.positive
+    sums = LocalNewtonSums(active, z, ws, weights, n * prob.lam, positive, n_threads)
     bound = prob.loss.lipschitz * (np.append(active.column_sq_norms[ws], n) if intercept
                                    else active.column_sq_norms[ws])
     passes = newton_passes(entries, n, dim)
-    b, steps = gram_newton_steps(sums, w, b, n * prob.lam, weights, bound, intercept, tol,
-                                 passes, max_steps)
+    b, steps = gram_newton_steps(sums, w, b, n * prob.lam, weights, positive, bound,
+                                 intercept, tol, passes, max_steps)
     return b, steps, WORK["gram"] * steps + WORK["read"] * sums.reads + \
         WORK["dense"] * steps * passes * dim * dim
 
@@ -367,9 +370,9 @@ def gram_finish(store, active, cert, ws, w0, w, r, b, tol, max_passes, grams, sp
     corr, sq_residual, y_residual = gram_start(gram, corr, w0, w, b - float(cert.intercept),
                                                r, active.y, intercept)
     db, passes, _ = gram_lasso_cd(
-        gram, corr, w, n * prob.lam, active.weights[ws], intercept, sq_residual,
-        y_residual, grams.y_correlation_on(active, ws), tol, max_passes, CHECK_EVERY,
-        ANDERSON)
+        gram, corr, w, n * prob.lam, active.weights[ws], active.penalty.positive,
+        intercept, sq_residual, y_residual, grams.y_correlation_on(active, ws), tol,
+        max_passes, CHECK_EVERY, ANDERSON)
     dim = gram.shape[0]
     return b + db, passes, WORK["gram"] + WORK["read"] * price + \
         WORK["dense"] * passes * dim * dim
@@ -378,7 +381,7 @@ def gram_finish(store, active, cert, ws, w0, w, r, b, tol, max_passes, grams, sp
 NEWTON_GRID = 2.0 ** -np.arange(10)     # the line search's steps, 1 down to 1/512
 
 
-def gram_newton_steps(sums, w, b, n_lam, weights, bound, intercept, tol, passes,
+def gram_newton_steps(sums, w, b, n_lam, weights, positive, bound, intercept, tol, passes,
                       max_steps=MAX_NEWTON_STEPS):
     """Proximal Newton steps on W for a loss whose Hessian depends on the margins (L1
     logistic), from the Hessian on W: what Dis-DDSS's server runs from the workers'
@@ -388,7 +391,8 @@ def gram_newton_steps(sums, w, b, n_lam, weights, bound, intercept, tol, passes,
     have it):
       - ``sums.hessian_and_slope()``: H = sum_i f''(z_i) [a_iW, 1] [a_iW, 1]^T and
         g = sum_i f'(z_i) [a_iW, 1] at the current point;
-      - the direction d minimising g^T d + d^T H d / 2 + n lam |w + d|_v by ``passes``
+      - the direction d minimising g^T d + d^T H d / 2 + n lam |w + d|_v (over
+        w + d >= 0 with ``positive``, so that every step keeps w >= 0) by ``passes``
         passes of coordinate descent on H (``gram_lasso_cd``); the steps stop where its
         model decrease Delta = g^T d + n lam (|w + d|_v - |w|_v) is not negative, or,
         where the sums do not know the gap (``sums.knows_gap`` False), above -tol after
@@ -418,9 +422,9 @@ def gram_newton_steps(sums, w, b, n_lam, weights, bound, intercept, tol, passes,
             if attempt:
                 hessian[np.diag_indices(dim)] += bound
             target = w.copy()
-            d_b, _, _ = gram_lasso_cd(hessian, -slope, target, n_lam, weights, intercept,
-                                      0.0, 0.0, np.zeros(dim), -np.inf, passes, passes,
-                                      ANDERSON)
+            d_b, _, _ = gram_lasso_cd(hessian, -slope, target, n_lam, weights, positive,
+                                      intercept, 0.0, 0.0, np.zeros(dim), -np.inf, passes,
+                                      passes, ANDERSON)
             direction = np.append(target - w, d_b) if intercept else target - w
             decrease = float(slope @ direction) + n_lam * (
                 float(np.sum(weights * np.abs(target))) - penalty_now)
@@ -474,11 +478,12 @@ class LocalNewtonSums:
     d_b)), rho = -f'(z) and A^T rho are formed again after each (a pass over the rows
     each), the line search's losses from u = A_W d_w + d_b (a pass; ``LazyLosses``),
     and ``solved`` is the subproblem's gap (``kernels.working_set.working_set_gap``'s,
-    from them). ``reads``: the entries read so far."""
+    from them; its dual constraint one-sided with ``positive``). ``reads``: the entries
+    read so far."""
 
-    def __init__(self, active, z, ws, weights, n_lam, n_threads=1):
+    def __init__(self, active, z, ws, weights, n_lam, positive=False, n_threads=1):
         self.active, self.ws, self.n_threads = active, ws, n_threads
-        self.weights, self.n_lam = weights, n_lam
+        self.weights, self.n_lam, self.positive = weights, n_lam, positive
         self.code = active.problem.loss.code
         self.intercept = active.problem.fit_intercept
         self.z = z
@@ -499,8 +504,8 @@ class LocalNewtonSums:
     def solved(self, w, tol):
         y, n = self.active.y, self.z.shape[0]
         live = self.weights > 0.0
-        dual_norm = float(np.max(np.abs(self.correlation[live]) / self.weights[live])) \
-            if np.any(live) else 0.0
+        dual_norm = float(np.max(l1_dual_norms(self.correlation[live], self.positive) /
+                                 self.weights[live])) if np.any(live) else 0.0
         scale = max(1.0, dual_norm / self.n_lam)
         gap = n * (mean_loss(self.code, self.z, y) -
                    mean_neg_conjugate(self.code, self.rho / scale, y)) + \

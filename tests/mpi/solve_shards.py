@@ -3,6 +3,7 @@ workers take contiguous row shards, solve_mpi runs, and rank 0 writes the result
 shard sizes every rank held) as JSON to argv[1].
 
     solve_shards.py OUT LOSS METHOD GROUPS [no-newton] [hessian-free] [a9a2] [screens]
+                    [positive]
 
 no-newton: run without the support Newton step; hessian-free: the step's direction (the
 group step's target) from Hessian-vector products the workers answer, on every support
@@ -11,7 +12,7 @@ product budget for nearly equal columns; a9a2: the first 3,000 rows of a9a's deg
 features (nearly equal columns) instead of the random data; screens: rank 0 records, for
 the Dis-DDSS run and the serial one, every screening test of the DDSS driver (the
 features it removes, whether it had the best dual point's sphere) and the records'
-keys."""
+keys; positive: the L1 penalty with coef >= 0 (``L1(positive=True)``), in both runs."""
 import json
 import sys
 
@@ -43,7 +44,8 @@ def main(out, loss, method, groups, options=(), batch=None, seed=0, n=400, p=150
         y = X @ w + 0.05 * rng.standard_normal(n)
         if loss == "logistic":
             y = np.where(y > np.median(y), 1.0, -1.0)
-    penalty = L1(p) if groups == 1 else GroupL1(p, groups)
+    penalty = L1(p, positive="positive" in options) if groups == 1 else \
+        GroupL1(p, groups)
     full = Problem(X, y, loss, penalty, 1.0, True)
     lam = (0.01 if "a9a2" in options else 0.05 if loss == "squared" else 0.2) \
         * full.lam_max()
@@ -84,6 +86,7 @@ def main(out, loss, method, groups, options=(), batch=None, seed=0, n=400, p=150
             json.dump({**extra, "objective": objective, "serial_objective": serial.primal,
                        "gap": result.gap, "epochs": result.n_iter,
                        "coef_nnz": int(np.count_nonzero(result.coef)),
+                       "coef_min": float(result.coef.min()),
                        "converged": result.converged, "shard_rows": held,
                        "history": result.history, "p0": full.null_objective()}, f)
 

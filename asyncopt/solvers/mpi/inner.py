@@ -84,7 +84,7 @@ def adapt_damping_power(power, calm, gap_rose):
 
 
 def serve_epoch(channel, x, b, n_workers, omega, omega_intercept, damping_power,
-                 orthant=None):
+                 orthant=None, positive=False):
     """Apply deltas in arrival order until every worker has sent its last one; returns
     (x, b, steps, (mean tau, max tau), messages, bytes of the messages). x is updated in
     place (mid-epoch it is a valid iterate: the driver checkpoints it when interrupted).
@@ -93,6 +93,8 @@ def serve_epoch(channel, x, b, n_workers, omega, omega_intercept, damping_power,
     takes such a coordinate across zero leaves it at zero. The L1 prox never crosses zero
     in one step, it stops there; deltas that l workers computed from about the same x,
     each taking x_j to zero, sum to a move l omega_j times as long, past zero.
+    ``positive`` (the positive L1 penalty, any method): a sum below zero lands on zero,
+    so that the server's x stays in x >= 0 whatever the deltas' staleness.
     
     A worker's last delta is answered only once every worker has sent its own: that reply
     ("stop", the coordinates changed since its previous reply) leaves every worker with
@@ -116,7 +118,7 @@ def serve_epoch(channel, x, b, n_workers, omega, omega_intercept, damping_power,
         damping = staleness_damping(tau, n_workers, damping_power)
         version += 1
         add_weighted_delta(x, changed_at, index, values, HEADER, damping, omega, version,
-                           source, run_source, before_run, orthant)
+                           source, run_source, before_run, orthant, positive)
         b += damping * omega_intercept * values[2]
         tau_sum += tau * int(values[1])
         tau_max = max(tau_max, tau)

@@ -122,7 +122,8 @@ class DistributedStep:
         else:
             entering = server_vector(wire, server_entering_coordinates(
                 wire, x, self.correlation, n, lam, weights,
-                self.column_sq if self.quadratic else None) if server else None)
+                self.column_sq if self.quadratic else None, self.penalty.positive)
+                if server else None)
             self.support, self.point, self.signs = support_point(x, b, intercept, entering)
             self.starts, self.weights_S = None, weights[self.support]
         self.k, self.dim = self.support.shape[0], self.point.shape[0]
@@ -206,7 +207,7 @@ class DistributedStep:
                 kind, vector, _, ending["signs"] = support_move(
                     counted, diagonal, block, self.correlation_S, self.rho_sum,
                     self.point, self.weights_S, self.lam, self.n, self.intercept,
-                    self.signs)
+                    self.signs, positive=self.penalty.positive)
                 ending["kind"] = kind
                 return vector
         else:
@@ -241,7 +242,8 @@ class DistributedStep:
             else:
                 kind, vector, _, signs = dense_move(
                     self.hessian, self.correlation_S, self.rho_sum, self.point,
-                    self.weights_S, self.lam, self.n, intercept, self.signs)
+                    self.weights_S, self.lam, self.n, intercept, self.signs,
+                    self.penalty.positive)
             if kind is not None and vector is not None:
                 move[0], move[1:1 + dim] = kind, vector
                 if not groups:
@@ -319,15 +321,18 @@ def summed_hessian(wire, dim, lower_only=False):
     return unpack(wire.reduce(total, root_blank=True), dim, out=square)
 
 
-def server_entering_coordinates(wire, x, correlation, n, lam, weights, column_sq):
-    """The server's ``entering_coordinates`` for the L1 step: with the popular zeros
-    (``column_sq``; None: none) where the step would still reduce the Hessian, not ask
-    for products (``cg_products_from_shares``)."""
+def server_entering_coordinates(wire, x, correlation, n, lam, weights, column_sq,
+                                positive=False):
+    """The server's ``entering_coordinates`` for the L1 step (``positive``: the positive
+    L1 penalty's): with the popular zeros (``column_sq``; None: none) where the step
+    would still reduce the Hessian, not ask for products (``cg_products_from_shares``)."""
     limit = entering_limit(int(np.count_nonzero(x)))
-    entering = entering_coordinates(x, correlation, n, lam, weights, limit, column_sq)
+    entering = entering_coordinates(x, correlation, n, lam, weights, limit, column_sq,
+                                    positive)
     if column_sq is not None and cg_products_from_shares(
             wire, int(np.count_nonzero(x)) + entering.shape[0]):
-        entering = entering_coordinates(x, correlation, n, lam, weights, limit)
+        entering = entering_coordinates(x, correlation, n, lam, weights, limit,
+                                        positive=positive)
     return entering
 
 

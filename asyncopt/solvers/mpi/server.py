@@ -98,7 +98,7 @@ class ServerBackend:
             self.shift = float(total[1]) / n
             fold_intercept_shift(total, self.shift, n, self.stats.y_total, self.column_sums)
             b += self.shift
-        block_corr = self.penalty.block_norms(correlation)
+        block_corr = self.penalty.dual_block_norms(correlation)
         dual_norm = float(np.max(block_corr / self.penalty.weights, initial=0.0))
         scale = max(1.0, dual_norm / (n * self.lam))
         if self.loss.quadratic:
@@ -212,7 +212,8 @@ class ServerBackend:
             overshoot_weights(plan.eta * per_batch * self.column_sq / self.n_samples, l,
                               self.move_cap),
             float(overshoot_weights(plan.eta_intercept * per_batch, l, self.move_cap)),
-            self.damping_power, self.penalty.weights > 0 if self.l1_epochs else None)
+            self.damping_power, self.penalty.weights > 0 if self.l1_epochs else None,
+            self.penalty.positive)
         return x, b, steps, staleness
 
     def record(self):
@@ -247,7 +248,7 @@ def load_server_kernels(penalty, loss_code):
     run_source = np.zeros(1, dtype=np.int32)
     for orthant in (None, np.ones(1, dtype=bool)) if penalty.keeps_orthant else (None,):
         add_weighted_delta(x, changed_at, index, values, HEADER, 1.0, omega, 1, 1,
-                           run_source, before_run, orthant)
+                           run_source, before_run, orthant, penalty.positive)
     log = ChangeLog(1, 1)
     log.add(index)
     log.owed(1, changed_at, 0, run_source, before_run)

@@ -83,7 +83,7 @@ def broadcast_working_set(wire, x, cert, n, lam, penalty, last_size):
     """The server's W (``bounded_working_set`` at the certificate's scores), positions
     on the active blocks, broadcast to the workers (``receive_working_set``)."""
     scores = violation_scores(x, cert.correlation, n, lam, penalty.weights,
-                              penalty.indptr)
+                              penalty.indptr, penalty.positive)
     return server_vector(wire, bounded_working_set(x, scores, last_size).astype(
         np.float64)).astype(np.int64)
 
@@ -113,9 +113,9 @@ def server_step(wire, x, b, cert, sums, n, lam, penalty, features, intercept, re
         corr = np.append(corr, cert.rho_sum)
     w = x[support].copy()
     db, passes, _ = gram_lasso_cd(
-        np.ascontiguousarray(gram), corr, w, n * lam, weights[support], intercept,
-        float(sums[2]), float(sums[3]), y_corr, INNER_FRACTION * n * outer_gap,
-        MAX_INNER_EPOCHS, CHECK_EVERY, ANDERSON)
+        np.ascontiguousarray(gram), corr, w, n * lam, weights[support], penalty.positive,
+        intercept, float(sums[2]), float(sums[3]), y_corr,
+        INNER_FRACTION * n * outer_gap, MAX_INNER_EPOCHS, CHECK_EVERY, ANDERSON)
     x[support] = w
     entries = float(np.sum(column_counts[support]))
     work = WORK["read"] * (float(np.sum(column_counts)) + entries * entries / n) + \
@@ -147,7 +147,7 @@ def server_newton_step(wire, x, b, cert, n, lam, penalty, intercept, outer_gap,
                          column_sq[support])
     w = x[support].copy()
     b, steps = gram_newton_steps(ServerNewtonSums(wire, dim), w, b, n * lam,
-                                 weights[support], bound, intercept,
+                                 weights[support], penalty.positive, bound, intercept,
                                  INNER_FRACTION * n * outer_gap, MAX_CD_PASSES)
     x[support] = w
     entries = float(np.sum(column_counts[support]))
