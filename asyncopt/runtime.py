@@ -100,6 +100,20 @@ def blas_threads_beside(workers, cores=None):
     return max(1, int(available_cores() if cores is None else cores) // int(workers))
 
 
+_CONTROLLER = []     # threadpoolctl's controller, made once (``_blas_pools``)
+
+
+def _blas_pools():
+    """threadpoolctl's BLAS pools (numpy's and scipy's): the libraries are scanned once a
+    process (a scan costs ~0.7 ms, as much as a small solve's outer iteration), after
+    scipy.linalg is imported so that its OpenBLAS is among them."""
+    if not _CONTROLLER:
+        import scipy.linalg  # noqa: F401  (loads scipy's BLAS before the scan)
+        from threadpoolctl import ThreadpoolController
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0].select(user_api="blas")
+
+
 @contextlib.contextmanager
 def blas_threads(limit):
     """Run the block with the BLAS libraries' thread pools (numpy's and scipy's OpenBLAS,
@@ -114,8 +128,7 @@ def blas_threads(limit):
     if limit is None or not _TUNING:
         yield
         return
-    from threadpoolctl import ThreadpoolController
-    pools = ThreadpoolController().select(user_api="blas")    # one scan of the libraries
+    pools = _blas_pools()
     # a cap, never a raise: the pools keep fewer threads where the user asked for fewer
     # (OPENBLAS_NUM_THREADS=1 in a rank's environment)
     counts = [pool.num_threads for pool in pools.lib_controllers]

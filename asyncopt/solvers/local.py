@@ -35,7 +35,8 @@ class LocalBackend:
         self.n_original = problem.n_features
         self.saga, self.dense, self.memory = saga, dense, None
         self.active = problem.full_active_set(own=True)
-        self.blas_limit = blas_threads_beside(self.n_threads)
+        # one core serial: BLAS's threads would only spin on the others
+        self.blas_limit = blas_threads_beside(self.n_threads) or 1
         self.newton_max_support = problem.penalty.newton_max_support
         self._newton = problem.penalty.newton_step()
         self.hessian_cache = HessianCache()
