@@ -315,6 +315,7 @@ class Driver:
         self.staleness, self.step_factor, self.snapshot = (0.0, 0), 1.0, None
         self.firm_before, self.firm_at = None, (None, None)
         self.working_set_size = None      # features of the last working-set step
+        self.final_keep = None            # the last screening's features, uncompacted
         self.choice = InnerChoice() if settings.inner == "auto" else None
         self.pending = None               # (kind, gap before) of the step to credit
         self.work = 0.0                   # the last step's work (``choice``)
@@ -342,9 +343,11 @@ class Driver:
                 raise
         if s.checkpoint is not None:
             self._save(x, cert.intercept)
+        features = backend.features() if self.final_keep is None else \
+            backend.features()[self.final_keep]
         return SolverResult(backend.expand(x), float(cert.intercept), self.epochs,
                             cert.primal, self.best.dual, self.best.gap(cert.primal),
-                            backend.features().copy(), converged, self.history)
+                            features.copy(), converged, self.history)
 
     def _begin(self):
         """x and b where the run starts, told to the backend (a warm start's or a
@@ -517,13 +520,23 @@ class Driver:
         return keep
 
     def _screen_and_compact(self, x, cert, final=False):
-        """Screening, then the compaction where it repays itself (``final``: wherever
-        it removes a block, and the last record follows the active set); returns (x,
-        the certificate) on the active set."""
+        """Screening, then the compaction where it repays itself; returns (x, the
+        certificate) on the active set. ``final`` (the run stops): the last record and
+        the result's active features follow the blocks kept, and the data are compacted
+        only where x is non-zero on a block removed (x loses it and is certified
+        again)."""
         keep = self._screen(cert, final) if self.settings.screening else None
         if keep is None:
             return x, cert
         feature_keep = np.repeat(keep, np.diff(self.backend.block_indptr))
+        if final and not np.any(x[~feature_keep]):
+            self.final_keep = feature_keep
+            nnz = self.backend.nnz
+            self.history[-1].update(
+                n_active=int(np.count_nonzero(feature_keep)),
+                active_nnz=None if nnz is None else
+                nnz - int(round(self.backend.dropped_share(keep)[0] * nnz)))
+            return x, cert
         x, dropped_nonzero = self.backend.compact(keep, x)
         self.best.restrict(keep)
         if dropped_nonzero:        # certified again where x lost a non-zero
