@@ -167,13 +167,15 @@ def candidate_loss_sums(indptr, indices, data, position, code, z, y, moves, size
     from the point, entry ``size`` the intercept's; ``position`` as in
     ``support_hessian_sums``)."""
     out = np.zeros(moves.shape[0])
+    where = np.empty(size, dtype=np.int64)
+    value = np.empty(size)
     for i in range(indptr.shape[0] - 1):
+        # the row's entries in S, read once for every move
+        m = _row_in_support(indptr, indices, data, position, i, where, value, 0)
         for s in range(moves.shape[0]):
             dz = moves[s, size] if intercept else 0.0
-            for k in range(indptr[i], indptr[i + 1]):
-                q = position[indices[k]]
-                if q >= 0:
-                    dz += data[k] * moves[s, q]
+            for a in range(m):
+                dz += value[a] * moves[s, where[a]]
             out[s] += loss_value(code, z[i] + dz, y[i])
     return out
 
