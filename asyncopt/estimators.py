@@ -670,6 +670,8 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     gaps = np.zeros(len(alphas))
     results = []
     coef, intercept = None, 0.0
+    if len(alphas) > 1:
+        problem.full_columns()      # every solve of the path reads its columns
     for k, alpha in enumerate(alphas):
         result = solve_method(problem.with_lam(alpha), method, tol=tol,
                               max_epochs=max_epochs, screening=screening, coef_init=coef,

@@ -26,9 +26,10 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from .kernels.linalg import (csr_column_stats, csr_compact_columns_, csr_keep_columns,
-                             csr_margins, csr_permute, csr_rmatvec, csr_row_sq_norms,
-                             csr_select, csr_stored_counts)
+from .kernels.linalg import (csc_rows, csr_column_stats, csr_columns,
+                             csr_compact_columns_, csr_keep_columns, csr_margins,
+                             csr_permute, csr_rmatvec, csr_row_sq_norms, csr_select,
+                             csr_stored_counts)
 from .kernels.workspace import Blocks, Rows
 from .losses import (LOGISTIC, generalized_residual, get_loss, intercept_sums,
                      loss_of_code, mean_loss, mean_neg_conjugate)
@@ -464,8 +465,16 @@ class ActiveSet:
             nnz = csr_compact_columns_(indptr, indices, data, column_map)
             indices, data = indices[:nnz], data[:nnz]
         else:     # new arrays of the kept entries alone, not a copy of all compacted
-            indptr, indices, data = csr_select(self.indptr, self.indices, self.data,
-                                               column_map, np.arange(self.y.shape[0]))
+            columns = self.problem.full_columns(build=False)
+            kept = None if columns is None else columns.position[self.features[feature_keep]]
+            if kept is not None and 2 * columns.entries(kept) < self.nnz:
+                # the kept columns' rows from the full set's columns: their entries
+                # alone are read
+                indptr, indices, data = csc_rows(columns.indptr, columns.rows,
+                                                  columns.data, kept, self.y.shape[0])
+            else:
+                indptr, indices, data = csr_select(self.indptr, self.indices, self.data,
+                                                   column_map, np.arange(self.y.shape[0]))
         sums = self.__dict__.get("column_sums")     # formed already: restricted
         new = ActiveSet(self.problem, self.blocks[keep_blocks], indptr, indices,
                         data, self.column_sq_norms[feature_keep],
@@ -478,6 +487,23 @@ class ActiveSet:
         out = np.zeros(self.problem.n_features)
         out[self.features] = x
         return out
+
+
+class FullColumns:
+    """The full active set's data by column (CSC; rows in its shuffled order, so that
+    every ActiveSet compacted from it shares them): ``indptr``, ``rows``, ``data``,
+    column q its feature q; ``position[j]``: the column of original feature j."""
+
+    def __init__(self, full):
+        self.indptr, self.rows, self.data = csr_columns(
+            full.indptr, full.indices, full.data, np.arange(full.n_features),
+            full.n_features)
+        self.position = np.full(full.problem.n_features, -1, dtype=np.int64)
+        self.position[full.features] = np.arange(full.n_features)
+
+    def entries(self, cols):
+        """The stored entries of the columns ``cols``."""
+        return int(np.sum(self.indptr[cols + 1] - self.indptr[cols]))
 
 
 class Problem:
@@ -568,6 +594,7 @@ class Problem:
         self.lam = check_lam(lam)
         self.overwrite_X = bool(overwrite_X)
         self._full = None
+        self._columns = None
         self._null_objective = None
         # X's arrays as view buffers once X is dropped (overwrite_X): a list that
         # with_lam copies share, so that one active set alone takes them
@@ -623,6 +650,17 @@ class Problem:
                         (np.empty(indptr.shape[0], dtype=indptr.dtype), X.indices, X.data))
                 self.X = None
         return self._full
+
+    def full_columns(self, build=True):
+        """Return the full active set's columns (``FullColumns``), formed on the first
+        call (a transpose of every row) and shared with the :meth:`with_lam` copies made
+        after it; ``build=False``: None where not formed. A path solves many lams on one
+        set of rows: with these, each solve's working sets and compactions read the
+        columns they keep instead of every row (``ActiveSet.compact``,
+        ``solvers.working_set.ColumnStore``)."""
+        if self._columns is None and build:
+            self._columns = FullColumns(self.full_active_set())
+        return self._columns
 
     def with_lam(self, lam):
         """Return the same data, loss and penalty at another lam.

@@ -168,6 +168,34 @@ def test_csr_permute_moves_rows_and_renumbers_columns():
     np.testing.assert_array_equal(got, X[row_order][:, np.argsort(column_map)].toarray())
 
 
+def test_a_compaction_from_the_full_columns_equals_one_from_the_rows(monkeypatch):
+    """With the full set's columns formed (``Problem.full_columns``, a path's), a
+    compaction that keeps few entries builds the kept rows from those columns: the same
+    matrix, entries in the same order, as the rows' compaction; the full set and a
+    second compaction of the kept set (in place) stay right."""
+    from asyncopt.data import make_ctr
+    X, y = make_ctr(500, 60, nnz_per_row=8, random_state=6)[:2]
+    X = X.tocsr()
+    keep = np.arange(60) % 5 == 1             # a fifth of the columns
+    reference = Problem(X, y, "squared", L1(60), 0.1, True).full_active_set()
+    expected, _, _ = reference.compact(keep, np.zeros(60))
+    problem = Problem(X, y, "squared", L1(60), 0.1, True)
+    columns = problem.full_columns()
+    full = problem.with_lam(0.05).full_active_set()
+    assert full.problem.full_columns(build=False) is columns
+    monkeypatch.setattr("asyncopt.problem.csr_select", None)     # not a pass over rows
+    kept, _, _ = full.compact(keep, np.zeros(60))
+    for name in ("indptr", "indices", "data"):
+        np.testing.assert_array_equal(getattr(kept, name), getattr(expected, name))
+    np.testing.assert_array_equal(full.data, reference.data)
+    again, _, _ = kept.compact(np.arange(kept.n_features) % 2 == 0, np.zeros(12))
+    np.testing.assert_array_equal(
+        sp.csr_matrix((again.data, again.indices, again.indptr),
+                      shape=(500, again.n_features)).toarray(),
+        sp.csr_matrix((reference.data, reference.indices, reference.indptr),
+                      shape=(500, 60)).toarray()[:, np.flatnonzero(keep)[::2]])
+
+
 def test_an_owned_full_set_compacts_in_place_and_leaves_the_problem_intact():
     """full_active_set(own=True): where none is cached, a set that owns its arrays
     (compacted in place: the kept set's arrays are the same buffers) and is not cached,

@@ -390,7 +390,7 @@ def test_newton_steps_on_the_hessian_never_raise_the_subproblems_objective():
     """``gram_newton_finish`` run for 1, 2, ..., 8 steps from one start: n P on W falls
     with every step count, the margins it keeps are A_W w + b, and where it stops
     early the subproblem's gap is at most its tolerance."""
-    from asyncopt.solvers.working_set import gram_newton_finish
+    from asyncopt.solvers.working_set import ColumnStore, WorkingRows, gram_newton_finish
     X, t = tall_correlated_data(n=500, p=30, seed=8)
     y = np.where(t > np.median(t), 1.0, -1.0)
     prob = Problem(X, y, "logistic", L1(30), 1.0, True)
@@ -401,7 +401,9 @@ def test_newton_steps_on_the_hessian_never_raise_the_subproblems_objective():
     values = []
     for steps in range(1, 9):
         w, z = np.zeros(ws.shape[0]), np.zeros(500)
-        b, done, _ = gram_newton_finish(active, z, ws, w, 0.0, 1e-9, steps, float(
+        store = ColumnStore(30)
+        rows = WorkingRows(store, store.columns(active, ws, lambda: ws), active)
+        b, done, _ = gram_newton_finish(active, rows, z, ws, w, 0.0, 1e-9, steps, float(
             np.sum(active.column_counts[ws])), 1)
         move = np.zeros(30)
         move[ws] = w
@@ -505,3 +507,27 @@ def test_extrapolate_is_andersons_combination_of_the_iterates():
     assert b == pytest.approx(float(c @ past_b[1:]), rel=1e-8, abs=1e-10)
     singular = np.repeat(past_w[:1], keep, axis=0)          # no movement: singular
     assert np.isnan(_extrapolate(singular, past_r, np.zeros(keep), out_w, out_r))
+
+
+@pytest.mark.parametrize("path", [False, True])
+def test_working_rows_are_the_active_rows_on_the_working_set(path):
+    """``WorkingRows`` (the Hessian steps' rows, from the column store, or from the
+    full set's columns on a path): A_W as CSR with column q W's q-th feature, rows in
+    the active set's order, and its margins A_W x + b."""
+    from asyncopt.solvers.working_set import ColumnStore, WorkingRows
+    X, t = tall_correlated_data(n=300, p=25, seed=11)
+    y = np.where(t > np.median(t), 1.0, -1.0)
+    prob = Problem(sp.csr_matrix(X * (np.abs(X) > 0.8)), y, "logistic", L1(25), 0.01, True)
+    if path:
+        prob.full_columns()
+    active, _, _ = prob.full_active_set().compact(np.arange(25) % 3 != 0, np.zeros(25))
+    ws = np.array([5, 1, 9, 12])
+    store = ColumnStore(25)
+    rows = WorkingRows(store, store.columns(active, active.features[ws], lambda: ws),
+                       active)
+    dense = sp.csr_matrix((active.data, active.indices, active.indptr),
+                          shape=(300, active.n_features)).toarray()[:, ws]
+    got = sp.csr_matrix((rows.data, rows.indices, rows.indptr), shape=(300, 4)).toarray()
+    np.testing.assert_array_equal(got, dense)
+    x = np.array([0.5, -1.0, 2.0, 0.25])
+    np.testing.assert_allclose(rows.margins(x, 0.3), dense @ x + 0.3, rtol=0, atol=1e-14)

@@ -239,6 +239,30 @@ def csr_columns(indptr, indices, data, column_map, n_out):
 
 
 @njit(cache=True)
+def csc_rows(indptr, rows, data, cols, n_rows):
+    """The rows of the columns ``cols`` of a CSC matrix (indptr, rows, data), as CSR
+    (indptr (int64), indices (int32): column q is cols[q], data), entries of a row in
+    increasing q: the transpose of those columns alone, one pass over their entries
+    and one over the rows."""
+    row_indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    for q in range(cols.shape[0]):
+        for k in range(indptr[cols[q]], indptr[cols[q] + 1]):
+            row_indptr[rows[k] + 1] += 1
+    for i in range(n_rows):
+        row_indptr[i + 1] += row_indptr[i]
+    fill = row_indptr[:-1].copy()
+    indices = np.empty(row_indptr[-1], dtype=np.int32)
+    values = np.empty(row_indptr[-1])
+    for q in range(cols.shape[0]):
+        for k in range(indptr[cols[q]], indptr[cols[q] + 1]):
+            i = rows[k]
+            indices[fill[i]] = q
+            values[fill[i]] = data[k]
+            fill[i] += 1
+    return row_indptr, indices, values
+
+
+@njit(cache=True)
 def csr_keep_columns(indptr, indices, data, keep, out_indptr, out_indices, out_data):
     """Write the rows restricted to the columns with keep[j] != 0 (uint8; column ids kept)
     into out_indptr (n + 1), out_indices and out_data (room for their count plus one);

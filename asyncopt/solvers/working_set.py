@@ -27,7 +27,7 @@ problem's: nothing this step does changes what DDSS certifies.
 """
 import numpy as np
 
-from ..kernels.linalg import csr_columns, csr_rmatvec
+from ..kernels.linalg import csc_rows, csr_columns, csr_margins, csr_rmatvec
 from ..kernels.working_set import (gram_lasso_cd, gram_start, lasso_working_set_cd,
                                    prox_newton_working_set)
 from ..losses import generalized_residual, mean_loss, mean_neg_conjugate
@@ -98,6 +98,8 @@ class ColumnStore:
     """The working sets' columns of the active data (CSC, rows in the ActiveSet's
     order), formed for the first set and formed again, for every column stored before
     and still active plus the new ones, when a set holds a column it lacks.
+    Where the problem has its full set's columns (``Problem.full_columns``: a path),
+    those are the store, and nothing is formed.
     ``columns(active, features, ahead)`` -> the column numbers of ``features`` (original
     ids); a store formed anew also holds ``ahead()``'s features (the sets to come);
     ``work``: the entries read and copied so far (``choice.WORK``), ``taken()`` returns
@@ -109,6 +111,10 @@ class ColumnStore:
         self.work = 0.0
 
     def columns(self, active, features, ahead):
+        full = active.problem.full_columns(build=False)
+        if full is not None:        # a path's: every column is stored
+            self.indptr, self.rows, self.data = full.indptr, full.rows, full.data
+            return full.position[features]
         cols = self.column_of[features]
         if cols.shape[0] and cols.min() < 0:
             self._form(active, np.union1d(features, ahead()))
@@ -257,13 +263,15 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
     elif not prob.loss.quadratic:
         z = cert.z.copy()
         b, epochs, gap = float(cert.intercept), 0, np.inf
-        price = HESSIAN_STEPS * gram_newton_price(entries, n, dim, active.nnz)
-        spent = 0.0
-        while epochs < MAX_NEWTON_STEPS and gap > tol and spent < price:
+        price = HESSIAN_STEPS * gram_newton_price(entries, n, dim)
+        spent, hessian = 0.0, False
+        while epochs < MAX_NEWTON_STEPS and gap > tol:
             # as many column steps as cost the rest of the price at their cost so far
             each = spent / epochs if epochs else MAX_CD_PASSES * 2.0 * entries
-            budget = max(1, int(min((price - spent) / max(each, 1.0),
-                                    MAX_NEWTON_STEPS - epochs)))
+            budget = int(min((price - spent) / max(each, 1.0), MAX_NEWTON_STEPS - epochs))
+            if budget <= 0:             # the rest from the Hessian
+                hessian = True
+                break
             b, steps, gap, reads = prox_newton_working_set(
                 store.indptr, store.rows, store.data, cols, w, z, b, active.y,
                 prob.loss.code, n * prob.lam, active.weights[chosen], positive,
@@ -274,10 +282,10 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
             if steps < budget:          # solved, or no step lowered n P
                 break
         work += WORK["read"] * spent
-        if gap > tol and spent >= price and epochs < MAX_NEWTON_STEPS:
-            b, steps, newton_work = gram_newton_finish(active, z, ws, w, b, tol,
-                                                       MAX_NEWTON_STEPS - epochs, entries,
-                                                       n_threads)
+        if hessian:
+            b, steps, newton_work = gram_newton_finish(
+                active, WorkingRows(store, cols, active), z, ws, w, b, tol,
+                MAX_NEWTON_STEPS - epochs, entries, n_threads)
             epochs += steps
             work += newton_work
         gap = 0.0
@@ -298,32 +306,36 @@ def gram_saving(entries, n, dim):
         WORK["read"] * (2.0 * entries + 2.0 * n) - WORK["dense"] * float(dim) * dim
 
 
-def gram_newton_price(entries, n, dim, nnz):
+def gram_newton_price(entries, n, dim):
     """What a proximal Newton step with its direction from the Hessian on W costs
-    (``gram_newton_finish``): forming the Hessian (entries^2 / n for W's ``entries``
-    stored entries), ``newton_passes`` passes on it (dim^2 each) and three passes over
-    the ``nnz`` entries of the rows (the Hessian's, the move's, A^T rho's); inf where it
+    (``gram_newton_finish``): its fixed cost (its Python), forming the Hessian
+    (entries^2 / n for W's ``entries`` stored entries), ``newton_passes`` passes on it
+    (dim^2 each) and three passes over
+    W's rows (the Hessian's, the move's, A_W^T rho's: ``WorkingRows``); inf where it
     would have more than MAX_GRAM rows. A direction from the Hessian solves the model
     far more exactly, so that from a working set's start about HESSIAN_STEPS such steps
     end it, where the columns' directions (MAX_CD_PASSES passes at most) may need many
     (tall data, correlated columns): the working-set step takes directions from the
-    columns until they have cost HESSIAN_STEPS of these steps, then from the Hessian,
-    so that, whatever the number of column steps a set needs, it costs at most about
-    twice the cheaper of the two ways (ski rental)."""
+    columns until they have cost HESSIAN_STEPS of these steps (none where one column
+    step would cost more), then from the Hessian, so that, whatever the number of
+    column steps a set needs, it costs at most about twice the cheaper of the two ways
+    (ski rental)."""
     if dim > MAX_GRAM:
         return np.inf
-    return WORK["read"] * (3.0 * nnz + entries * entries / n) + \
+    return WORK["gram"] + WORK["read"] * (3.0 * (entries + n) + entries * entries / n) + \
         WORK["dense"] * newton_passes(entries, n, dim) * float(dim) * dim
 
 
-def gram_newton_finish(active, z, ws, w, b, tol, max_steps, entries, n_threads):
+def gram_newton_finish(active, rows, z, ws, w, b, tol, max_steps, entries, n_threads):
     """``gram_newton_steps`` on W from (w, b) at the margins z (both updated in place),
-    at most ``max_steps`` steps; returns (b, steps, work)."""
+    at most ``max_steps`` steps, its sums over ``rows`` (W's ``WorkingRows``); returns
+    (b, steps, work)."""
     prob = active.problem
     n, intercept = prob.n_samples, prob.fit_intercept
     dim = ws.shape[0] + int(intercept)
     weights, positive = active.weights[ws], active.penalty.positive
-    sums = LocalNewtonSums(active, z, ws, weights, n * prob.lam, positive, n_threads)
+    sums = LocalNewtonSums(rows, z, np.arange(ws.shape[0]), weights, n * prob.lam,
+                           positive, n_threads)
     bound = prob.loss.lipschitz * (np.append(active.column_sq_norms[ws], n) if intercept
                                    else active.column_sq_norms[ws])
     passes = newton_passes(entries, n, dim)
@@ -460,7 +472,7 @@ class LazyLosses:
     takes (the loss costs an exp and a log a row)."""
 
     def __init__(self, sums):
-        self.sums, self.values = sums, {}
+        self.sums, self.values = sums, {-1: sums.loss_now()}
 
     def __getitem__(self, index):
         if index not in self.values:
@@ -470,6 +482,26 @@ class LazyLosses:
             self.values[index] = sums.z.shape[0] * mean_loss(
                 sums.code, sums.z + t * sums.dz, sums.active.y)
         return self.values[index]
+
+
+class WorkingRows:
+    """The active rows restricted to W's columns (``ColumnStore`` columns ``cols``), as
+    CSR with column q W's q-th (``csc_rows``): what the Newton steps from the Hessian
+    on W read, W's entries alone where the ActiveSet's rows hold every active feature's.
+    It answers what ``LocalNewtonSums`` and ``SupportRows`` ask of an ActiveSet."""
+
+    def __init__(self, store, cols, active):
+        self.problem, self.y = active.problem, active.y
+        self.indptr, self.indices, self.data = csc_rows(store.indptr, store.rows,
+                                                        store.data, cols, active.y.shape[0])
+        self.column_counts = store.indptr[cols + 1] - store.indptr[cols]
+        self.n_features = cols.shape[0]
+        self.nnz = int(self.indptr[-1])
+
+    def margins(self, x, b, n_threads=1):
+        """z = A_W x + b."""
+        return csr_margins(self.indptr, self.indices, self.data, x, b,
+                           np.empty(self.y.shape[0]), n_threads)
 
 
 class LocalNewtonSums:
@@ -489,7 +521,15 @@ class LocalNewtonSums:
         self.z = z
         self.rows = None
         self.reads = 0.0
+        self._loss = None
         self._residual()
+
+    def loss_now(self):
+        """n f's sum at z, formed once per point."""
+        if self._loss is None:
+            self.reads += self.z.shape[0]
+            self._loss = self.z.shape[0] * mean_loss(self.code, self.z, self.active.y)
+        return self._loss
 
     knows_gap = True
 
@@ -507,8 +547,7 @@ class LocalNewtonSums:
         dual_norm = float(np.max(l1_dual_norms(self.correlation[live], self.positive) /
                                  self.weights[live])) if np.any(live) else 0.0
         scale = max(1.0, dual_norm / self.n_lam)
-        gap = n * (mean_loss(self.code, self.z, y) -
-                   mean_neg_conjugate(self.code, self.rho / scale, y)) + \
+        gap = self.loss_now() - n * mean_neg_conjugate(self.code, self.rho / scale, y) + \
             self.n_lam * float(np.sum(self.weights * np.abs(w)))
         return gap <= tol
 
@@ -529,7 +568,8 @@ class LocalNewtonSums:
         self.dz = active.margins(move, direction[k] if self.intercept else 0.0,
                                  self.n_threads)
         self.reads += active.nnz
-        return LazyLosses(self)
+        self.values = LazyLosses(self)
+        return self.values
 
     def again(self):
         """Nothing to tell: the next direction is formed here."""
@@ -538,4 +578,5 @@ class LocalNewtonSums:
         if index < 0:
             return
         self.z += NEWTON_GRID[index] * self.dz
+        self._loss = self.values.values[index]
         self._residual()
