@@ -13,8 +13,9 @@ picks one per outer iteration from what each kind has done so far in this run:
 - a kind's rate r_k is the progress over the work of its last WINDOW steps (a prox-SVRG
   epoch's rate falls as it runs on ill-conditioned data, a working set's grows with its
   size);
-- each kind runs once, the working set first (from x = 0 its first set is cheap), then
-  the kind of the best rate, except that the other kind runs whenever its total work is
+- each kind runs once, prox-SVRG first where it is a candidate (an epoch from x = 0
+  reads every entry a few times and moves every coordinate, where the first working
+  set, ten features, leaves the gap of the others), then the kind of the best rate, except that the other kind runs whenever its total work is
   below (r_other / r_best)^2 times the best kind's: it keeps being measured, and where
   the rates stay in a ratio rho the run does (1 + rho^2) / (1 + rho^3) <= 1.12 times the
   work of the best kind alone;
@@ -83,10 +84,10 @@ class InnerChoice:
 
     def next(self, svrg=True):
         """The kind to run; ``svrg=False`` (more active features than rows): the working
-        set."""
+        set. A kind not run yet runs first, prox-SVRG before the working set."""
         if not svrg:
             return "working_set"
-        for kind in KINDS:
+        for kind in reversed(KINDS):
             if not self.steps[kind]:
                 return kind
         rate = {kind: self.rate(kind) for kind in KINDS}
