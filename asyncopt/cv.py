@@ -7,6 +7,11 @@
 Every fold's path over the grid is one :func:`asyncopt.lasso_path` call: each alpha's
 solve starts from the previous solution, so its first gap-safe test already screens out
 most features. The chosen alpha is refitted on all the data by the base estimator.
+
+``fit(X, y, sample_weight=s)`` splits the weights with the folds, as scikit-learn's
+LassoCV does: the grid's alpha_max is the weighted ``lam_max`` of all the data, each
+fold's path is fitted with s[train] (rescaled to sum to the fold's rows), its held-out
+error or score is weighted by s[test], and the refit takes s.
 """
 import numbers
 import warnings
@@ -23,7 +28,7 @@ from sklearn.utils.validation import validate_data
 from .estimators import (_ATTRIBUTE_DOCS, _PARAMETER_DOCS, Lasso, SparseLogisticRegression,
                          _check_choice, lasso_path)
 from .penalties import L1
-from .problem import encode_binary_labels, lam_max
+from .problem import check_sample_weight, encode_binary_labels, lam_max
 
 _CV_PARAMETER_DOCS = {
     "eps": """
@@ -146,25 +151,32 @@ class _PathCV(BaseEstimator):
         """(y for the solver, y for the held-out error) of the validated y."""
         return y, y
 
-    def _held_out(self, X_test, y_test, coefs, intercepts):
+    def _held_out(self, X_test, y_test, coefs, intercepts, sample_weight=None):
         """The held-out metric of each alpha (lower is better for the errors of
-        LassoCV, higher for the scores of SparseLogisticRegressionCV)."""
+        LassoCV, higher for the scores of SparseLogisticRegressionCV), weighted by the
+        test rows' ``sample_weight`` where given."""
         raise NotImplementedError
 
-    def _fold(self, X, y_fit, y_eval, train, test, alphas):
+    def _fold(self, X, y_fit, y_eval, train, test, alphas, sample_weight=None):
+        weights = (None, None) if sample_weight is None else \
+            (sample_weight[train], sample_weight[test])
+        if weights[1] is not None and not np.sum(weights[1]) > 0:
+            raise ValueError("a test fold holds only rows of sample_weight 0: its held-out "
+                             "error has no weight; use other folds (cv)")
         _, coefs, _, results = lasso_path(
             X[train], y_fit[train], alphas=alphas, loss=self._loss,
-            return_results=True, **self._solver_params())
+            return_results=True, sample_weight=weights[0], **self._solver_params())
         intercepts = np.array([result.intercept for result in results])
-        return (self._held_out(X[test], y_eval[test], coefs, intercepts),
+        return (self._held_out(X[test], y_eval[test], coefs, intercepts, weights[1]),
                 sum(not result.converged for result in results))
 
-    def _fit_path(self, X, y):
+    def _fit_path(self, X, y, sample_weight=None):
         grid = self._check_params()
         y_fit, y_eval = self._targets(y)
         if grid is None:
             top = lam_max(X, y_fit, loss=self._loss, fit_intercept=self.fit_intercept,
-                          penalty=L1(X.shape[1], positive=self.positive))
+                          penalty=L1(X.shape[1], positive=self.positive),
+                          sample_weight=sample_weight)
             # as scikit-learn's grid: alpha_max = 0 (y constant; with positive, no feature
             # correlating positively) leaves w = 0 at any alpha
             grid = np.full(self.alphas, np.finfo(np.float64).resolution) if top <= 0 \
@@ -173,7 +185,8 @@ class _PathCV(BaseEstimator):
             X, y_eval))
         parallel = Parallel(n_jobs=1 if self.backend == "threads" else self.n_jobs,
                             prefer="threads")
-        paths = parallel(delayed(self._fold)(X, y_fit, y_eval, train, test, grid)
+        paths = parallel(delayed(self._fold)(X, y_fit, y_eval, train, test, grid,
+                                             sample_weight)
                          for train, test in folds)
         unconverged = sum(count for _, count in paths)
         if unconverged and self.max_epochs > 0:
@@ -184,7 +197,7 @@ class _PathCV(BaseEstimator):
         self.alphas_ = grid
         return np.column_stack([metric for metric, _ in paths])
 
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Choose alpha by cross-validation, then refit on all the data.
 
         Parameters
@@ -194,6 +207,14 @@ class _PathCV(BaseEstimator):
         y : array-like of shape (n_samples,)
             Targets (LassoCV), or labels with exactly two distinct values
             (SparseLogisticRegressionCV).
+        sample_weight : float or array-like of shape (n_samples,), default=None
+            Weights of the rows (>= 0, not all zero), split with the folds as
+            scikit-learn's LassoCV splits them: alpha_max of the default grid is the
+            weighted :func:`lam_max` of all the data, each fold's path is fitted with
+            its training rows' weights (rescaled to sum to their count, as
+            :meth:`Lasso.fit` rescales), its held-out error (score) is the mean over
+            the test rows weighted by theirs, and the refit takes them all. None:
+            unweighted.
 
         Returns
         -------
@@ -202,13 +223,17 @@ class _PathCV(BaseEstimator):
         """
         X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], dtype=np.float64,
                              y_numeric=not is_classifier(self))
-        path = self._fit_path(X, y)
+        sample_weight = check_sample_weight(sample_weight, X.shape[0])
+        if sample_weight is not None and not np.any(sample_weight > 0):
+            raise ValueError("sample_weight is zero for every row: nothing to fit")
+        path = self._fit_path(X, y, sample_weight)
         setattr(self, self._path_attribute, path)
         mean = path.mean(axis=1)
         best = np.argmax(mean) if is_classifier(self) else np.argmin(mean)
         self.alpha_ = float(self.alphas_[best])
         self.best_estimator_ = self._estimator(alpha=self.alpha_,
-                                               **self._solver_params()).fit(X, y)
+                                               **self._solver_params()).fit(
+            X, y, sample_weight=sample_weight)
         for name in _REFIT_ATTRIBUTES:
             setattr(self, name, getattr(self.best_estimator_, name))
         return self
@@ -244,7 +269,8 @@ class LassoCV(RegressorMixin, _PathCV):
     alphas_ : ndarray of shape (n_alphas,)
         The grid, decreasing.
     mse_path_ : ndarray of shape (n_alphas, n_folds)
-        The held-out mean squared error of each alpha on each fold.
+        The held-out mean squared error of each alpha on each fold (weighted by the
+        test rows' ``sample_weight`` where fit was given one).
     coef_ : ndarray of shape (n_features,)
         The coefficients w of the refit.
     intercept_ : float
@@ -277,9 +303,9 @@ class LassoCV(RegressorMixin, _PathCV):
     _path_attribute = "mse_path_"
     predict = Lasso.predict
 
-    def _held_out(self, X_test, y_test, coefs, intercepts):
+    def _held_out(self, X_test, y_test, coefs, intercepts, sample_weight=None):
         residuals = X_test @ coefs + intercepts - y_test[:, np.newaxis]
-        return np.mean(residuals ** 2, axis=0)
+        return np.average(residuals ** 2, axis=0, weights=sample_weight)
 
 
 class SparseLogisticRegressionCV(LinearClassifierMixin, ClassifierMixin, _PathCV):
@@ -307,7 +333,8 @@ class SparseLogisticRegressionCV(LinearClassifierMixin, ClassifierMixin, _PathCV
     alphas_ : ndarray of shape (n_alphas,)
         The grid, decreasing.
     scores_ : ndarray of shape (n_alphas, n_folds)
-        The held-out score of each alpha on each fold, higher is better (one array,
+        The held-out score of each alpha on each fold, higher is better (with the
+        test rows' ``sample_weight`` where fit was given one; one array,
         laid out as LassoCV's ``mse_path_``, not scikit-learn's dict of
         (n_folds, n_Cs) arrays: the model is binary).
     classes_ : ndarray of shape (2,)
@@ -365,15 +392,16 @@ class SparseLogisticRegressionCV(LinearClassifierMixin, ClassifierMixin, _PathCV
         y_pm, self.classes_ = encode_binary_labels(y)
         return y_pm, y
 
-    def _held_out(self, X_test, y_test, coefs, intercepts):
+    def _held_out(self, X_test, y_test, coefs, intercepts, sample_weight=None):
         scorer = check_scoring(SparseLogisticRegression(), scoring=self.scoring)
+        weighted = {} if sample_weight is None else {"sample_weight": sample_weight}
         model = SparseLogisticRegression()       # a fitted shell for the scorer
         model.classes_, model.n_features_in_ = self.classes_, coefs.shape[0]
         scores = np.empty(coefs.shape[1])
         for k in range(coefs.shape[1]):
             model.coef_ = coefs[np.newaxis, :, k]
             model.intercept_ = intercepts[k:k + 1]
-            scores[k] = scorer(model, X_test, y_test)
+            scores[k] = scorer(model, X_test, y_test, **weighted)
         return scores
 
     def __sklearn_tags__(self):

@@ -4,6 +4,11 @@
     GroupLasso:               (1/2n) ||y - X w - b||^2 + alpha sum_g weights_g ||w_g||_2
     SparseLogisticRegression: (1/n) sum_i log(1 + exp(-y_i (x_i^T w + b))) + alpha Omega(w)
 
+``fit(X, y, sample_weight=s)`` weights row i's loss by c_i = s_i n / sum s
+(scikit-learn's convention: the weights rescaled to sum to n), so that the datafit is
+(1 / sum s) sum_i s_i f_i: scikit-learn's Lasso with the same ``sample_weight``, and
+its LogisticRegression with C = 1 / (alpha sum s).
+
 ``positive=True`` (the L1 penalty) constrains w >= 0, as scikit-learn's Lasso does; the
 intercept stays free.
 
@@ -21,7 +26,7 @@ from sklearn.utils.extmath import safe_sparse_dot
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .penalties import L1, GroupL1
-from .problem import Problem, check_lam, encode_binary_labels
+from .problem import Problem, check_lam, encode_binary_labels, rescaled_sample_weight
 from .solvers.methods import (BACKENDS, METHODS, MPI_METHODS, solve_method,  # noqa: F401
                               solver_flags)
 from .solvers.threads import ThreadsInnerLoop, effective_n_jobs
@@ -76,10 +81,11 @@ class _DDSSModel(BaseEstimator):
         if self.backend == "threads":
             ThreadsInnerLoop(self.n_jobs, self.kernel)
 
-    def _solve(self, X, y):
+    def _solve(self, X, y, sample_weight=None):
         self._check_params()
         problem = Problem(X, y, self._loss, self._penalty(X.shape[1]), self.alpha,
-                          self.fit_intercept)
+                          self.fit_intercept,
+                          sample_weight=rescaled_sample_weight(sample_weight, X.shape[0]))
         warm = self.warm_start and hasattr(self, "coef_") and \
             np.ravel(self.coef_).shape[0] == X.shape[1]
         coef_init = np.ravel(self.coef_) if warm else None
@@ -145,9 +151,12 @@ class _DDSSModel(BaseEstimator):
                 rows = np.array_split(np.arange(X.shape[0]), comm.Get_size() - 1)[
                     comm.Get_rank() - 1]
                 X_rows = X[rows] if hasattr(X, "tocsr") else np.asarray(X)[rows]
-                # X_rows is a copy: its arrays may serve as the first epoch view
+                # X_rows is a copy: its arrays may serve as the first epoch view; the
+                # weights, rescaled over all the rows, are the shard's as they are
+                weights = problem.sample_weight
                 shard = Problem(X_rows, problem.y[rows], problem.loss, problem.penalty,
-                                problem.lam, problem.fit_intercept, overwrite_X=True)
+                                problem.lam, problem.fit_intercept, overwrite_X=True,
+                                sample_weight=None if weights is None else weights[rows])
             return solve_mpi(comm, shard, problem.penalty, X.shape[1], problem.loss.code,
                              problem.lam, problem.fit_intercept, tol=self.tol,
                              max_epochs=int(self.max_epochs),
@@ -256,7 +265,8 @@ _PARAMETER_DOCS = {
         Start from the previous ``coef_`` and ``intercept_`` when their shape fits.""",
     "step_scale": """
     step_scale : float, default=1.0
-        Multiplier of the default step eta = 1 / (3 L_max), L_max = L_f max_i ||a_i||^2.""",
+        Multiplier of the default step eta = 1 / (3 L_max), L_max = L_f max_i ||a_i||^2
+        (max_i c_i ||a_i||^2 with sample weights c).""",
     "random_state": """
     random_state : int, numpy.random.Generator or None, default=None
         Seed of the row sampling of the inner loop.""",
@@ -307,11 +317,12 @@ _DDSS_NOTES = """
     DDSS (Xidong Wu, PhD thesis, 2024, chapter 3, Algorithms 4-6) alternates a
     certificate and an inner step. The certificate refits b, forms the dual point
     theta = rho / max(1, Omega^D(X^T rho) / (n alpha)) from the generalized residual
-    rho_i = -f'(x_i^T w + b) (eq. 3-2), the gap G = P - D with
-    D(theta) = -(1/n) sum_i f*(-theta_i) (eq. 3-4), and deletes every block g with
-    ||X_g^T theta|| + sqrt(2 n L_f G) ||X_g|| < n alpha w_g, which is zero at every
-    optimum (the gap-safe test of eq. 3-3, with the radius corrected by the factor n:
-    docs/design.md §1). With ``positive=True`` the norms are one-sided: Omega^D(u) =
+    rho_i = -c_i f'(x_i^T w + b) (eq. 3-2; c_i the rescaled sample weights, 1 without
+    them), the gap G = P - D with D(theta) = -(1/n) sum_i c_i f*(-theta_i / c_i)
+    (eq. 3-4), and deletes every block g with
+    ||X_g^T theta|| + sqrt(2 n L_f G) ||C^(1/2) X_g|| < n alpha w_g, which is zero at
+    every optimum (the gap-safe test of eq. 3-3, with the radius corrected by the factor
+    n: docs/design.md §1). With ``positive=True`` the norms are one-sided: Omega^D(u) =
     max(0, max_j u_j / w_j) and X_j^T theta in the test. The inner step runs on the
     surviving features only: sparse prox-SVRG (eq. 3-6 and 3-8; docs/design.md §2) or a
     working-set step (docs/design.md §2b)."""
@@ -325,7 +336,9 @@ class Lasso(RegressorMixin, _DDSSModel):
         P(w, b) = (1/2n) ||y - X w - b||^2 + alpha sum_j weights_j |w_j|,
 
     problem (3-1) of the thesis with the squared loss f_i(z) = (y_i - z)^2 / 2 in
-    scikit-learn's scaling (docs/design.md §1). The fit stops when the duality gap
+    scikit-learn's scaling (docs/design.md §1); ``fit(X, y, sample_weight=s)`` takes
+    (1 / (2 sum s)) sum_i s_i (y_i - x_i^T w - b)^2 for the first term, as
+    scikit-learn's Lasso does. The fit stops when the duality gap
     G <= tol * P(0); ``dual_gap_`` is that certificate.""",
         ["alpha", "fit_intercept", "tol", "max_epochs", "method", "backend", "n_jobs",
          "kernel", "screening", "weights_l1", "positive", "warm_start", "step_scale",
@@ -369,7 +382,7 @@ class Lasso(RegressorMixin, _DDSSModel):
                          checkpoint=checkpoint)
         self.positive = positive
 
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the model by DDSS.
 
         Parameters
@@ -378,6 +391,14 @@ class Lasso(RegressorMixin, _DDSSModel):
             Training data, dense or sparse (CSR or CSC).
         y : array-like of shape (n_samples,)
             Targets.
+        sample_weight : float or array-like of shape (n_samples,), default=None
+            Weights s_i >= 0 of the rows, not all zero; rescaled to sum to n_samples,
+            as scikit-learn's Lasso does, so that the loss is
+            (1 / (2 sum s)) sum_i s_i (y_i - x_i^T w - b)^2 (and the intercept the
+            s-weighted optimum): scikit-learn's ``Lasso(alpha).fit(X, y, s)``. An
+            integer weight k is k copies of the row, a zero weight drops it. None, a
+            number or equal weights: the unweighted fit. ValueError for a wrong
+            length, a negative, NaN or infinite weight, or all weights zero.
 
         Returns
         -------
@@ -386,7 +407,7 @@ class Lasso(RegressorMixin, _DDSSModel):
         """
         X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], dtype=np.float64,
                              y_numeric=True)
-        result = self._solve(X, y)
+        result = self._solve(X, y, sample_weight)
         self.coef_ = result.coef
         self.intercept_ = result.intercept
         return self
@@ -419,7 +440,8 @@ class GroupLasso(Lasso):
         P(w, b) = (1/2n) ||y - X w - b||^2 + alpha sum_g weights_g ||w_g||_2,
 
     problem (3-1) of the thesis with the squared loss and Omega the sum of the groups'
-    Euclidean norms (docs/design.md §1). The fit stops when the duality gap
+    Euclidean norms (docs/design.md §1); ``fit(X, y, sample_weight=s)`` weights the
+    rows as :class:`Lasso` does. The fit stops when the duality gap
     G <= tol * P(0).""",
         ["alpha", "groups_lasso", "fit_intercept", "tol", "max_epochs", "method",
          "backend", "n_jobs", "kernel", "screening", "weights_group", "warm_start",
@@ -461,6 +483,9 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
     ``Omega(w) = sum_j weights_j |w_j|`` (L1) or ``sum_g weights_g ||w_g||_2`` (``groups``):
     problem (3-1) of the thesis with the logistic loss, L_f = 1/4 (docs/design.md §1).
     Labels may take any two values: ``classes_[1]`` is coded +1, ``classes_[0]`` -1.
+    ``fit(X, y, sample_weight=s)`` takes (1 / sum s) sum_i s_i log(1 + exp(-y_i (x_i^T w
+    + b))) for the first term: scikit-learn's LogisticRegression with
+    C = 1 / (alpha sum s) (C = 1 / (n alpha) without weights).
     The fit stops when the duality gap G <= tol * P(0).""",
         ["alpha", "fit_intercept", "tol", "max_epochs", "method", "backend", "n_jobs",
          "kernel", "screening", "groups_logistic", "weights_logistic", "positive",
@@ -496,7 +521,7 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
         self.groups = groups
         self.positive = positive
 
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the model by DDSS.
 
         Parameters
@@ -505,6 +530,15 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
             Training data, dense or sparse (CSR or CSC).
         y : array-like of shape (n_samples,)
             Labels with exactly two distinct values.
+        sample_weight : float or array-like of shape (n_samples,), default=None
+            Weights s_i >= 0 of the rows, not all zero; rescaled to sum to n_samples
+            (scikit-learn's convention for its Lasso), so that the loss is
+            (1 / sum s) sum_i s_i log(1 + exp(-y_i (x_i^T w + b))): scikit-learn's
+            ``LogisticRegression(penalty="l1", C=1 / (alpha sum s))`` fitted with
+            the same ``sample_weight`` (its "saga" solver: the intercept unpenalized).
+            An integer weight k is k copies of the row, a zero weight drops it. None,
+            a number or equal weights: the unweighted fit. ValueError for a wrong
+            length, a negative, NaN or infinite weight, or all weights zero.
 
         Returns
         -------
@@ -513,7 +547,7 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
         """
         X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], dtype=np.float64)
         y_pm, self.classes_ = encode_binary_labels(y)
-        result = self._solve(X, y_pm)
+        result = self._solve(X, y_pm, sample_weight)
         self.coef_ = result.coef[np.newaxis, :]
         self.intercept_ = np.array([result.intercept])
         return self
@@ -559,12 +593,13 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
 def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
                tol=1e-4, max_epochs=200, method="auto", backend="serial", n_jobs=None,
                kernel="auto", screening=True, groups=None, weights=None, positive=False,
-               loss="squared", random_state=None, verbose=0, return_results=False):
+               loss="squared", random_state=None, verbose=0, return_results=False,
+               sample_weight=None):
     """Compute solutions along a decreasing grid of alphas, with warm starts.
 
     At each alpha_k, the problem
 
-        P_k(w, b) = (1/n) sum_i f(x_i^T w + b, y_i) + alpha_k Omega(w)
+        P_k(w, b) = (1/n) sum_i c_i f(x_i^T w + b, y_i) + alpha_k Omega(w)
 
     (squared loss (1/2n) ||y - X w - b||^2 or logistic loss; Omega the weighted L1 or group
     norm) is solved by DDSS from the solution at alpha_{k-1}, so its first gap-safe test
@@ -618,6 +653,9 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
         Verbosity of each solve, as in :class:`Lasso`.
     return_results : bool, default=False
         Also return each solve's ``SolverResult``.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Weights of the rows, rescaled to c_i summing to n as in :meth:`Lasso.fit`
+        (None: every c_i = 1); alpha_max is then the weighted :func:`lam_max`.
 
     Returns
     -------
@@ -656,7 +694,8 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
         y = encode_binary_labels(y)[0]
     n_features = np.shape(X)[1]
     penalty = make_penalty(n_features, groups, weights, positive)
-    problem = Problem(X, y, loss, penalty, 1.0, fit_intercept)
+    problem = Problem(X, y, loss, penalty, 1.0, fit_intercept,
+                      sample_weight=rescaled_sample_weight(sample_weight, np.shape(X)[0]))
     if alphas is None:
         top = problem.lam_max()
         if top <= 0:

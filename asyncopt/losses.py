@@ -1,6 +1,13 @@
-"""Per-sample losses f_i(z) of the datafit F(x) = (1/n) sum_i f_i(a_i^T x + b).
+"""Per-sample losses f_i(z) of the datafit F(x) = (1/n) sum_i c_i f_i(a_i^T x + b).
 
 docs/design.md §1.
+
+Sample weights c_i >= 0 (``Problem``'s ``sample_weight``) make row i's loss c_i f_i: its
+derivative c_i f_i', its curvature c_i f_i'' and its conjugate c_i f_i*(u / c_i) (the
+indicator of u = 0 where c_i = 0). The kernels take them as an array beside y, in the
+"kernel form": the weights, or an empty array (``UNWEIGHTED``) for every c_i = 1, which
+``row_weight`` reads; the unweighted loops then multiply by 1.0 only, bit for bit as
+without weights.
 
 Each loss is identified by an integer code so that one numba kernel serves both
 (``loss_value(code, z, y)`` etc. branch on the code; the branch is perfectly predicted).
@@ -18,6 +25,24 @@ from numba import njit
 
 SQUARED = 0
 LOGISTIC = 1
+UNWEIGHTED = np.empty(0)     # the kernel form of "no sample weights" (never written)
+
+
+@njit(cache=True, inline="always")
+def row_weight(sample_weight, i):
+    """c_i of row i: sample_weight[i], or 1 where ``sample_weight`` is empty (the kernel
+    form of an unweighted problem)."""
+    if sample_weight.shape[0] == 0:
+        return 1.0
+    return sample_weight[i]
+
+
+@njit(cache=True)
+def weight_total(sample_weight, n):
+    """sum_i c_i over n rows (n where ``sample_weight`` is empty)."""
+    if sample_weight.shape[0] == 0:
+        return float(n)
+    return np.sum(sample_weight)
 
 
 @njit(cache=True, inline="always")
@@ -74,88 +99,120 @@ def loss_conjugate(code, u, y):
 
 
 @njit(cache=True)
-def mean_loss(code, z, y):
-    """(1/n) sum_i f(z_i, y_i)."""
+def mean_loss(code, z, y, sample_weight):
+    """(1/n) sum_i c_i f(z_i, y_i) (c_i = ``row_weight``)."""
     total = 0.0
     for i in range(z.shape[0]):
-        total += loss_value(code, z[i], y[i])
+        total += row_weight(sample_weight, i) * loss_value(code, z[i], y[i])
     return total / z.shape[0]
 
 
 @njit(cache=True)
-def _logistic_intercept_sums(v, y, b):
+def _logistic_intercept_sums(v, y, sample_weight, b):
     """``intercept_sums``' logistic sums at b from v_i = exp(y_i z0_i); e^(y_i b) as
     p_i e^b + (1 - p_i) e^-b with p_i = (1 + y_i) / 2 in {0, 1} (exact), so that the
-    loop has no branch and vectorizes; |b| is capped at 700 (e^700 ~ 1e304), far past
-    any intercept, so that neither factor is inf."""
+    loop has no branch and vectorizes (the weighted rows in a loop of their own); |b| is
+    capped at 700 (e^700 ~ 1e304), far past any intercept, so that neither factor is
+    inf."""
     up = math.exp(min(b, 700.0))
     down = math.exp(min(-b, 700.0))
     first = 0.0
     second = 0.0
-    for i in range(v.shape[0]):
-        p = 0.5 + 0.5 * y[i]
-        s = 1.0 / (1.0 + v[i] * (p * up + (1.0 - p) * down))
-        first -= y[i] * s
-        second += s * (1.0 - s)
+    if sample_weight.shape[0] == 0:
+        for i in range(v.shape[0]):
+            p = 0.5 + 0.5 * y[i]
+            s = 1.0 / (1.0 + v[i] * (p * up + (1.0 - p) * down))
+            first -= y[i] * s
+            second += s * (1.0 - s)
+    else:
+        for i in range(v.shape[0]):
+            p = 0.5 + 0.5 * y[i]
+            s = 1.0 / (1.0 + v[i] * (p * up + (1.0 - p) * down))
+            c = sample_weight[i]
+            first -= c * y[i] * s
+            second += c * s * (1.0 - s)
     return np.array([first, second])
 
 
-def intercept_sums(code, z0, y):
-    """The function b -> [sum_i f'(z0_i + b), sum_i f''(z0_i + b)] over these rows (an
-    array of two floats): the rows' share of the intercept's Newton step
-    (``problem.refit_intercept``): for a loss code other than the two below, from
-    ``loss_derivative`` and ``loss_second_derivative``.
+def intercept_sums(code, z0, y, sample_weight):
+    """The function b -> [sum_i c_i f'(z0_i + b), sum_i c_i f''(z0_i + b)] over these
+    rows (an array of two floats; c_i = ``row_weight`` of ``sample_weight``, the kernel
+    form): the rows' share of the intercept's Newton step (``problem.refit_intercept``):
+    for a loss code other than the two below, from ``loss_derivative`` and
+    ``loss_second_derivative``.
 
+    Squared loss: [sum c (z0 - y) + b sum c, sum c], from two sums formed here.
     Logistic loss: with v_i = exp(y_i z0_i), exp(y_i (z0_i + b)) = v_i e^(y_i b) and
     s_i = 1 / (1 + v_i e^(y_i b)) = sigma(-y_i (z0_i + b)), f' = -y_i s_i and
     f'' = s_i (1 - s_i): one vectorized exp pass here serves every call, which has no
     exp or log per row (v = inf gives s = 0, v = 0 gives s = 1, the exact limits)."""
     if code == SQUARED:
-        offset = float(np.sum(z0) - np.sum(y))
-        rows = float(z0.shape[0])
+        if sample_weight.shape[0]:
+            offset = float(sample_weight @ z0 - sample_weight @ y)
+            rows = float(np.sum(sample_weight))
+        else:
+            offset = float(np.sum(z0) - np.sum(y))
+            rows = float(z0.shape[0])
         return lambda b: np.array([offset + rows * b, rows])
     if code == LOGISTIC:
         with np.errstate(over="ignore"):
             v = np.exp(y * z0)
-        return lambda b: _logistic_intercept_sums(v, y, float(b))
-    return lambda b: _intercept_sums(code, z0, float(b), y)
+        return lambda b: _logistic_intercept_sums(v, y, sample_weight, float(b))
+    return lambda b: _intercept_sums(code, z0, float(b), y, sample_weight)
 
 
 @njit(cache=True)
-def _intercept_sums(code, z0, b, y):
+def _intercept_sums(code, z0, b, y, sample_weight):
     """``intercept_sums`` of any loss code, from ``loss_derivative`` and
     ``loss_second_derivative`` row by row."""
     first = 0.0
     second = 0.0
     for i in range(z0.shape[0]):
-        first += loss_derivative(code, z0[i] + b, y[i])
-        second += loss_second_derivative(code, z0[i] + b, y[i])
+        c = row_weight(sample_weight, i)
+        first += c * loss_derivative(code, z0[i] + b, y[i])
+        second += c * loss_second_derivative(code, z0[i] + b, y[i])
     return np.array([first, second])
 
 
 @njit(cache=True)
-def generalized_residual(code, z, y, out):
-    """rho_i = -f'(z_i) into ``out`` (the dual point before scaling, docs/design.md §1)."""
+def generalized_residual(code, z, y, sample_weight, out):
+    """rho_i = -c_i f'(z_i) into ``out`` (the dual point before scaling, docs/design.md
+    §1; c_i = ``row_weight``)."""
     for i in range(z.shape[0]):
-        out[i] = -loss_derivative(code, z[i], y[i])
+        out[i] = -row_weight(sample_weight, i) * loss_derivative(code, z[i], y[i])
     return out
 
 
 @njit(cache=True)
-def mean_neg_conjugate(code, theta, y):
-    """D(theta) = -(1/n) sum_i f*(-theta_i)."""
+def mean_neg_conjugate(code, theta, y, sample_weight):
+    """D(theta) = -(1/n) sum_i c_i f*(-theta_i / c_i) (c_i = ``row_weight``): the
+    conjugate of the weighted loss c_i f; a row with c_i = 0 adds 0 at theta_i = 0 and
+    makes D = -inf elsewhere (its conjugate is the indicator of {0})."""
     total = 0.0
-    for i in range(theta.shape[0]):
-        total += loss_conjugate(code, -theta[i], y[i])
+    if sample_weight.shape[0] == 0:
+        for i in range(theta.shape[0]):
+            total += loss_conjugate(code, -theta[i], y[i])
+    else:
+        for i in range(theta.shape[0]):
+            c = sample_weight[i]
+            if c > 0.0:
+                total += c * loss_conjugate(code, -theta[i] / c, y[i])
+            elif theta[i] != 0.0:
+                return -np.inf
     return -total / theta.shape[0]
+
+
+def kernel_weights(sample_weight):
+    """The kernel form of sample weights: a float64 array, or ``UNWEIGHTED`` for None."""
+    return UNWEIGHTED if sample_weight is None else np.asarray(sample_weight, np.float64)
 
 
 class Loss:
     """A per-sample loss: its code for the kernels, L_f, and vectorised helpers.
 
     ``quadratic``: f'' is a constant, so the solvers may use what follows from it: the
-    intercept's optimum in closed form (b += sum rho / n), D at any dual scale from
-    sum rho^2 and sum y rho, a Hessian on the support that does not depend on the
+    intercept's optimum in closed form (b += sum rho / sum c), D at any dual scale from
+    sum rho^2 / c and sum y rho, a Hessian on the support that does not depend on the
     margins (its rows reused from step to step, the trial losses exact from it).
     The solvers read these facts here, never the code."""
 
@@ -164,18 +221,25 @@ class Loss:
     name = ""
     quadratic = False
 
-    def value(self, z, y):
-        return mean_loss(self.code, np.asarray(z, np.float64), np.asarray(y, np.float64))
+    def value(self, z, y, sample_weight=None):
+        """(1/n) sum_i c_i f(z_i, y_i) (c_i = 1 without ``sample_weight``)."""
+        return mean_loss(self.code, np.asarray(z, np.float64), np.asarray(y, np.float64),
+                         kernel_weights(sample_weight))
 
-    def derivative(self, z, y):
+    def derivative(self, z, y, sample_weight=None):
+        """c_i f'(z_i, y_i) per row."""
         z = np.asarray(z, np.float64)
-        return -generalized_residual(self.code, z, np.asarray(y, np.float64), np.empty_like(z))
+        return -generalized_residual(self.code, z, np.asarray(y, np.float64),
+                                     kernel_weights(sample_weight), np.empty_like(z))
 
-    def dual(self, theta, y):
-        return mean_neg_conjugate(self.code, np.asarray(theta, np.float64), np.asarray(y, np.float64))
+    def dual(self, theta, y, sample_weight=None):
+        """-(1/n) sum_i c_i f*(-theta_i / c_i)."""
+        return mean_neg_conjugate(self.code, np.asarray(theta, np.float64),
+                                  np.asarray(y, np.float64), kernel_weights(sample_weight))
 
     def null_intercept(self, y_sum, positive, n):
-        """argmin_b (1/n) sum_i f(b, y_i) from sum y, the count of y > 0 and n."""
+        """argmin_b (1/n) sum_i c_i f(b, y_i) from sum c y, the weight of the rows with
+        y > 0 and the total weight sum c (unweighted: sum y, their count and n)."""
         raise NotImplementedError
 
     def __repr__(self):

@@ -1,10 +1,13 @@
 """The regularized problem, its dual and the duality gap (docs/design.md §1).
 
-    P(x, b) = (1/n) sum_i f_i(a_i^T x + b) + lam * Omega(x)
-    rho_i   = -f_i'(a_i^T x + b)                   (generalized residual)
+    P(x, b) = (1/n) sum_i c_i f_i(a_i^T x + b) + lam * Omega(x)
+    rho_i   = -c_i f_i'(a_i^T x + b)               (generalized residual)
     theta   = rho / max(1, Omega^D(A^T rho) / (n lam))
-    D(theta) = -(1/n) sum_i f_i*(-theta_i)          G = P - D >= 0
+    D(theta) = -(1/n) sum_i c_i f_i*(-theta_i / c_i)   G = P - D >= 0
     lam_max = Omega^D(A^T rho(0)) / n               (x = 0 is optimal iff lam >= lam_max)
+
+c_i >= 0 are the sample weights (all 1 without them; the estimators rescale a user's
+to sum to n, scikit-learn's convention); a row with c_i = 0 drops out of P and D.
 
 Omega^D is the penalty's ``dual_norm``; for the positive L1 penalty (x >= 0) it is the
 one-sided max(0, max_j u_j / w_j), so the dual constraint is A_j^T theta <= n lam w_j
@@ -31,21 +34,23 @@ from .kernels.linalg import (csc_rows, csr_column_stats, csr_columns,
                              csr_permute, csr_rmatvec, csr_row_sq_norms, csr_select,
                              csr_stored_counts)
 from .kernels.workspace import Blocks, Rows
-from .losses import (LOGISTIC, generalized_residual, get_loss, intercept_sums,
-                     loss_of_code, mean_loss, mean_neg_conjugate)
+from .losses import (LOGISTIC, UNWEIGHTED, generalized_residual, get_loss,
+                     intercept_sums, kernel_weights, loss_of_code, mean_loss,
+                     mean_neg_conjugate, weight_total)
 from .penalties import L1, BlockPenalty
 from .runtime import IdlePageToucher
 
 
 def refit_intercept(sums, b, n):
-    """argmin_b (1/n) sum_i f(z0_i + b, y_i) for a loss that is not quadratic, by Newton
-    steps from b to |mean f'| <= 1e-13 (or 100 steps); ``sums(b)`` gives (sum f', sum
-    f'') at the intercept b over all n rows: one process's rows (``intercept_optimum``)
-    or every shard's (Dis-DDSS's ``mpi.protocol.intercept_refit``, each call one
-    reduction). A Newton step is halved while |sum f'| grows at the trial (the objective
-    is convex in b, so a short enough step along -f' shrinks it), except once the step is
-    below rounding of b (|step| <= 1e-6 (1 + |b|)), where the quadratic model is
-    accurate; the sums at the accepted trial serve the next step, so a step that is not
+    """argmin_b (1/n) sum_i c_i f(z0_i + b, y_i) for a loss that is not quadratic, by
+    Newton steps from b to |sum c f'| <= 1e-13 n (or 100 steps); ``sums(b)`` gives (sum
+    c f', sum c f'') at the intercept b over all rows (``losses.intercept_sums``), ``n``
+    their total weight sum c (the row count without weights): one process's rows
+    (``intercept_optimum``) or every shard's (Dis-DDSS's ``mpi.protocol.intercept_refit``,
+    each call one reduction). A Newton step is halved while |sum c f'| grows at the trial
+    (the objective is convex in b, so a short enough step along -f' shrinks it), except
+    once the step is below rounding of b (|step| <= 1e-6 (1 + |b|)), where the quadratic
+    model is accurate; the sums at the accepted trial serve the next step, so a step that is not
     halved costs one call. The calls depend only on the sums, so ranks that share them
     call ``sums`` alike."""
     grad, hess = sums(b)
@@ -65,12 +70,19 @@ def refit_intercept(sums, b, n):
     return b
 
 
-def intercept_optimum(code, z0, y, b):
-    """argmin_b (1/n) sum_i f(z0_i + b, y_i) over these rows from b: the mean of
-    y - z0 for a quadratic loss, else ``refit_intercept``."""
+def intercept_optimum(code, z0, y, b, sample_weight=UNWEIGHTED):
+    """argmin_b (1/n) sum_i c_i f(z0_i + b, y_i) over these rows from b
+    (``sample_weight``: the c_i in the kernel form, ``losses.row_weight``): the
+    c-weighted mean of y - z0 for a quadratic loss, else ``refit_intercept``. Where
+    every c_i is 0 no b is better than another: b is returned."""
+    total = weight_total(sample_weight, z0.shape[0])
+    if not total > 0.0:
+        return float(b)
     if loss_of_code(code).quadratic:
+        if sample_weight.shape[0]:
+            return float(sample_weight @ (y - z0)) / total
         return float(np.mean(y - z0))
-    return refit_intercept(intercept_sums(code, z0, y), b, z0.shape[0])
+    return refit_intercept(intercept_sums(code, z0, y, sample_weight), b, total)
 
 
 @njit(cache=True)
@@ -94,6 +106,17 @@ def dropped_share(column_counts, block_indptr, keep_blocks):
     dropped = ~np.repeat(keep_blocks, np.diff(block_indptr))
     nnz_share = column_counts[dropped].sum() / max(column_counts.sum(), 1)
     return float(nnz_share), float(dropped.mean()) if dropped.size else 0.0
+
+
+def weighted_row_bound(row_sq_norms, sample_weight, intercept_sq):
+    """max_i ||a_i||^2 + s^2 (``intercept_sq``), or with sample weights c (the kernel
+    form) max_i c_i ||a_i||^2 + max_i c_i s^2, a bound on max_i c_i (||a_i||^2 + s^2): the
+    largest curvature of a row's loss c_i f_i over L_f, what the step of the inner loop
+    is set by (``ddss.step_size``)."""
+    if not sample_weight.shape[0]:
+        return float(row_sq_norms.max(initial=0.0)) + intercept_sq
+    return float((sample_weight * row_sq_norms).max(initial=0.0)) + \
+        float(sample_weight.max(initial=0.0)) * intercept_sq
 
 
 UNFROZEN_SHARE = 0.7   # ActiveSet.without_frozen: a view only below this share of entries
@@ -170,6 +193,50 @@ def check_finite_data(X, y):
     return X, y
 
 
+def check_sample_weight(sample_weight, n_samples):
+    """``sample_weight`` (None, or n_samples finite numbers >= 0) as None or a float64
+    array; ValueError naming the fault otherwise. Weights that are all zero pass here
+    (a shard of rows may hold no weight); ``rescaled_sample_weight`` refuses them."""
+    if sample_weight is None:
+        return None
+    weights = np.asarray(sample_weight)
+    if weights.dtype.kind not in "biuf":
+        raise ValueError(f"sample_weight must hold numbers, got dtype {weights.dtype}")
+    weights = np.full(n_samples, float(weights)) if weights.ndim == 0 else \
+        np.array(weights, dtype=np.float64)
+    if weights.ndim != 1:
+        raise ValueError(f"sample_weight must be 1-dimensional, got shape {weights.shape}")
+    if weights.shape[0] != n_samples:
+        raise ValueError(f"sample_weight has {weights.shape[0]} entries but X has "
+                         f"{n_samples} rows")
+    if not np.all(np.isfinite(weights)):
+        bad = int(np.flatnonzero(~np.isfinite(weights))[0])
+        raise ValueError(f"sample_weight contains NaN or infinity (row {bad})")
+    if np.any(weights < 0):
+        bad = int(np.flatnonzero(weights < 0)[0])
+        raise ValueError(f"sample_weight must be >= 0, got {weights[bad]:g} at row {bad}")
+    return weights
+
+
+def rescaled_sample_weight(sample_weight, n_samples):
+    """scikit-learn's convention for ``sample_weight`` (its Lasso and ElasticNet): the
+    weights rescaled to sum to n_samples, c = w n / sum w, so that
+    P = (1/n) sum_i c_i f_i + lam Omega = (1 / sum w) sum_i w_i f_i + lam Omega. None
+    for None, and for weights that are all equal (the unweighted problem, solved
+    without the weights' work); ValueError for those ``check_sample_weight`` refuses
+    and for weights that are all zero."""
+    weights = check_sample_weight(sample_weight, n_samples)
+    if weights is None:
+        return None
+    largest = float(np.max(weights, initial=0.0))
+    if not largest > 0.0:
+        raise ValueError("sample_weight is zero for every row: nothing to fit")
+    if np.all(weights == weights[0]):
+        return None
+    weights = weights / largest           # a sum that cannot overflow
+    return weights * (n_samples / float(np.sum(weights)))
+
+
 def check_lam(lam):
     lam = float(lam)
     if not np.isfinite(lam) or lam <= 0:
@@ -217,14 +284,21 @@ class ActiveSet:
 
     Features are renumbered block by block (block g holds features
     ``block_indptr[g]:block_indptr[g+1]``); ``features`` maps them back to the original ids.
-    Rows are stored in a fixed shuffled order (``y`` follows it), so that a run of
-    consecutive rows is a random subset: the inner loop reads rows in chunks.
-    An ActiveSet made by ``compact`` owns its arrays and is compacted in place again.
+    Rows are stored in a fixed shuffled order (``y`` and ``sample_weight`` follow it), so
+    that a run of consecutive rows is a random subset: the inner loop reads rows in
+    chunks. An ActiveSet made by ``compact`` owns its arrays and is compacted in place
+    again.
+
+    ``sample_weight`` is the rows' weights c_i in the kernel form (``losses.row_weight``:
+    an empty array where the problem has none), what every kernel takes beside y; the
+    column statistics are weighted by it: ``column_sq_norms`` = sum_i c_i a_ij^2 (the
+    curvature of coordinate j, and the norm the gap-safe test needs,
+    ``block_column_norms``), ``column_sums`` = A^T c.
     """
 
     def __init__(self, problem, blocks, indptr, indices, data, column_sq_norms,
                  column_counts, block_row_counts, y, owns_data, column_sums=None,
-                 row_sq_norms=None, stored_column_counts=None):
+                 row_sq_norms=None, stored_column_counts=None, sample_weight=UNWEIGHTED):
         # the cached properties' values where the caller has them (the full set's come
         # from its column statistics' pass)
         for name, value in (("column_sums", column_sums), ("_row_sq_norms", row_sq_norms),
@@ -234,6 +308,7 @@ class ActiveSet:
         self.problem = problem
         self.blocks = blocks
         self.y = y
+        self.sample_weight = sample_weight
         self.owns_data = owns_data
         self.indptr, self.indices, self.data = indptr, indices, data
         self.penalty = problem.penalty.restricted(blocks)
@@ -251,7 +326,8 @@ class ActiveSet:
 
     def kernel_rows(self):
         """The rows as the epoch kernels take them (``workspace.Rows``)."""
-        return Rows(self.indptr, self.indices, self.data, self.y, self.problem.loss.code)
+        return Rows(self.indptr, self.indices, self.data, self.y, self.problem.loss.code,
+                    self.sample_weight)
 
     def kernel_blocks(self):
         """The blocks as the epoch kernels take them (``workspace.Blocks``)."""
@@ -289,7 +365,9 @@ class ActiveSet:
         return int(self.indptr[-1])
 
     def block_column_norms(self):
-        """||A_g||: column norm for L1, Frobenius norm (spectral-norm bound) for a group."""
+        """||C^(1/2) A_g|| (C = diag(c), ||A_g|| without weights): the column norm
+        sqrt(sum_i c_i a_ij^2) for L1, the Frobenius norm (a spectral-norm bound) for a
+        group: what the gap-safe test multiplies its radius by (``screening``)."""
         return np.sqrt(np.add.reduceat(self.column_sq_norms, self.block_indptr[:-1])) \
             if self.n_features else np.zeros(0)
 
@@ -308,23 +386,29 @@ class ActiveSet:
 
     @functools.cached_property
     def max_row_sq_norm(self):
-        """max_i ||a_i||^2 on the active columns plus s^2 for the intercept's column."""
-        return float(self._row_sq_norms.max(initial=0.0)) + self.intercept_scale_sq
+        """max_i ||a_i||^2 on the active columns plus s^2 for the intercept's column;
+        with sample weights the bound max_i c_i ||a_i||^2 + max_i c_i s^2 on
+        max_i c_i (||a_i||^2 + s^2), the largest row curvature over L_f (the step's
+        L_max, ``ddss.step_size``)."""
+        return weighted_row_bound(self._row_sq_norms, self.sample_weight,
+                                  self.intercept_scale_sq)
 
     @functools.cached_property
     def column_sums(self):
-        """A^T 1 over these rows: what A^T rho loses when every margin rises by one
+        """A^T c over these rows (A^T 1 without sample weights): what A^T rho loses
+        when every margin rises by one, rho_i = c_i (y_i - z_i) for the squared loss
         (the intercept's refit folded into the certificate, ``fold_intercept_shift`` of
         solvers/mpi.py)."""
-        return csr_rmatvec(self.indptr, self.indices, self.data, np.ones(self.y.shape[0]),
-                           self.n_features)
+        weights = self.sample_weight if self.sample_weight.shape[0] else \
+            np.ones(self.y.shape[0])
+        return csr_rmatvec(self.indptr, self.indices, self.data, weights, self.n_features)
 
     def residual_correlation(self, code, b):
         """A^T rho at x = 0 with intercept ``b`` (rho_i = -f'(b, y_i), loss ``code``):
         lam_max's pass (``solvers.mpi.distributed_lam_max``); remembered for
         ``correlation_at_zero``."""
         rho = generalized_residual(code, np.full(self.y.shape[0], float(b)), self.y,
-                                   np.empty(self.y.shape[0]))
+                                   self.sample_weight, np.empty(self.y.shape[0]))
         correlation = csr_rmatvec(self.indptr, self.indices, self.data, rho,
                                   self.n_features)
         self._remember_at_zero(code, b, correlation)
@@ -352,9 +436,9 @@ class ActiveSet:
     def correlation_at_zero(self, code, b):
         """A^T rho at x = 0 with intercept ``b`` from the one remembered at b' (by
         ``residual_correlation`` or ``residual_correlation_at``), with no pass over the
-        rows, or None: for the squared loss at any b (rho = y - b: A^T rho = A^T rho' +
-        (b' - b) A^T 1), else at b' only. It spares a solve's first certificate at x = 0 a
-        repeat of lam_max's pass."""
+        rows, or None: for the squared loss at any b (rho = c (y - b): A^T rho =
+        A^T rho' + (b' - b) A^T c), else at b' only. It spares a solve's first
+        certificate at x = 0 a repeat of lam_max's pass."""
         if self._zero_correlation is None or self._zero_correlation[0] != code:
             return None
         _, known, correlation = self._zero_correlation
@@ -435,18 +519,19 @@ class ActiveSet:
         code = prob.loss.code
         y = self.y
         z = self.margins(x, b, n_threads) if z is None else z.copy()
+        weights = self.sample_weight
         if prob.fit_intercept:
-            new_b = intercept_optimum(code, z - b, y, b)
+            new_b = intercept_optimum(code, z - b, y, b, weights)
             z += new_b - b
             b = new_b
-        rho = generalized_residual(code, z, y, np.empty_like(z))
+        rho = generalized_residual(code, z, y, weights, np.empty_like(z))
         correlation = self.residual_correlation_at(x, code, b, rho, n_threads)
         block_corr = self.penalty.dual_block_norms(correlation)
         n_lam = prob.n_samples * prob.lam
         dual_norm = float(np.max(block_corr / self.weights, initial=0.0))
         scale = max(1.0, dual_norm / n_lam)
-        primal = mean_loss(code, z, y) + prob.lam * self.penalty.value(x)
-        dual = mean_neg_conjugate(code, rho / scale, y)
+        primal = mean_loss(code, z, y, weights) + prob.lam * self.penalty.value(x)
+        dual = mean_neg_conjugate(code, rho / scale, y, weights)
         return Certificate(z, b, rho, correlation, block_corr, scale, primal, dual)
 
     def dropped_share(self, keep_blocks):
@@ -479,7 +564,8 @@ class ActiveSet:
         new = ActiveSet(self.problem, self.blocks[keep_blocks], indptr, indices,
                         data, self.column_sq_norms[feature_keep],
                         self.column_counts[feature_keep], self.block_row_counts[keep_blocks],
-                        self.y, True, None if sums is None else sums[feature_keep])
+                        self.y, True, None if sums is None else sums[feature_keep],
+                        sample_weight=self.sample_weight)
         return new, x[feature_keep], bool(np.any(x[~feature_keep] != 0))
 
     def expand(self, x):
@@ -509,15 +595,16 @@ class FullColumns:
 class Problem:
     """The regularized problem on CSR data: objective, dual point, duality gap, lam_max.
 
-        P(x, b) = (1/n) sum_i f(a_i^T x + b, y_i) + lam Omega(x),
+        P(x, b) = (1/n) sum_i c_i f(a_i^T x + b, y_i) + lam Omega(x),
         Omega(x) = sum_g w_g ||x_g||,
 
     problem (3-1) of the thesis (Xidong Wu, PhD thesis, 2024, chapter 3), in the scaling of
     docs/design.md §1: the Lasso is the squared loss f(z, y) = (y - z)^2 / 2 with
-    lam = alpha.
-    From any x, with b refitted and rho_i = -f'(a_i^T x + b, y_i), the dual point is
+    lam = alpha, and c_i the sample weights (1 without them).
+    From any x, with b refitted and rho_i = -c_i f'(a_i^T x + b, y_i), the dual point is
     theta = rho / max(1, Omega^D(A^T rho) / (n lam)) (eq. 3-2) and the dual objective
-    D(theta) = -(1/n) sum_i f*(-theta_i) (eq. 3-4), so G = P - D >= 0 certifies x.
+    D(theta) = -(1/n) sum_i c_i f*(-theta_i / c_i) (eq. 3-4), so G = P - D >= 0
+    certifies x.
 
     Parameters
     ----------
@@ -534,6 +621,12 @@ class Problem:
     fit_intercept : bool, default=True
         Whether P has an unpenalized intercept b (refitted exactly before every dual
         computation, so that sum_i rho_i = 0 and theta is feasible).
+    sample_weight : array-like of shape (n_samples,), default=None
+        Weights c_i >= 0 of the rows, taken as given: P = (1/n) sum_i c_i f_i + lam Omega
+        (docs/design.md §1). None: every c_i = 1, with none of the weights' work. The
+        estimators pass scikit-learn's convention, the user's weights rescaled to sum to
+        n (``rescaled_sample_weight``); a row with c_i = 0 drops out of P and of the
+        dual. ValueError for a wrong length, a negative or a non-finite weight.
     overwrite_X : bool, default=False
         The caller hands X over, no one else using its arrays (a shard read from a file,
         rows copied out of a larger matrix): once the full active set is built (in
@@ -555,6 +648,10 @@ class Problem:
         The regularization strength.
     fit_intercept : bool
         Whether an intercept is fitted.
+    sample_weight : ndarray of shape (n_samples,) or None
+        The rows' weights c_i, float64 (None: all 1).
+    weight_total : float
+        sum_i c_i (n without weights).
     overwrite_X : bool
         Whether X was handed over.
     n_samples : int
@@ -578,7 +675,7 @@ class Problem:
     """
 
     def __init__(self, X, y, loss="squared", penalty=None, lam=1.0, fit_intercept=True,
-                 overwrite_X=False):
+                 overwrite_X=False, sample_weight=None):
         self.X, self.y = check_finite_data(X, y)
         self.loss = get_loss(loss)
         if self.loss.code == LOGISTIC and not np.all(np.abs(self.y) == 1.0):
@@ -591,6 +688,9 @@ class Problem:
             raise ValueError(f"the penalty covers {self.penalty.ids.shape[0]} features but "
                              f"X has {self.n_features}")
         self.fit_intercept = bool(fit_intercept)
+        self.sample_weight = check_sample_weight(sample_weight, self.n_samples)
+        self.weight_total = float(self.n_samples) if self.sample_weight is None else \
+            float(np.sum(self.sample_weight))
         self.lam = check_lam(lam)
         self.overwrite_X = bool(overwrite_X)
         self._full = None
@@ -632,8 +732,10 @@ class Problem:
             X = self.X
             indptr, indices, data = csr_permute(
                 X.indptr.astype(np.int64), X.indices, X.data, column_map, row_order)
+            weights = UNWEIGHTED if self.sample_weight is None else \
+                self.sample_weight[row_order]
             sq, column_counts, stored, sums, row_sq = csr_column_stats(
-                indptr, indices, data, self.n_features)
+                indptr, indices, data, self.n_features, weights)
             if pen.n_blocks == self.n_features:     # singletons: rows = stored entries
                 counts = stored.copy()
             else:
@@ -642,7 +744,7 @@ class Problem:
             self._full = ActiveSet(self, np.arange(pen.n_blocks), indptr, indices, data,
                                    sq, column_counts, counts, self.y[row_order], False,
                                    column_sums=sums, row_sq_norms=row_sq,
-                                   stored_column_counts=stored)
+                                   stored_column_counts=stored, sample_weight=weights)
             if self.overwrite_X:
                 if X.indices.dtype == indices.dtype and X.indices.flags.writeable and \
                         X.data.flags.writeable:
@@ -720,7 +822,7 @@ class Problem:
 
             lam_max = Omega^D(A^T rho(0)) / n,   Omega^D(u) = max_g ||u_g||_* / w_g,
 
-        rho(0) the generalized residual at x = 0 with the intercept fitted
+        rho(0) the (weighted) generalized residual at x = 0 with the intercept fitted
         (docs/design.md §1); Omega^D is the penalty's ``dual_norm``, one-sided,
         max(0, max_j u_j / w_j), for the positive L1 penalty.
 
@@ -749,17 +851,19 @@ class Problem:
         Returns
         -------
         float
-            P(x, b) = (1/n) sum_i f(a_i^T x + b, y_i) + lam Omega(x).
+            P(x, b) = (1/n) sum_i c_i f(a_i^T x + b, y_i) + lam Omega(x).
         """
         coef = np.asarray(coef, dtype=np.float64)
         if self.X is None:      # dropped (overwrite_X): the full set's shuffled rows
             active = self.full_active_set()
             rows, y = (active.indptr, active.indices, active.data), active.y
-            coef_rows = coef[active.features]
+            coef_rows, weights = coef[active.features], active.sample_weight
         else:
             rows, y, coef_rows = (self.X.indptr, self.X.indices, self.X.data), self.y, coef
+            weights = kernel_weights(self.sample_weight)
         z = csr_margins(*rows, coef_rows, float(intercept), np.empty(self.n_samples))
-        return mean_loss(self.loss.code, z, y) + self.lam * self.penalty.value(coef)
+        return mean_loss(self.loss.code, z, y, weights) + \
+            self.lam * self.penalty.value(coef)
 
     def certificate(self, coef, intercept=0.0):
         """Return the certificate of a full-length coefficient vector on the whole problem.
@@ -813,7 +917,7 @@ def encode_binary_labels(y):
     return np.where(y == classes[1], 1.0, -1.0), classes
 
 
-def lam_max(X, y, loss="squared", fit_intercept=True, penalty=None):
+def lam_max(X, y, loss="squared", fit_intercept=True, penalty=None, sample_weight=None):
     """Return the smallest alpha (lam) for which the all-zero coefficient vector is optimal.
 
         lam_max = Omega^D(X^T rho(0)) / n,
@@ -836,6 +940,10 @@ def lam_max(X, y, loss="squared", fit_intercept=True, penalty=None):
         The block penalty; None: L1. ``L1(n_features, positive=True)`` gives the
         one-sided lam_max of a model with coefficients >= 0,
         ``max(0, max_j x_j^T rho(0) / w_j) / n``.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Weights of the rows, rescaled to sum to n as the estimators do
+        (``rescaled_sample_weight``); rho(0) is then the weighted residual
+        c_i (y_i - b*) with b* the weighted mean (squared loss).
 
     Returns
     -------
@@ -858,4 +966,6 @@ def lam_max(X, y, loss="squared", fit_intercept=True, penalty=None):
     loss = get_loss(loss)
     if loss.code == LOGISTIC:
         y = encode_binary_labels(y)[0]
-    return Problem(X, y, loss, penalty, 1.0, fit_intercept).lam_max()
+    weights = rescaled_sample_weight(sample_weight, np.shape(X)[0])
+    return Problem(X, y, loss, penalty, 1.0, fit_intercept,
+                   sample_weight=weights).lam_max()

@@ -6,6 +6,12 @@ optimum if
 
     ||A_g^T theta|| + r ||A_g|| < n lam w_g.
 
+With sample weights c (D = -(1/n) sum_i c_i f*(-theta_i / c_i)) the strong concavity is
+in the norm ||theta||_{C^-1}^2 = sum_i theta_i^2 / c_i, so ||theta - theta*||_{C^-1} <= r
+with the same r, and ||A_g^T (theta - theta*)|| <= ||C^(1/2) A_g|| r: ``||A_g||`` is then
+the weighted norm (sum_i c_i a_ij^2)^(1/2) (``ActiveSet.block_column_norms``), which the
+callers pass; the functions here are the same (docs/design.md §1).
+
 (Thesis eq. 3-3 prints the radius as sqrt(2 L G); under this scaling the factor n is
 needed.)
 
@@ -40,7 +46,8 @@ def gap_safe_keep(block_correlation, dual_scale, radius, block_column_norms, n_s
                   lam, weights):
     """Mask of the blocks that the gap-safe sphere test cannot remove.
 
-    block_correlation[g] = ||A_g^T rho||, theta = rho / dual_scale.
+    block_correlation[g] = ||A_g^T rho||, theta = rho / dual_scale;
+    block_column_norms[g] = ||C^(1/2) A_g|| (the plain ||A_g|| without sample weights).
     """
     return (block_correlation / dual_scale + radius * block_column_norms
             >= n_samples * lam * weights)

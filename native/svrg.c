@@ -14,6 +14,10 @@
  * tracked numba kernels do: an atomic add of its accumulated delta to the shared
  * *intercept, then a re-read.
  *
+ * Sample weights: `sample_weight` (NULL without weights) scales row i's gradient
+ * difference by c_i, as numba's row_weight does (a NULL gives c_i = 1.0, a product that
+ * is exact, so the unweighted epoch is bit for bit the one before weights).
+ *
  * Shared x: every write is an atomic compare-and-swap on the 64-bit pattern of x_j
  * (GCC/Clang __atomic builtins); every read is a relaxed atomic load.
  *   L1:    CAS(x_j, old, prox_l1(old - eta (diff a_ij + wmu_j), thr_j, positive))
@@ -59,12 +63,19 @@ static inline double loss_derivative(int code, double z, double y)
     return -y / (1.0 + exp(t));
 }
 
+/* c_i (f'(z) - f'(z~_i)) or c_i f'(z); c_i the row's sample weight, 1.0 where
+ * sample_weight is NULL (svrg.py: gradient_difference with losses.row_weight). */
 static inline double gradient_difference(int code, double z, double z_snap_i, double y_i,
-                                         int variance_reduced)
+                                         double c_i, int variance_reduced)
 {
     if (variance_reduced)
-        return loss_derivative(code, z, y_i) - loss_derivative(code, z_snap_i, y_i);
-    return loss_derivative(code, z, y_i);
+        return c_i * (loss_derivative(code, z, y_i) - loss_derivative(code, z_snap_i, y_i));
+    return c_i * loss_derivative(code, z, y_i);
+}
+
+static inline double row_weight(const double *sample_weight, int64_t i)
+{
+    return sample_weight ? sample_weight[i] : 1.0;
 }
 
 /* ---- penalties.py: prox_l1 ------------------------------------------------------------ */
@@ -153,8 +164,8 @@ static inline int64_t clock_tick(int64_t *clock)
 
 ASYNCOPT_EXPORT int asyncopt_svrg_epoch_l1(
     const int64_t *indptr, const int32_t *indices, const double *data, const double *y,
-    int code, double *x, double *intercept, double eta_intercept, const double *z_snap,
-    const double *weighted_mu, double mu_intercept, const double *thresholds, double eta,
+    int code, const double *sample_weight, double *x, double *intercept,
+    double eta_intercept, const double *z_snap, const double *weighted_mu, double mu_intercept, const double *thresholds, double eta,
     const int64_t *samples, int64_t n_samples, int variance_reduced, int n_threads,
     int64_t *clock, int64_t *staleness, int positive)
 {
@@ -177,7 +188,9 @@ ASYNCOPT_EXPORT int asyncopt_svrg_epoch_l1(
                 int64_t i = samples[t];
                 int64_t seen = clock_read(clock);
                 double z = row_margin(indptr, indices, data, x, b, i);
-                double diff = gradient_difference(code, z, z_snap[i], y[i], variance_reduced);
+                double diff = gradient_difference(code, z, z_snap[i], y[i],
+                                                  row_weight(sample_weight, i),
+                                                  variance_reduced);
                 for (int64_t k = indptr[i]; k < indptr[i + 1]; k++) {
                     int64_t j = indices[k];
                     atomic_prox_l1(&x[j], eta * (diff * data[k] + weighted_mu[j]),
@@ -199,8 +212,8 @@ ASYNCOPT_EXPORT int asyncopt_svrg_epoch_l1(
 
 ASYNCOPT_EXPORT int asyncopt_svrg_epoch_group(
     const int64_t *indptr, const int32_t *indices, const double *data, const double *y,
-    int code, double *x, double *intercept, double eta_intercept, const double *z_snap,
-    const double *weighted_mu, double mu_intercept, const double *thresholds, double eta,
+    int code, const double *sample_weight, double *x, double *intercept,
+    double eta_intercept, const double *z_snap, const double *weighted_mu, double mu_intercept, const double *thresholds, double eta,
     const int64_t *samples, int64_t n_samples, int variance_reduced, int n_threads,
     int64_t *clock, int64_t *staleness, const int64_t *block_indptr,
     const int64_t *feature_block, int64_t n_blocks, int64_t n_features)
@@ -243,8 +256,9 @@ ASYNCOPT_EXPORT int asyncopt_svrg_epoch_group(
                     int64_t i = samples[t];
                     int64_t seen = clock_read(clock);
                     double z = row_margin(indptr, indices, data, x, b, i);
-                    double diff =
-                        gradient_difference(code, z, z_snap[i], y[i], variance_reduced);
+                    double diff = gradient_difference(code, z, z_snap[i], y[i],
+                                                      row_weight(sample_weight, i),
+                                                      variance_reduced);
                     int64_t n_touched = 0;
                     for (int64_t k = indptr[i]; k < indptr[i + 1]; k++) {
                         int64_t j = indices[k];

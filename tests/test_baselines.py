@@ -9,6 +9,7 @@ import scipy.sparse as sp
 
 from asyncopt import GroupLasso, Lasso, SparseLogisticRegression, lam_max
 from asyncopt.kernels.cd import cd_epoch
+from asyncopt.losses import UNWEIGHTED
 from asyncopt.penalties import GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers import solve_pse
@@ -197,9 +198,9 @@ def test_coordinate_descent_epoch_never_increases_the_objective(code, groups):
     values = [problem.objective(active.expand(x))]
     for epoch in range(5):
         order = np.random.default_rng(epoch).permutation(len(active.blocks))
-        cd_epoch(*columns, active.y, code, x, z, np.zeros(1), np.zeros(active.n_features),
-                 order, active.block_indptr, lipschitz, problem.lam * active.weights,
-                 False)
+        cd_epoch(*columns, active.y, code, UNWEIGHTED, x, z, np.zeros(1),
+                 np.zeros(active.n_features), order, active.block_indptr, lipschitz,
+                 problem.lam * active.weights, False)
         np.testing.assert_allclose(z, active.margins(x, 0.0), atol=1e-10)
         values.append(problem.objective(active.expand(x)))
     assert np.all(np.diff(values) < 0)
@@ -224,8 +225,8 @@ def test_profiled_intercept_coordinate_descent_is_exact_and_monotone():
     values = [problem.objective(active.expand(x), intercept[0])]
     for epoch in range(5):
         order = np.random.default_rng(epoch).permutation(len(active.blocks))
-        cd_epoch(*columns, active.y, 0, x, z, intercept, means, order, active.block_indptr,
-                 lipschitz, problem.lam * active.weights, False)
+        cd_epoch(*columns, active.y, 0, UNWEIGHTED, x, z, intercept, means, order,
+                 active.block_indptr, lipschitz, problem.lam * active.weights, False)
         assert intercept[0] == pytest.approx(np.mean(active.y - z), abs=1e-10)
         values.append(problem.objective(active.expand(x), intercept[0]))
     assert np.all(np.diff(values) < 0)
@@ -240,8 +241,8 @@ def test_lasso_coordinate_step_is_the_exact_coordinate_minimizer():
     z = active.margins(x, 0.0)
     lipschitz = active.column_sq_norms / problem.n_samples
     before = x.copy()
-    cd_epoch(*column_major(active), active.y, 0, x, z, np.zeros(1), np.zeros(6), np.array([2]),
-             active.block_indptr, lipschitz, np.full(6, problem.lam), False)
+    cd_epoch(*column_major(active), active.y, 0, UNWEIGHTED, x, z, np.zeros(1), np.zeros(6),
+             np.array([2]), active.block_indptr, lipschitz, np.full(6, problem.lam), False)
     grid = x[2] + np.linspace(-1e-3, 1e-3, 201)
     values = [problem.objective(active.expand(np.r_[x[:2], v, x[3:]])) for v in grid]
     assert np.argmin(values) == 100

@@ -20,8 +20,8 @@ from hypothesis.extra.numpy import arrays
 from asyncopt import GroupLasso, Lasso, Problem, SparseLogisticRegression, lam_max
 from asyncopt.kernels.svrg import svrg_direction, svrg_epoch_group, svrg_epoch_l1
 from asyncopt.kernels.workspace import Blocks, Clock, Rows, SvrgStep
-from asyncopt.losses import (LOGISTIC, SQUARED, loss_conjugate, loss_derivative,
-                             loss_value)
+from asyncopt.losses import (LOGISTIC, SQUARED, UNWEIGHTED, loss_conjugate,
+                             loss_derivative, loss_value)
 from asyncopt.penalties import L1, BlockPenalty, GroupL1
 from asyncopt.problem import intercept_optimum
 from asyncopt.solvers import solve_ddss
@@ -643,9 +643,9 @@ def test_logistic_intercept_sums_match_the_row_by_row_sums():
     rng = np.random.default_rng(5)
     z0 = np.concatenate([rng.standard_normal(200) * 4, [800.0, -800.0, 750.0, -750.0]])
     y = np.where(rng.random(z0.shape[0]) < 0.5, 1.0, -1.0)
-    fast = intercept_sums(LOGISTIC, z0, y)
+    fast = intercept_sums(LOGISTIC, z0, y, UNWEIGHTED)
     for b in (-30.0, -1.5, 0.0, 0.7, 12.0):
-        np.testing.assert_allclose(fast(b), _intercept_sums(LOGISTIC, z0, b, y),
+        np.testing.assert_allclose(fast(b), _intercept_sums(LOGISTIC, z0, b, y, UNWEIGHTED),
                                    rtol=1e-12, atol=1e-12)
 
 
@@ -803,7 +803,8 @@ def test_svrg_direction_is_unbiased(loss, kind, seed, ref, make_data):
     out = np.empty(active.n_features)
     for i in range(n):
         diff = svrg_direction(i, active.indptr, active.indices, active.data, y_act,
-                              problem.loss.code, x, b, z_snap, weighted_mu,
+                              problem.loss.code, active.sample_weight, x, b, z_snap,
+                              weighted_mu,
                               active.block_indptr, active.feature_block, out)
         total += out
         total_b += diff + mu_b
@@ -843,7 +844,8 @@ def test_svrg_step_is_prox_of_direction_on_touched_blocks(loss, kind, ref, make_
     out = np.empty(active.n_features)
     for i in range(0, n, 3):
         diff = svrg_direction(i, active.indptr, active.indices, active.data, active.y,
-                              problem.loss.code, x0, b0, z_snap, weighted_mu,
+                              problem.loss.code, active.sample_weight, x0, b0, z_snap,
+                              weighted_mu,
                               active.block_indptr, active.feature_block, out)
         row_blocks = np.unique(active.feature_block[
             active.indices[active.indptr[i]:active.indptr[i + 1]]])

@@ -16,6 +16,7 @@ from asyncopt.newton.model import best_candidate
 from asyncopt.newton.policy import (DROP_MARGIN, entering_groups, firm_support,
                                     violating_zeros)
 from asyncopt.newton.step import group_support_newton_step
+from asyncopt.losses import UNWEIGHTED
 from asyncopt.penalties import GroupL1
 from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
@@ -180,6 +181,7 @@ def test_group_hessian_blocks_are_the_hessians_blocks_column_and_corner(intercep
     class Shard:
         indptr, indices, data, n_features = X.indptr, X.indices, X.data, 30
         features = np.arange(30)
+        sample_weight = UNWEIGHTED
     Shard.y = y
     support = np.array([2, 3, 4, 8, 9, 15, 16, 17, 18, 25])
     starts = group_starts(np.array([3, 2, 4, 1]))

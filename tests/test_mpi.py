@@ -185,13 +185,13 @@ def test_squared_conjugate_from_two_sums_is_the_per_sample_conjugate():
     """The squared loss's certificate needs no second round: sum_i f*(-rho_i / s) from
     sum rho^2 and sum y rho (``squared_conjugate_sum``) equals the per-sample sum that
     mean_neg_conjugate takes, at every scale s >= 1 the server may pick."""
-    from asyncopt.losses import SQUARED, mean_neg_conjugate
+    from asyncopt.losses import SQUARED, UNWEIGHTED, mean_neg_conjugate
     from asyncopt.solvers.mpi.protocol import squared_conjugate_sum
     rng = np.random.default_rng(11)
     for n in (1, 7, 500):
         rho, y = rng.standard_normal(n), 3.0 + rng.standard_normal(n)
         for scale in (1.0, 1.7, 40.0):
-            want = -mean_neg_conjugate(SQUARED, rho / scale, y) * n
+            want = -mean_neg_conjugate(SQUARED, rho / scale, y, UNWEIGHTED) * n
             got = squared_conjugate_sum(rho @ rho, y @ rho, scale)
             assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
 
@@ -203,13 +203,13 @@ def test_the_intercepts_refit_folded_into_the_certificate_gives_the_refit_sums()
     and A^T rho formed from them directly; on one shard, with its own rows and any shift,
     the same (a worker's own sums)."""
     import scipy.sparse as sp
-    from asyncopt.losses import SQUARED, generalized_residual, mean_loss
+    from asyncopt.losses import SQUARED, UNWEIGHTED, generalized_residual, mean_loss
     from asyncopt.solvers.mpi.protocol import CERTIFICATE_SUMS, fold_intercept_shift
 
     def sums(A, y, z):
-        rho = generalized_residual(SQUARED, z, y, np.empty_like(z))
-        return np.concatenate(([mean_loss(SQUARED, z, y) * z.shape[0], rho.sum(),
-                                rho @ rho, y @ rho], A.T @ rho))
+        rho = generalized_residual(SQUARED, z, y, UNWEIGHTED, np.empty_like(z))
+        return np.concatenate(([mean_loss(SQUARED, z, y, UNWEIGHTED) * z.shape[0],
+                                rho.sum(), rho @ rho, y @ rho], A.T @ rho))
 
     rng = np.random.default_rng(5)
     for n, p in ((1, 3), (40, 7), (600, 50)):

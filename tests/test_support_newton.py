@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from asyncopt.data.embedded import load_a9a
+from asyncopt.losses import UNWEIGHTED
 from asyncopt.penalties import L1
 from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
@@ -48,7 +49,7 @@ def test_support_hessian_sums_is_the_weighted_gram_of_the_support(loss, intercep
     position[support] = np.arange(support.shape[0])
     code = 0 if loss == "squared" else 1
     got = support_hessian_sums(X.indptr, X.indices, X.data, position, code, z, y,
-                               support.shape[0], intercept)
+                               UNWEIGHTED, support.shape[0], intercept)
     B = X[:, support].toarray()
     if intercept:
         B = np.column_stack([B, np.ones(60)])
@@ -70,7 +71,8 @@ def test_parallel_hessian_triangle_adds_the_row_blocks_to_the_whole_sum(n_thread
     support = np.array([0, 2, 3, 8, 13, 21, 34, 39])
     position = np.full(40, -1, dtype=np.int64)
     position[support] = np.arange(support.shape[0])
-    args = (X.indptr, X.indices, X.data, position, 1, z, y, support.shape[0], intercept)
+    args = (X.indptr, X.indices, X.data, position, 1, z, y, UNWEIGHTED, support.shape[0],
+            intercept)
     B = X[:, support].toarray()
     if intercept:
         B = np.column_stack([B, np.ones(X.shape[0])])
@@ -100,7 +102,8 @@ def test_hessian_triangle_with_s_in_any_order():
     gram = B.T @ (_second_derivative("logistic", z)[:, None] * B)
     np.testing.assert_allclose(
         newton_kernels.support_hessian_triangle(X.indptr, X.indices, X.data, position, 1,
-                                                z, y, support.shape[0], True),
+                                                z, y, UNWEIGHTED, support.shape[0],
+                                                True),
         upper_triangle(gram), rtol=1e-13, atol=1e-14)
 
 
@@ -111,6 +114,7 @@ class _Shard:
         self.indptr, self.indices, self.data = X.indptr, X.indices, X.data
         self.n_features, self.y = X.shape[1], y
         self.features = np.arange(X.shape[1]) if features is None else features
+        self.sample_weight = UNWEIGHTED
 
 
 @pytest.mark.parametrize("intercept", [True, False])
@@ -144,7 +148,7 @@ def test_hessian_cache_extends_the_last_support_to_the_direct_sum(intercept):
     position = np.full(compact.shape[1], -1, dtype=np.int64)
     position[support] = np.arange(support.shape[0])
     want = original(compact.indptr, compact.indices, compact.data, position, 0,
-                    np.zeros(80), y, support.shape[0], intercept)
+                    np.zeros(80), y, UNWEIGHTED, support.shape[0], intercept)
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
     np.testing.assert_array_equal(cache.ids, kept[support])
     assert SupportRows(_Shard(X, np.sign(y)), 1, np.zeros(80), support, intercept, None,
@@ -172,8 +176,8 @@ def test_reduced_hessian_from_the_new_rows_is_the_sum_of_the_shares(intercept):
         position = np.full(matrix.shape[1], -1, dtype=np.int64)
         position[support] = np.arange(support.shape[0])
         return support_hessian_sums(part.indptr, part.indices, part.data, position, 0,
-                                    np.zeros(part.shape[0]), y[rows], support.shape[0],
-                                    intercept)
+                                    np.zeros(part.shape[0]), y[rows], UNWEIGHTED,
+                                    support.shape[0], intercept)
 
     server, worker = ReducedHessian(), ReducedHessian()
     first = np.array([1, 4, 6, 9, 13, 22, 27, 29])

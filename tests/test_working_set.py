@@ -14,6 +14,7 @@ from asyncopt.data import load_libsvm
 from asyncopt.kernels.working_set import (_extrapolate, _solve_spd, gram_lasso_cd,
                                           lasso_objective,
                                           lasso_working_set_cd, prox_newton_working_set)
+from asyncopt.losses import UNWEIGHTED
 from asyncopt.penalties import L1
 from asyncopt.problem import Problem
 from asyncopt.solvers.ddss import solve_ddss
@@ -107,12 +108,12 @@ def test_epochs_and_extrapolations_never_raise_the_subproblems_objective():
     for epochs in range(1, 41):
         w, r = np.zeros(cols.shape[0]), order_y - order_y.mean()
         b, done, _, kept = lasso_working_set_cd(indptr, rows, data, cols, w, r,
-                                                float(order_y.mean()), order_y, n_lam,
-                                                weights, False, sq, blocks, True, 0.0,
-                                                epochs, 5, 10)
+                                                float(order_y.mean()), order_y,
+                                                UNWEIGHTED, n_lam, weights, False, sq,
+                                                blocks, True, 0.0, epochs, 5, 10)
         assert done == epochs
         np.testing.assert_allclose(r, order_y - csc[:, cols] @ w - b, atol=1e-10)
-        values.append(lasso_objective(w, r, n_lam, weights, False, blocks))
+        values.append(lasso_objective(w, r, UNWEIGHTED, n_lam, weights, False, blocks))
     assert all(later <= earlier + 1e-12 for earlier, later in zip(values, values[1:]))
     assert kept > 0
 
@@ -213,7 +214,8 @@ def test_going_on_on_the_gram_matrix_solves_the_columns_subproblem(fit_intercept
     args = (store.indptr, store.rows, store.data, cols)
 
     def columns(w, r, b, epochs, tol):
-        return lasso_working_set_cd(*args, w, r, b, active.y, n_lam, np.ones(30), False,
+        return lasso_working_set_cd(*args, w, r, b, active.y, UNWEIGHTED, n_lam,
+                                    np.ones(30), False,
                                     active.column_sq_norms, np.arange(31), fit_intercept,
                                     tol, epochs, 5, 10)
     w_ref, r_ref = x0.copy(), cert.rho.copy()
@@ -331,7 +333,8 @@ def test_prox_newton_steps_never_raise_the_subproblems_objective():
     for steps in range(1, 13):
         w, z = np.zeros(cols.shape[0]), np.zeros(60)
         b, done, _, _ = prox_newton_working_set(indptr, rows, data, cols, w, z, 0.0,
-                                                active.y, 1, n_lam, weights, False, sq,
+                                                active.y, UNWEIGHTED, 1, n_lam, weights,
+                                                False, sq,
                                                 0.25, True, 0.0, steps, 20)
         np.testing.assert_allclose(z, csc[:, cols] @ w + b, atol=1e-10)
         values.append(np.sum(np.logaddexp(0.0, -active.y * z)) + n_lam * np.abs(w).sum())

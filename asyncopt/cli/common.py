@@ -161,6 +161,12 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
                    help="constrain the coefficients to be >= 0 (the intercept stays free), "
                         "as scikit-learn's positive=True; lam_max is then the one-sided "
                         "max_j x_j^T r / n")
+    p.add_argument("--sample-weight", default=None, metavar="FILE",
+                   help="weights of the rows: a text file of one number >= 0 per line, "
+                        "line k the weight of row k of the data (as many lines as rows); "
+                        "rescaled to sum to the number of rows, as scikit-learn's "
+                        "sample_weight. A zero weight drops its row; a bad line is an "
+                        "error naming FILE:LINE")
     p.add_argument("--degree", type=int, choices=[1, 2, 3], default=1,
                    help="feature-cross degree of the embedded a9a data set")
     p.add_argument("--seed", type=_nonneg_int, default=0, metavar="S",
@@ -339,6 +345,53 @@ def load_data(args, n_threads=None):
     return X, y, name
 
 
+def read_sample_weight(path, n_rows, data_name):
+    """The --sample-weight FILE for ``n_rows`` rows of ``data_name``: one number >= 0 per
+    line, line k the weight of row k, rescaled to sum to n_rows
+    (``problem.rescaled_sample_weight``: None where the weights are all equal). A fault
+    is a ValueError of one line naming the file and the line ("FILE:LINE: ..."): a line
+    that is not one number (blank lines too), NaN or infinity, a negative weight, a count
+    of lines other than n_rows, or weights that are all zero; a missing file or a folder
+    is the OSError opening it raises."""
+    import numpy as np
+
+    from asyncopt.problem import rescaled_sample_weight
+
+    if os.path.isdir(path):
+        raise IsADirectoryError(21, "Is a directory", path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: not text (expected one number per line)") \
+            from None
+    lines = text.split("\n")
+    if lines[-1] == "":                   # the last line's newline
+        lines.pop()
+    values = np.empty(len(lines))
+    for k, line in enumerate(lines):
+        try:
+            values[k] = float(line)
+        except ValueError:
+            shown = line.strip()
+            shown = shown if len(shown) <= 40 else shown[:40] + "..."
+            raise ValueError(f"{path}:{k + 1}: bad weight {shown!r} (expected one number "
+                             ">= 0 per line)") from None
+        if not math.isfinite(values[k]):
+            raise ValueError(f"{path}:{k + 1}: weight {line.strip()} is not finite")
+        if values[k] < 0:
+            raise ValueError(f"{path}:{k + 1}: negative weight {line.strip()} (weights "
+                             "must be >= 0)")
+    if len(lines) != n_rows:
+        raise ValueError(f"{path}: {len(lines)} weights for the {n_rows} rows of "
+                         f"{data_name} (one line per row)")
+    if not np.any(values > 0):
+        raise ValueError(f"{path}: every weight is zero: nothing to fit")
+    return rescaled_sample_weight(values, n_rows)
+
+
 def binary_labels(y, name):
     """Map binary labels to {-1, +1}; returns (y_pm, classes)."""
     from asyncopt.problem import encode_binary_labels
@@ -497,10 +550,12 @@ def fit_and_report(args, prog, loss, title):
         if not np.all(np.isfinite(y)):
             raise ValueError(f"{name}: targets contain NaN or infinity")
     test = held_out(args, loss, p, classes, threads)
+    weights = None if args.sample_weight is None else \
+        read_sample_weight(args.sample_weight, n, name)
 
     # X was read for this solve alone: its arrays serve as the first epoch view
     problem = Problem(X, y, loss, L1(p, positive=args.positive), 1.0, fit_intercept,
-                      overwrite_X=True)
+                      overwrite_X=True, sample_weight=weights)
     lmax = float(problem.lam_max())
     alpha, ratio = alpha_from(args, lmax, name)
     leader = world is None or world[0] == 0
@@ -587,7 +642,7 @@ def fit_and_report_mpi(args, prog, loss, title, world):
 
     from asyncopt.comm.wire import ending_every_rank_on_error
 
-    from .distributed import agree, labels, load_shard
+    from .distributed import agree, labels, load_shard, shard_sample_weight
 
     comm = MPI.COMM_WORLD
     if args.method not in MPI_METHODS:
@@ -603,9 +658,10 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     test = agree(comm, lambda: held_out(args, loss, p, classes) if world[0] == 0 else None)
     fit_intercept = not args.no_intercept
     penalty = L1(p, positive=args.positive)
+    weights = shard_sample_weight(comm, args.sample_weight, X, n, name)
     # the shard's rows are this rank's alone: their arrays serve as its first epoch view
     shard = None if X is None else Problem(X, y, loss, penalty, 1.0, fit_intercept,
-                                           overwrite_X=True)
+                                           overwrite_X=True, sample_weight=weights)
     lmax = distributed_lam_max(comm, shard, penalty, n, code, fit_intercept)
     alpha, ratio = agree(comm, lambda: alpha_from(args, lmax, name))
     if shard is not None:
@@ -672,6 +728,8 @@ def report(args, title, est, name, n, p, nnz, classes, alpha, ratio, lmax, fit_i
     ]
     if fit_intercept:
         rows.append(("intercept", f"{intercept:.6g}"))
+    if getattr(args, "sample_weight", None) is not None:
+        rows.append(("sample weights", args.sample_weight))
     rows += [
         ("outer iterations", f"{int(n_iter)}"),
         ("wall time", f"{wall:.2f} s"),

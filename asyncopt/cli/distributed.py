@@ -96,6 +96,26 @@ def load_shard(args, comm, server_meanwhile=None):
     return X, y, name, n, p, nnz
 
 
+def shard_sample_weight(comm, path, X, n, name):
+    """This rank's rows' weights from --sample-weight ``path`` (None without it, and on
+    the server): every rank reads the whole file (one number a row, ``read_sample_weight``,
+    rescaled over all ``n`` rows) and the outcome is agreed on, so that a bad line is one
+    error on every rank, printed once; worker k keeps the lines of its rows, which
+    follow those of the workers before it (the byte ranges and the row blocks are in
+    file order)."""
+    from .common import read_sample_weight
+
+    rows = 0 if X is None else X.shape[0]
+    counts = comm.allgather(rows)
+    if path is None:
+        return None
+    weights = agree(comm, lambda: read_sample_weight(path, n, name))
+    if X is None or weights is None:
+        return None
+    start = sum(counts[:comm.Get_rank()])
+    return weights[start:start + rows]
+
+
 def labels(comm, y, loss, name):
     """y mapped for the loss (logistic: the two global classes to -1/+1); returns
     (y, classes)."""

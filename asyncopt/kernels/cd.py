@@ -3,10 +3,13 @@
 
 For a block g with columns A_g (CSC), margins z = A x + b kept up to date:
 
-    grad_g = (1/n) A_g^T f'(z)
-    x_g   <- prox_{(lam w_g / L_g) ||.||}(x_g - grad_g / L_g),   L_g = L_f ||A_g||_F^2 / n
+    grad_g = (1/n) A_g^T (c f'(z))
+    x_g   <- prox_{(lam w_g / L_g) ||.||}(x_g - grad_g / L_g)
     z     += A_g (x_g_new - x_g_old)
 
+with L_g = L_f ||C^(1/2) A_g||_F^2 / n.
+
+c_i are the sample weights (C = diag(c); all 1 without them).
 ||A_g||_F^2 bounds the spectral norm squared, so the step is safe for groups and exact
 (one-dimensional Lipschitz constant) for L1. With ``positive`` (the L1 penalty with
 x >= 0) the prox is that of the block soft-threshold of max(u, 0), for one coordinate
@@ -16,22 +19,25 @@ to z may be lost, so the caller recomputes z exactly after every epoch.
 """
 from numba import njit
 
-from ..losses import loss_derivative
+from ..losses import loss_derivative, row_weight
 from ..penalties import block_soft_threshold_
 from .svrg import INTERCEPT_SYNC, block_buffers
 
 
 @njit(cache=True, nogil=True)
-def cd_epoch(col_indptr, col_rows, col_data, y, code, x, z, intercept, column_means, order,
-             block_indptr, block_lipschitz, thresholds, positive):
+def cd_epoch(col_indptr, col_rows, col_data, y, code, sample_weight, x, z, intercept,
+             column_means, order, block_indptr, block_lipschitz, thresholds, positive):
     """One block coordinate descent update per block in ``order`` (x, z, intercept in
-    place); z = A x holds the margins without the intercept, f' is taken at z + b.
+    place); z = A x holds the margins without the intercept, c_i f' is taken at z + b
+    (c_i = ``losses.row_weight`` of ``sample_weight``, the kernel form).
     thresholds[g] = lam w_g; ``positive``: x >= 0 (module docstring). A block whose
     columns are empty (L_g = 0) is set to zero.
 
-    column_means[j] = mean of column j profiles the intercept out for the squared loss:
-    b = mean(y - A x) moves by -m_j delta_j with every update, which makes this exact
-    coordinate descent on the centred columns a_j - m_j (pass L_g of the centred block);
+    column_means[j] = the c-weighted mean of column j, sum_i c_i a_ij / sum_i c_i,
+    profiles the intercept out for the squared loss:
+    b = sum_i c_i (y - A x)_i / sum_i c_i moves by -m_j delta_j with every update, which
+    makes this exact coordinate descent on the centred columns a_j - m_j (pass L_g of
+    the centred block);
     zeros keep b fixed (logistic loss or no intercept: the outer loop refits it).
     Like the SVRG kernels, each call steps a private b and adds its delta to the shared
     ``intercept[0]`` every INTERCEPT_SYNC blocks: threads sharing b see each other's
@@ -58,7 +64,8 @@ def cd_epoch(col_indptr, col_rows, col_data, y, code, x, z, intercept, column_me
             grad = 0.0
             for k in range(col_indptr[j], col_indptr[j + 1]):
                 r = col_rows[k]
-                grad += col_data[k] * loss_derivative(code, z[r] + b, y[r])
+                grad += col_data[k] * row_weight(sample_weight, r) * \
+                    loss_derivative(code, z[r] + b, y[r])
             old[q] = x[j]
             new[q] = old[q] - grad / (n * lipschitz)
             if positive:

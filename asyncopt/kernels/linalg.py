@@ -6,6 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
+from ..losses import row_weight
+
 
 @njit(cache=True, nogil=True)
 def csr_margins_rows(indptr, indices, data, x, b, out, start, end):
@@ -100,24 +102,26 @@ def csr_rmatvec(indptr, indices, data, r, n_cols, n_threads=1):
 
 
 @njit(cache=True)
-def csr_column_stats(indptr, indices, data, n_cols):
-    """(||a_j||_2^2, n_j, stored_j, sum_i a_ij) per column: squared norms, numbers of
-    non-zeros, of stored entries (explicit zeros too) and sums (A^T 1), then
-    ||a_i||_2^2 per row, in one pass."""
+def csr_column_stats(indptr, indices, data, n_cols, sample_weight):
+    """(sum_i c_i a_ij^2, n_j, stored_j, sum_i c_i a_ij) per column: the weighted squared
+    norms, the numbers of non-zeros, of stored entries (explicit zeros too) and the
+    weighted sums (A^T c), then ||a_i||_2^2 per row (unweighted), in one pass; c_i =
+    ``losses.row_weight`` of ``sample_weight`` (1 where it is empty)."""
     sq = np.zeros(n_cols)
     counts = np.zeros(n_cols, dtype=np.int64)
     stored = np.zeros(n_cols, dtype=np.int64)
     sums = np.zeros(n_cols)
     row_sq = np.zeros(indptr.shape[0] - 1)
     for i in range(indptr.shape[0] - 1):
+        c = row_weight(sample_weight, i)
         for k in range(indptr[i], indptr[i + 1]):
             j = indices[k]
             stored[j] += 1
             if data[k] != 0.0:
                 square = data[k] * data[k]
-                sq[j] += square
+                sq[j] += c * square
                 counts[j] += 1
-                sums[j] += data[k]
+                sums[j] += c * data[k]
                 row_sq[i] += square
     return sq, counts, stored, sums, row_sq
 

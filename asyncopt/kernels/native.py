@@ -35,6 +35,7 @@ _p_f64 = ctypes.POINTER(ctypes.c_double)
 _p_i64 = ctypes.POINTER(ctypes.c_int64)
 _p_i32 = ctypes.POINTER(ctypes.c_int32)
 _COMMON = [_p_i64, _p_i32, _p_f64, _p_f64, ctypes.c_int,   # indptr indices data y code
+           _p_f64,                                         # sample_weight (or NULL)
            _p_f64, _p_f64, ctypes.c_double,                # x intercept eta_intercept
            _p_f64, _p_f64, ctypes.c_double,                # z_snap weighted_mu mu_intercept
            _p_f64, ctypes.c_double,                        # thresholds eta
@@ -107,7 +108,7 @@ def _ptr(a, ptype):
 
 
 def _common_args(rows, step, x, intercept, samples, clock, n_threads, n_thresholds):
-    indptr, indices, data, y, code = rows
+    indptr, indices, data, y, code, sample_weight = rows
     z_snap, weighted_mu, mu_intercept, thresholds, eta, eta_intercept, \
         variance_reduced = step
     n_threads = int(n_threads)
@@ -118,6 +119,10 @@ def _common_args(rows, step, x, intercept, samples, clock, n_threads, n_threshol
     _check("indices", indices, np.int32, length=int(indptr[-1]))
     _check("data", data, np.float64, length=int(indptr[-1]))
     _check("y", y, np.float64, length=n_rows)
+    _check("sample_weight", sample_weight, np.float64)
+    if sample_weight.shape[0] not in (0, n_rows):
+        raise ValueError(f"sample_weight must be empty or have {n_rows} entries, got "
+                         f"{sample_weight.shape[0]}")
     _check("x", x, np.float64, writable=True)
     _check("intercept", intercept, np.float64, writable=True, length=1)
     _check("z_snap", z_snap, np.float64, length=n_rows)
@@ -128,7 +133,9 @@ def _common_args(rows, step, x, intercept, samples, clock, n_threads, n_threshol
     _check("staleness", clock.staleness, np.int64, writable=True, length=2)
     per_thread = np.zeros((n_threads, 2), dtype=np.int64)
     args = [_ptr(indptr, _p_i64), _ptr(indices, _p_i32), _ptr(data, _p_f64),
-            _ptr(y, _p_f64), int(code), _ptr(x, _p_f64), _ptr(intercept, _p_f64),
+            _ptr(y, _p_f64), int(code),
+            _ptr(sample_weight, _p_f64) if sample_weight.shape[0] else None,
+            _ptr(x, _p_f64), _ptr(intercept, _p_f64),
             float(eta_intercept), _ptr(z_snap, _p_f64), _ptr(weighted_mu, _p_f64),
             float(mu_intercept), _ptr(thresholds, _p_f64), float(eta),
             _ptr(samples, _p_i64), int(samples.shape[0]), int(bool(variance_reduced)),

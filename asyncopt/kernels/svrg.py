@@ -4,11 +4,16 @@ docs/design.md §2.
 
 For a sampled row i with active support S_i, snapshot margins z~ and snapshot gradient mu:
 
-    v_j = (f'(a_i^T x + b) - f'(z~_i)) a_ij + d_g mu_j   for j in the blocks g touching S_i
-    x_g <- prox_{eta lam d_g w_g ||.||}(x_g - eta v_g)   for those blocks only
+    v_j = c_i (f'(a_i^T x + b) - f'(z~_i)) a_ij + d_g mu_j   (j in the blocks g touching S_i)
+    x_g <- prox_{eta lam d_g w_g ||.||}(x_g - eta v_g)       (those blocks only)
 
 with d_g = n / n_g (n_g: rows touching block g), so that E_i[v] = grad F(x) and
-E_i[sum_{g touching S_i} d_g w_g ||x_g||] = Omega(x).
+E_i[sum_{g touching S_i} d_g w_g ||x_g||] = Omega(x). c_i is row i's sample weight
+(``rows.sample_weight``, ``losses.row_weight``; 1 without weights): rows are sampled
+uniformly whatever their weight, and a row's step is on its weighted loss c_i f_i, so the
+estimate stays unbiased for F(x) = (1/n) sum_i c_i f_i; the step's L_max carries
+max_i c_i (``ActiveSet.max_row_sq_norm``); uniform sampling keeps the chunked reads of
+``ddss.epoch_rows`` (docs/design.md §1, sample weights).
 
 The intercept is the unpenalized coordinate b' = b / s of a column of constant value s in
 every row (d_b = 1): b <- b - eta s^2 (f'(z) - f'(z~_i) + mu_b), the kernels taking
@@ -16,7 +21,7 @@ every row (d_b = 1): b <- b - eta s^2 (f'(z) - f'(z~_i) + mu_b), the kernels tak
 of the stored entries, so the intercept is conditioned like a typical feature and adds s^2,
 not 1, to L_max (on unit-norm CTR rows this nearly doubles the step).
 
-With ``variance_reduced=False`` this is DDSS-Naive: v_j = f'(a_i^T x + b) a_ij, same
+With ``variance_reduced=False`` this is DDSS-Naive: v_j = c_i f'(a_i^T x + b) a_ij, same
 sparse prox (the caller passes a decaying step through the thresholds and eta).
 
 The blocks of the compacted active problem are contiguous: block g holds features
@@ -28,7 +33,7 @@ Every epoch kernel takes ``(rows, blocks, step, x, intercept, samples)`` (the SV
 import numpy as np
 from numba import njit
 
-from ..losses import loss_derivative
+from ..losses import loss_derivative, row_weight
 from ..penalties import block_soft_threshold_, prox_l1
 
 
@@ -42,21 +47,24 @@ def row_margin(indptr, indices, data, x, b, i):
 
 
 @njit(cache=True, inline="always")
-def gradient_difference(code, z, z_snap_i, y_i, variance_reduced):
-    """f'(z) - f'(z~_i) (variance reduced) or f'(z) (naive): the scalar multiplying a_i."""
+def gradient_difference(code, z, z_snap_i, y_i, c_i, variance_reduced):
+    """c_i (f'(z) - f'(z~_i)) (variance reduced) or c_i f'(z) (naive): the scalar
+    multiplying a_i, c_i the row's sample weight (1.0 without weights: the product is
+    then exact)."""
     if variance_reduced:
-        return loss_derivative(code, z, y_i) - loss_derivative(code, z_snap_i, y_i)
-    return loss_derivative(code, z, y_i)
+        return c_i * (loss_derivative(code, z, y_i) - loss_derivative(code, z_snap_i, y_i))
+    return c_i * loss_derivative(code, z, y_i)
 
 
 @njit(cache=True)
-def svrg_direction(i, indptr, indices, data, y, code, x, b, z_snap, weighted_mu,
-                   block_indptr, feature_block, out):
+def svrg_direction(i, indptr, indices, data, y, code, sample_weight, x, b, z_snap,
+                   weighted_mu, block_indptr, feature_block, out):
     """Dense copy of the sparse estimate v (eq. 3-6) for row i into ``out``; returns the
-    intercept component. ``weighted_mu[j] = d_g mu_j`` (zero outside the touched blocks)."""
+    intercept component. ``weighted_mu[j] = d_g mu_j`` (zero outside the touched blocks);
+    ``sample_weight``: the rows' c_i in the kernel form (``losses.row_weight``)."""
     out[:] = 0.0
     diff = gradient_difference(code, row_margin(indptr, indices, data, x, b, i),
-                               z_snap[i], y[i], True)
+                               z_snap[i], y[i], row_weight(sample_weight, i), True)
     for k in range(indptr[i], indptr[i + 1]):
         g = feature_block[indices[k]]
         for j in range(block_indptr[g], block_indptr[g + 1]):
@@ -186,7 +194,7 @@ def _make_epoch_kernels(track_staleness):
 
     @njit(cache=True, nogil=True)
     def epoch_l1(rows, blocks, step, x, intercept, samples, clock):
-        indptr, indices, data, y, code = rows
+        indptr, indices, data, y, code, sample_weight = rows
         positive = blocks.positive
         z_snap, weighted_mu, mu_intercept, thresholds, eta, eta_intercept, \
             variance_reduced = step
@@ -197,7 +205,8 @@ def _make_epoch_kernels(track_staleness):
         for t in range(n_steps):
             i = samples[t]
             z = row_margin(indptr, indices, data, x, b, i)
-            diff = gradient_difference(code, z, z_snap[i], y[i], variance_reduced)
+            diff = gradient_difference(code, z, z_snap[i], y[i],
+                                       row_weight(sample_weight, i), variance_reduced)
             for k in range(indptr[i], indptr[i + 1]):
                 j = indices[k]
                 if thresholds[j] < np.inf:        # +inf: frozen at zero for the epoch
@@ -212,7 +221,7 @@ def _make_epoch_kernels(track_staleness):
 
     @njit(cache=True, nogil=True)
     def epoch_group(rows, blocks, step, x, intercept, samples, clock):
-        indptr, indices, data, y, code = rows
+        indptr, indices, data, y, code, sample_weight = rows
         block_indptr, feature_block = blocks.indptr, blocks.feature_block
         z_snap, weighted_mu, mu_intercept, thresholds, eta, eta_intercept, \
             variance_reduced = step
@@ -225,7 +234,8 @@ def _make_epoch_kernels(track_staleness):
         for t in range(n_steps):
             i = samples[t]
             z = row_margin(indptr, indices, data, x, b, i)
-            diff = gradient_difference(code, z, z_snap[i], y[i], variance_reduced)
+            diff = gradient_difference(code, z, z_snap[i], y[i],
+                                       row_weight(sample_weight, i), variance_reduced)
             n_touched = scatter_row(indptr, indices, data, i, diff, scratch, feature_block,
                                     stamp, touched, t)
             for m in range(n_touched):
@@ -269,14 +279,15 @@ svrg_epoch_l1_tracked, svrg_epoch_group_tracked = _make_epoch_kernels(True)
 def saga_epoch_l1(rows, blocks, step, x, intercept, samples):
     """Sparse proximal SAGA steps (ProxASAGA, Pedregosa et al. 2017) for L1 blocks.
 
-    memory[i] holds the last f'(z_i) computed for row i and ``average`` = (1/n) A^T memory
-    (average_intercept[0] its intercept component). For row i:
-        v_j = (f'(z) - memory[i]) a_ij + d_j average_j,   x_j <- prox(x_j - eta v_j)
-    then average += (f'(z) - memory[i]) a_i / n and memory[i] = f'(z); the intercept moves
+    memory[i] holds the last c_i f'(z_i) computed for row i (c_i its sample weight,
+    ``rows.sample_weight``) and ``average`` = (1/n) A^T memory (average_intercept[0] its
+    intercept component). For row i, with g = c_i f'(z):
+        v_j = (g - memory[i]) a_ij + d_j average_j,   x_j <- prox(x_j - eta v_j)
+    then average += (g - memory[i]) a_i / n and memory[i] = g; the intercept moves
     with eta_intercept (private per call; the caller sums the deltas of parallel calls).
     ``step`` is a ``workspace.SagaStep``; ``blocks.positive``: the prox keeps x >= 0.
     """
-    indptr, indices, data, y, code = rows
+    indptr, indices, data, y, code, sample_weight = rows
     positive = blocks.positive
     memory, average, average_intercept, reweight, thresholds, eta, eta_intercept = step
     n = memory.shape[0]
@@ -284,7 +295,7 @@ def saga_epoch_l1(rows, blocks, step, x, intercept, samples):
     for t in range(samples.shape[0]):
         i = samples[t]
         z = row_margin(indptr, indices, data, x, b, i)
-        grad = loss_derivative(code, z, y[i])
+        grad = row_weight(sample_weight, i) * loss_derivative(code, z, y[i])
         diff = grad - memory[i]
         for k in range(indptr[i], indptr[i + 1]):
             j = indices[k]
@@ -300,13 +311,13 @@ def saga_epoch_l1(rows, blocks, step, x, intercept, samples):
 @njit(cache=True, nogil=True)
 def dense_svrg_epoch(rows, blocks, step, x, intercept, samples):
     """Proximal SVRG with dense steps (the ProxASVRG baseline: no sparse prox, no
-    reweighting): for row i, v = (f'(z) - f'(z~_i)) a_i + mu over every coordinate and
+    reweighting): for row i, v = c_i (f'(z) - f'(z~_i)) a_i + mu over every coordinate and
     x <- prox_{eta lam Omega}(x - eta v) over every block (thresholds[g] = eta lam w_g),
     added as deltas so threads may share x (with ``blocks.positive``, each sum clipped
     at 0: a racing thread's delta may not take x below the constraint). O(p) per step:
     the cost DDSS's sparse step removes. ``step`` is a ``workspace.SvrgStep`` whose
     weighted_mu is mu."""
-    indptr, indices, data, y, code = rows
+    indptr, indices, data, y, code, sample_weight = rows
     block_indptr, positive = blocks.indptr, blocks.positive
     z_snap, mu, mu_intercept, thresholds, eta, eta_intercept, _ = step
     n_blocks = block_indptr.shape[0] - 1
@@ -317,7 +328,8 @@ def dense_svrg_epoch(rows, blocks, step, x, intercept, samples):
     for t in range(samples.shape[0]):
         i = samples[t]
         z = row_margin(indptr, indices, data, x, b, i)
-        diff = gradient_difference(code, z, z_snap[i], y[i], True)
+        diff = gradient_difference(code, z, z_snap[i], y[i], row_weight(sample_weight, i),
+                                   True)
         for k in range(indptr[i], indptr[i + 1]):
             scratch[indices[k]] += diff * data[k]
         if singletons:      # the L1 penalty: the scalar prox, no block norm
@@ -346,7 +358,7 @@ def saga_epoch_group(rows, blocks, step, x, intercept, samples):
         x_g <- prox_{thresholds[g]}(x_g - eta v_g)
     formed from one read of x_g and added as a delta (eq. 3-10), like the SVRG group kernel.
     """
-    indptr, indices, data, y, code = rows
+    indptr, indices, data, y, code, sample_weight = rows
     block_indptr, feature_block = blocks.indptr, blocks.feature_block
     memory, average, average_intercept, reweight, thresholds, eta, eta_intercept = step
     n = memory.shape[0]
@@ -357,7 +369,7 @@ def saga_epoch_group(rows, blocks, step, x, intercept, samples):
     for t in range(samples.shape[0]):
         i = samples[t]
         z = row_margin(indptr, indices, data, x, b, i)
-        grad = loss_derivative(code, z, y[i])
+        grad = row_weight(sample_weight, i) * loss_derivative(code, z, y[i])
         diff = grad - memory[i]
         n_touched = scatter_row(indptr, indices, data, i, diff, scratch, feature_block,
                                 stamp, touched, t)

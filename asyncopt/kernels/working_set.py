@@ -7,15 +7,17 @@ The subproblem is the Lasso (or group Lasso) restricted to the columns ``cols`` 
 CSC matrix (rows in the ActiveSet's order), in the scaling of docs/design.md §1
 multiplied by n:
 
-    F(w, b) = 1/2 ||r||^2 + n lam sum_g v_g ||w_g||_2,     r = y - A_ws w - b,
+    F(w, b) = 1/2 ||r||_C^2 + n lam sum_g v_g ||w_g||_2,     r = y - A_ws w - b,
 
-whose Fenchel dual, with u = r scaled into the constraints ||A_g^T u|| <= n lam v_g (and
-1^T u = 0 with an intercept, which a centred r satisfies), is
-D(u) = 1/2 ||y||^2 - 1/2 ||y - u||^2.
+||r||_C^2 = sum_i c_i r_i^2 with the sample weights c_i (``sample_weight`` in the kernel
+form, ``losses.row_weight``: all 1 where it is empty). Its Fenchel dual, with u = C r
+scaled into the constraints ||A_g^T u|| <= n lam v_g (and c^T r = 0 with an intercept,
+which a c-weighted centred r satisfies), is D(u) = 1/2 ||y||_C^2 - 1/2 ||y - C^-1 u||_C^2
+(the rows with c_i = 0 drop out).
 
 One epoch updates every block once in order (for one column, exact minimisation along
-it, w_q <- ST(w_q + A_q^T r / ||A_q||^2, n lam v_q / ||A_q||^2)) and then the intercept
-(b <- b + mean(r)).
+it, w_q <- ST(w_q + A_q^T C r / L_q, n lam v_q / L_q), L_q = ||A_q||_C^2 =
+sum_i c_i a_iq^2) and then the intercept (b <- b + c^T r / sum c).
 
 ``positive`` (the L1 penalty with x >= 0, ``penalties.L1``): every ST is the one-sided
 prox max(u - t, 0) (``penalties.prox_l1``), the dual constraints A_q^T u <= n lam v_q
@@ -28,7 +30,8 @@ extrapolation raises the objective.
 import numpy as np
 from numba import njit
 
-from ..losses import loss_conjugate, loss_derivative, loss_second_derivative, loss_value
+from ..losses import (loss_conjugate, loss_derivative, loss_second_derivative, loss_value,
+                      row_weight, weight_total)
 from ..penalties import dual_magnitude, prox_l1
 
 
@@ -41,6 +44,29 @@ def _column_dot(indptr, rows, data, c, r):
 
 
 @njit(cache=True, inline="always")
+def _weighted_column_dot(indptr, rows, data, c, r, sample_weight):
+    """A_c^T C r = sum_k a_kc c_k r_k over column c's entries (A_c^T r where
+    ``sample_weight`` is empty: the unweighted loop, no weight read)."""
+    if sample_weight.shape[0] == 0:
+        return _column_dot(indptr, rows, data, c, r)
+    acc = 0.0
+    for k in range(indptr[c], indptr[c + 1]):
+        acc += data[k] * sample_weight[rows[k]] * r[rows[k]]
+    return acc
+
+
+@njit(cache=True)
+def _weighted_sq(r, sample_weight):
+    """||r||_C^2 = sum_i c_i r_i^2 (||r||^2 where ``sample_weight`` is empty)."""
+    if sample_weight.shape[0] == 0:
+        return np.dot(r, r)
+    acc = 0.0
+    for i in range(r.shape[0]):
+        acc += sample_weight[i] * r[i] * r[i]
+    return acc
+
+
+@njit(cache=True, inline="always")
 def _assign(dst, src):
     """dst[:] = src in a loop (numba's slice assignment compiles its broadcasting
     errors' formatting: seconds of a first run)."""
@@ -49,8 +75,8 @@ def _assign(dst, src):
 
 
 @njit(cache=True)
-def lasso_objective(w, r, n_lam, weights, positive, blocks):
-    """F(w, b) = 1/2 ||r||^2 + n lam sum_g v_g ||w_g||_2 at the residual r of (w, b);
+def lasso_objective(w, r, sample_weight, n_lam, weights, positive, blocks):
+    """F(w, b) = 1/2 ||r||_C^2 + n lam sum_g v_g ||w_g||_2 at the residual r of (w, b);
     block g holds w[blocks[g]:blocks[g+1]] (singletons: the L1 norm; with ``positive``,
     +inf where some w_q < 0)."""
     penalty = 0.0
@@ -65,25 +91,27 @@ def lasso_objective(w, r, n_lam, weights, positive, blocks):
             for q in range(blocks[g], blocks[g + 1]):
                 sq += w[q] * w[q]
             penalty += weights[g] * np.sqrt(sq)
-    return 0.5 * np.dot(r, r) + n_lam * penalty
+    return 0.5 * _weighted_sq(r, sample_weight) + n_lam * penalty
 
 
 @njit(cache=True)
-def lasso_dual_gap(indptr, rows, data, cols, w, r, y, n_lam, weights, positive, blocks):
-    """F(w, b) - D(u) with u = r min(1, n lam / max_g ||A_g^T r||_2 / v_g) (singletons
-    with ``positive``: max(A_q^T r, 0) for ||A_q^T r||): a certificate of the
+def lasso_dual_gap(indptr, rows, data, cols, w, r, y, sample_weight, n_lam, weights,
+                   positive, blocks):
+    """F(w, b) - D(u) with u = C r min(1, n lam / max_g ||A_g^T C r||_2 / v_g) (singletons
+    with ``positive``: max(A_q^T C r, 0) for ||A_q^T C r||): a certificate of the
     working-set subproblem (its dual point is feasible there)."""
     dual_norm = 0.0
     for g in range(blocks.shape[0] - 1):
         if weights[g] > 0.0:
             start, stop = blocks[g], blocks[g + 1]
             if stop - start == 1:
-                norm = dual_magnitude(_column_dot(indptr, rows, data, cols[start], r),
-                                      positive)
+                norm = dual_magnitude(_weighted_column_dot(indptr, rows, data, cols[start],
+                                                           r, sample_weight), positive)
             else:
                 sq = 0.0
                 for q in range(start, stop):
-                    dot = _column_dot(indptr, rows, data, cols[q], r)
+                    dot = _weighted_column_dot(indptr, rows, data, cols[q], r,
+                                               sample_weight)
                     sq += dot * dot
                 norm = np.sqrt(sq)
             dual_norm = max(dual_norm, norm / weights[g])
@@ -91,19 +119,21 @@ def lasso_dual_gap(indptr, rows, data, cols, w, r, y, n_lam, weights, positive, 
     dual = 0.0
     for i in range(r.shape[0]):
         d = y[i] - scale * r[i]
-        dual += y[i] * y[i] - d * d
-    return lasso_objective(w, r, n_lam, weights, positive, blocks) - 0.5 * dual
+        dual += row_weight(sample_weight, i) * (y[i] * y[i] - d * d)
+    return lasso_objective(w, r, sample_weight, n_lam, weights, positive, blocks) - \
+        0.5 * dual
 
 
 @njit(cache=True)
-def _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, positive, lipschitz,
-                 blocks, fit_intercept, scratch):
+def _lasso_epoch(indptr, rows, data, cols, w, r, sample_weight, total, n_lam, weights,
+                 positive, lipschitz, blocks, fit_intercept, scratch):
     """One pass over the blocks, then the intercept; returns the intercept's move. A
-    block of one column is minimised exactly along it (lipschitz = ||A_q||^2; over
+    block of one column is minimised exactly along it (lipschitz = ||A_q||_C^2; over
     w_q >= 0 with ``positive``); a larger
-    block takes the block prox-gradient step w_g <- BST(w_g + A_g^T r / L_g,
-    n lam v_g / L_g) with L_g = ||A_g||_F^2 >= ||A_g||_2^2, which minimises a majorizer
-    of F tight at w, so no update raises F."""
+    block takes the block prox-gradient step w_g <- BST(w_g + A_g^T C r / L_g,
+    n lam v_g / L_g) with L_g = ||C^(1/2) A_g||_F^2 >= ||C^(1/2) A_g||_2^2, which
+    minimises a majorizer of F tight at w, so no update raises F. The intercept moves to
+    its optimum, by c^T r / ``total`` (total = sum c)."""
     for g in range(blocks.shape[0] - 1):
         start, stop = blocks[g], blocks[g + 1]
         if lipschitz[g] <= 0.0:
@@ -112,7 +142,8 @@ def _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, positive, lipsc
         if stop - start == 1:
             c = cols[start]
             old = w[start]
-            new = prox_l1(old + _column_dot(indptr, rows, data, c, r) / lipschitz[g],
+            new = prox_l1(old + _weighted_column_dot(indptr, rows, data, c, r,
+                                                     sample_weight) / lipschitz[g],
                           threshold, positive)
             if new != old:
                 delta = new - old
@@ -122,8 +153,8 @@ def _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, positive, lipsc
             continue
         sq = 0.0
         for q in range(start, stop):
-            scratch[q - start] = w[q] + \
-                _column_dot(indptr, rows, data, cols[q], r) / lipschitz[g]
+            scratch[q - start] = w[q] + _weighted_column_dot(
+                indptr, rows, data, cols[q], r, sample_weight) / lipschitz[g]
             sq += scratch[q - start] * scratch[q - start]
         norm = np.sqrt(sq)
         scale = 0.0 if norm <= threshold else 1.0 - threshold / norm
@@ -135,8 +166,11 @@ def _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, positive, lipsc
                 for k in range(indptr[c], indptr[c + 1]):
                     r[rows[k]] -= delta * data[k]
     shift = 0.0
-    if fit_intercept:
-        shift = np.sum(r) / r.shape[0]
+    if fit_intercept and total > 0.0:
+        if sample_weight.shape[0] == 0:
+            shift = np.sum(r) / r.shape[0]
+        else:
+            shift = np.dot(sample_weight, r) / total
         r -= shift
     return shift
 
@@ -245,17 +279,18 @@ def _extrapolate(past_w, past_r, past_b, out_w, out_r):
 
 
 @njit(cache=True, nogil=True)
-def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, n_lam, weights, positive,
-                         lipschitz, blocks, fit_intercept, tol, max_epochs, anderson,
-                         check_every):
+def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, sample_weight, n_lam,
+                         weights, positive, lipschitz, blocks, fit_intercept, tol,
+                         max_epochs, anderson, check_every):
     """Epochs of coordinate descent on the working set ``cols`` from (w, b) with residual
-    r = y - A_ws w - b (the working set holds every non-zero), w and r updated in place,
+    r = y - A_ws w - b (the working set holds every non-zero; ``sample_weight``: the rows'
+    c_i in the kernel form, ``losses.row_weight``), w and r updated in place,
     until the subproblem's gap (``lasso_dual_gap``) is at most ``tol`` (checked every
     ``check_every`` epochs) or ``max_epochs`` passed. ``anderson``: iterates per
     extrapolation (0: none); ``blocks``: block g holds positions blocks[g]:blocks[g+1]
-    of cols and w (singletons for L1), weights[g] = v_g, lipschitz[g] = ||A_g||_F^2
-    (``_lasso_epoch``); ``positive``: L1 with w >= 0 (module docstring). Returns (b,
-    epochs, gap, extrapolations kept)."""
+    of cols and w (singletons for L1), weights[g] = v_g, lipschitz[g] =
+    ||C^(1/2) A_g||_F^2 (``_lasso_epoch``); ``positive``: L1 with w >= 0 (module
+    docstring). Returns (b, epochs, gap, extrapolations kept)."""
     m = cols.shape[0]
     n = r.shape[0]
     largest = 1
@@ -263,37 +298,41 @@ def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, n_lam, weights, p
         largest = max(largest, blocks[g + 1] - blocks[g])
     scratch = np.empty(largest)
     past_w, past_r, past_b, try_w, try_r = _anderson_buffers(anderson, m, n)
+    total = weight_total(sample_weight, n)
     stored = 0
     accepted = 0
     gap = np.inf
     epoch = 0
     while epoch < max_epochs:
-        b += _lasso_epoch(indptr, rows, data, cols, w, r, n_lam, weights, positive,
-                          lipschitz, blocks, fit_intercept, scratch)
+        b += _lasso_epoch(indptr, rows, data, cols, w, r, sample_weight, total, n_lam,
+                          weights, positive, lipschitz, blocks, fit_intercept, scratch)
         epoch += 1
         if anderson > 0:
             stored, full = _record_iterate(past_w, past_r, past_b, stored, w, r, b)
             if full:
                 try_b = _extrapolate(past_w, past_r, past_b, try_w, try_r)
                 if np.isfinite(try_b) and \
-                        lasso_objective(try_w, try_r, n_lam, weights, positive, blocks) < \
-                        lasso_objective(w, r, n_lam, weights, positive, blocks):
+                        lasso_objective(try_w, try_r, sample_weight, n_lam, weights,
+                                        positive, blocks) < \
+                        lasso_objective(w, r, sample_weight, n_lam, weights, positive,
+                                        blocks):
                     _assign(w, try_w)
                     _assign(r, try_r)
                     b = try_b
                     accepted += 1
         if epoch % check_every == 0 or epoch == max_epochs:
-            gap = lasso_dual_gap(indptr, rows, data, cols, w, r, y, n_lam, weights,
-                                 positive, blocks)
+            gap = lasso_dual_gap(indptr, rows, data, cols, w, r, y, sample_weight, n_lam,
+                                 weights, positive, blocks)
             if gap <= tol:
                 break
     return b, epoch, gap, accepted
 
 
 @njit(cache=True)
-def working_set_gap(indptr, rows, data, cols, w, z, y, code, n_lam, weights, positive):
+def working_set_gap(indptr, rows, data, cols, w, z, y, sample_weight, code, n_lam,
+                    weights, positive):
     """n (P - D) of the working-set subproblem at margins z = A_ws w + b: P from the
-    loss, D at the dual point rho = -f'(z) scaled into the constraints
+    weighted loss, D at the dual point rho = -c f'(z) scaled into the constraints
     (docs/design.md §1; one-sided with ``positive``). With an intercept the dual point is feasible only where b is
     optimal; the value then serves as the inner stopping rule, the outer certificate
     being exact."""
@@ -301,8 +340,9 @@ def working_set_gap(indptr, rows, data, cols, w, z, y, code, n_lam, weights, pos
     rho = np.empty(n)
     loss = 0.0
     for i in range(n):
-        rho[i] = -loss_derivative(code, z[i], y[i])
-        loss += loss_value(code, z[i], y[i])
+        c = row_weight(sample_weight, i)
+        rho[i] = -c * loss_derivative(code, z[i], y[i])
+        loss += c * loss_value(code, z[i], y[i])
     dual_norm = 0.0
     penalty = 0.0
     for q in range(cols.shape[0]):
@@ -313,16 +353,19 @@ def working_set_gap(indptr, rows, data, cols, w, z, y, code, n_lam, weights, pos
     scale = max(1.0, dual_norm / n_lam)
     conjugate = 0.0
     for i in range(n):
-        conjugate += loss_conjugate(code, -rho[i] / scale, y[i])
+        c = row_weight(sample_weight, i)
+        if c > 0.0:
+            conjugate += c * loss_conjugate(code, -rho[i] / (scale * c), y[i])
     return loss + n_lam * penalty + conjugate
 
 
 @njit(cache=True)
-def _objective_along(z, xdelta, t, y, code, w, delta, n_lam, weights):
+def _objective_along(z, xdelta, t, y, sample_weight, code, w, delta, n_lam, weights):
     """n P at (w + t delta, margins z + t xdelta)."""
     total = 0.0
     for i in range(z.shape[0]):
-        total += loss_value(code, z[i] + t * xdelta[i], y[i])
+        total += row_weight(sample_weight, i) * loss_value(code, z[i] + t * xdelta[i],
+                                                           y[i])
     penalty = 0.0
     for q in range(w.shape[0]):
         penalty += weights[q] * abs(w[q] + t * delta[q])
@@ -409,14 +452,14 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights, p
 
 
 @njit(cache=True)
-def _majorized_pass(indptr, rows, data, cols, w, z, b, y, code, n_lam, weights, positive,
-                    sq_norms, curvature, fit_intercept):
+def _majorized_pass(indptr, rows, data, cols, w, z, b, y, sample_weight, code, n_lam,
+                    weights, positive, sq_norms, curvature, fit_intercept):
     """One pass of coordinate descent on the majorizer f'' <= ``curvature`` (the loss's
-    Lipschitz constant): w_q <- ST(w_q - A_q^T f'(z) / L_q, n lam v_q / L_q) (the
+    Lipschitz constant): w_q <- ST(w_q - A_q^T C f'(z) / L_q, n lam v_q / L_q) (the
     one-sided prox with ``positive``) with
-    L_q = curvature ||A_q||^2, then the intercept; each update minimises an upper bound
-    of n P that is tight at the current point, so none raises n P. Returns (b, whether
-    anything moved)."""
+    L_q = curvature ||A_q||_C^2 (``sq_norms``, sum_i c_i a_iq^2), then the intercept
+    (curvature sum c); each update minimises an upper bound of n P that is tight at the
+    current point, so none raises n P. Returns (b, whether anything moved)."""
     moved = False
     for q in range(cols.shape[0]):
         lipschitz = curvature * sq_norms[q]
@@ -425,7 +468,8 @@ def _majorized_pass(indptr, rows, data, cols, w, z, b, y, code, n_lam, weights, 
         c = cols[q]
         g = 0.0
         for k in range(indptr[c], indptr[c + 1]):
-            g += data[k] * loss_derivative(code, z[rows[k]], y[rows[k]])
+            g += data[k] * row_weight(sample_weight, rows[k]) * \
+                loss_derivative(code, z[rows[k]], y[rows[k]])
         new = prox_l1(w[q] - g / lipschitz, n_lam * weights[q] / lipschitz, positive)
         if new != w[q]:
             step = new - w[q]
@@ -433,11 +477,12 @@ def _majorized_pass(indptr, rows, data, cols, w, z, b, y, code, n_lam, weights, 
             moved = True
             for k in range(indptr[c], indptr[c + 1]):
                 z[rows[k]] += step * data[k]
-    if fit_intercept:
+    total = weight_total(sample_weight, z.shape[0])
+    if fit_intercept and total > 0.0:
         g = 0.0
         for i in range(z.shape[0]):
-            g += loss_derivative(code, z[i], y[i])
-        step = -g / (curvature * z.shape[0])
+            g += row_weight(sample_weight, i) * loss_derivative(code, z[i], y[i])
+        step = -g / (curvature * total)
         if step != 0.0:
             b += step
             z += step
@@ -446,15 +491,16 @@ def _majorized_pass(indptr, rows, data, cols, w, z, b, y, code, n_lam, weights, 
 
 
 @njit(cache=True, nogil=True)
-def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, code, n_lam, weights,
-                            positive, sq_norms, curvature, fit_intercept, tol, max_steps,
-                            max_passes):
+def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, sample_weight, code,
+                            n_lam, weights, positive, sq_norms, curvature, fit_intercept,
+                            tol, max_steps, max_passes):
     """Proximal Newton steps on the working set ``cols`` from (w, b) at margins
-    z = A_ws w + b (the working set holds every non-zero), w and z updated in place:
+    z = A_ws w + b (the working set holds every non-zero), w and z updated in place, on
+    n P = sum_i c_i f(z_i) + n lam |w|_v (``sample_weight``: the c_i in the kernel form):
     the direction minimises the loss's second-order model plus the penalty by
     coordinate descent (``_newton_direction``), then a backtracking line search halves
     the step until n P falls (so no step raises it), and where no step does, one pass
-    of ``_majorized_pass`` (sq_norms[q] = ||A_q||^2, ``curvature`` >= f''); until the
+    of ``_majorized_pass`` (sq_norms[q] = ||A_q||_C^2, ``curvature`` >= f''); until the
     subproblem's gap (``working_set_gap``) is at most ``tol`` or ``max_steps`` steps.
     skglm's ``ProxNewton`` and liblinear's newGLMNET are this method. ``positive``:
     w >= 0 throughout (each direction keeps w + delta >= 0, so every step between w and
@@ -472,33 +518,36 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, code, n_lam, w
     steps = 0
     reads = 0
     while steps < max_steps:
-        gap = working_set_gap(indptr, rows, data, cols, w, z, y, code, n_lam, weights,
-                              positive)
+        gap = working_set_gap(indptr, rows, data, cols, w, z, y, sample_weight, code,
+                              n_lam, weights, positive)
         reads += nnz + 3 * n
         if gap <= tol:
             break
         for i in range(n):
-            grad[i] = loss_derivative(code, z[i], y[i])
-            hess[i] = loss_second_derivative(code, z[i], y[i])
+            c = row_weight(sample_weight, i)
+            grad[i] = c * loss_derivative(code, z[i], y[i])
+            hess[i] = c * loss_second_derivative(code, z[i], y[i])
         db, passes_read = _newton_direction(indptr, rows, data, cols, w, grad, hess,
                                             n_lam, weights, positive, fit_intercept,
                                             max_passes, delta, xdelta)
         reads += 2 * n + nnz + passes_read
-        before = _objective_along(z, xdelta, 0.0, y, code, w, delta, n_lam, weights)
+        before = _objective_along(z, xdelta, 0.0, y, sample_weight, code, w, delta, n_lam,
+                                  weights)
         t = 1.0
         moved = False
         for _ in range(30):
             reads += n
-            if _objective_along(z, xdelta, t, y, code, w, delta, n_lam, weights) < before:
+            if _objective_along(z, xdelta, t, y, sample_weight, code, w, delta, n_lam,
+                                weights) < before:
                 moved = True
                 break
             t *= 0.5
         steps += 1
         if not moved:       # the model misleads (f'' ~ 0 on separated rows): majorize
             reads += 2 * nnz + n
-            b, moved = _majorized_pass(indptr, rows, data, cols, w, z, b, y, code, n_lam,
-                                       weights, positive, sq_norms, curvature,
-                                       fit_intercept)
+            b, moved = _majorized_pass(indptr, rows, data, cols, w, z, b, y,
+                                       sample_weight, code, n_lam, weights, positive,
+                                       sq_norms, curvature, fit_intercept)
             if not moved:
                 break
             continue
@@ -551,16 +600,20 @@ def _gram_residual_correlation(gram, corr, w, start, db, fit_intercept, g):
 
 
 @njit(cache=True)
-def gram_start(gram, corr, w0, w, db, r, y, fit_intercept):
+def gram_start(gram, corr, w0, w, db, r, y, sample_weight, fit_intercept):
     """What ``gram_lasso_cd`` starts from at (w, b + db) with residual r, given B^T r0
-    = ``corr`` at (w0, b): (B^T r = corr - gram d at d = (w - w0, db), ||r||^2,
-    y^T r), with no BLAS call (whose idle threads would spin beside the kernels)."""
+    = ``corr`` at (w0, b): (B^T r = corr - gram d at d = (w - w0, db), ||r||_C^2,
+    y^T C r), with no BLAS call (whose idle threads would spin beside the kernels).
+    With sample weights c (the kernel form, ``losses.row_weight``) B = C^(1/2) [A_W, 1]
+    and the residual C^(1/2) r: gram_lasso_cd's sums are those of the weighted least
+    squares."""
     g = np.empty(corr.shape[0])
     _gram_residual_correlation(gram, corr, w, w0, db, fit_intercept, g)
     sq, yr = 0.0, 0.0
     for i in range(r.shape[0]):
-        sq += r[i] * r[i]
-        yr += y[i] * r[i]
+        c = row_weight(sample_weight, i)
+        sq += c * r[i] * r[i]
+        yr += c * y[i] * r[i]
     return g, sq, yr
 
 

@@ -12,18 +12,23 @@ from collections import namedtuple
 
 import numpy as np
 
+from ..losses import kernel_weights
+
 __all__ = ["Rows", "Blocks", "SvrgStep", "SagaStep", "Clock"]
 
 
-class Rows(namedtuple("Rows", "indptr indices data y code")):
+class Rows(namedtuple("Rows", "indptr indices data y code sample_weight")):
     """The rows a kernel samples: a_i = the CSR row i (indptr int64, indices int32,
-    data float64), its label y[i], and the loss code (``losses.SQUARED`` or
-    ``losses.LOGISTIC``)."""
+    data float64), its label y[i], the loss code (``losses.SQUARED`` or
+    ``losses.LOGISTIC``) and the rows' weights c_i in the kernel form
+    (``losses.row_weight``: float64, empty for every c_i = 1, the default), which
+    multiply the row's gradient: the kernels step on the loss c_i f(a_i^T x + b, y_i)."""
 
     __slots__ = ()
 
-    def __new__(cls, indptr, indices, data, y, code):
-        return super().__new__(cls, indptr, indices, data, y, int(code))
+    def __new__(cls, indptr, indices, data, y, code, sample_weight=None):
+        return super().__new__(cls, indptr, indices, data, y, int(code),
+                               kernel_weights(sample_weight))
 
 
 class Blocks(namedtuple("Blocks", "indptr feature_block positive")):

@@ -4,9 +4,10 @@ for them.
 
 S is a set of (size) feature columns, ``position[j]`` feature j's index in S (-1 outside
 S); vectors and matrices over S carry the intercept last when it is fitted (dim = size +
-intercept). For the rows i of a shard at margins z:
-    H_sum = sum_i f''(z_i) [a_iS, 1] [a_iS, 1]^T,   slope = sum_i f'(z_i) [a_iS, 1],
-    losses(m) = sum_i f(z_i + [a_iS, 1]^T m)
+intercept). For the rows i of a shard at margins z, with sample weights c_i (the
+kernels' ``sample_weight`` in the kernel form, ``losses.row_weight``; 1 without them):
+    H_sum = sum_i c_i f''(z_i) [a_iS, 1] [a_iS, 1]^T,   slope = sum_i c_i f'(z_i) [a_iS, 1],
+    losses(m) = sum_i c_i f(z_i + [a_iS, 1]^T m)
 (the loss's part of the step's model: its Hessian and gradient before the 1/n). The
 numba passes form them from the CSR rows (the whole triangle, some rows of it, the
 diagonal group blocks, products), the helpers move a symmetric matrix between its packed
@@ -18,7 +19,7 @@ from numba import njit
 from scipy.linalg.blas import dsymv
 
 from ..kernels.linalg import row_ranges, run_in_parallel
-from ..losses import loss_of_code, loss_second_derivative, loss_value, mean_loss
+from ..losses import loss_of_code, loss_second_derivative, loss_value, mean_loss, row_weight
 
 PARALLEL_HESSIAN_BYTES = 2 ** 28   # the threads' partial Hessians take at most this
 
@@ -52,9 +53,10 @@ def _row_in_support(indptr, indices, data, position, i, where, value, first):
 
 
 @njit(cache=True, nogil=True)
-def support_hessian_triangle(indptr, indices, data, position, code, z, y, size, intercept):
+def support_hessian_triangle(indptr, indices, data, position, code, z, y, sample_weight,
+                             size, intercept):
     """The upper triangle, column by column (``upper_triangle``'s order), of sum_i
-    f''(z_i) [a_iS, 1] [a_iS, 1]^T for S of (size + intercept) coordinates:
+    c_i f''(z_i) [a_iS, 1] [a_iS, 1]^T for S of (size + intercept) coordinates:
     ``position[j]`` is feature j's index in S (-1 when j is not in S). What a Dis-DDSS
     worker reduces of its Hessian share; ``support_hessian_sums`` unpacks it.
 
@@ -70,7 +72,7 @@ def support_hessian_triangle(indptr, indices, data, position, code, z, y, size, 
     value = np.empty(size)
     last = size * (size + 1) // 2       # where the intercept's column starts
     for i in range(indptr.shape[0] - 1):
-        weight = loss_second_derivative(code, z[i], y[i])
+        weight = row_weight(sample_weight, i) * loss_second_derivative(code, z[i], y[i])
         m = _row_in_support(indptr, indices, data, position, i, where, value, 0)
         for c in range(m):
             column = where[c] * (where[c] + 1) // 2     # entry (q, c), q <= c
@@ -84,19 +86,19 @@ def support_hessian_triangle(indptr, indices, data, position, code, z, y, size, 
     return flat
 
 
-def support_hessian_sums(indptr, indices, data, position, code, z, y, size, intercept,
-                         n_threads=1):
-    """sum_i f''(z_i) [a_iS, 1] [a_iS, 1]^T as a dense (size + intercept) square matrix
+def support_hessian_sums(indptr, indices, data, position, code, z, y, sample_weight, size,
+                         intercept, n_threads=1):
+    """sum_i c_i f''(z_i) [a_iS, 1] [a_iS, 1]^T as a dense (size + intercept) square matrix
     (``support_hessian_triangle`` unpacked; on ``n_threads`` threads:
     ``parallel_hessian_triangle``)."""
     return from_upper_triangle(parallel_hessian_triangle(
-        indptr, indices, data, position, code, z, y, size, intercept, n_threads),
-        size + 1 if intercept else size)
+        indptr, indices, data, position, code, z, y, sample_weight, size, intercept,
+        n_threads), size + 1 if intercept else size)
 
 
 @njit(cache=True)
-def support_hessian_rows(indptr, indices, data, position, code, z, y, size, intercept,
-                         fresh):
+def support_hessian_rows(indptr, indices, data, position, code, z, y, sample_weight, size,
+                         intercept, fresh):
     """The rows of ``support_hessian_sums`` of the coordinates of S at the positions
     ``fresh`` (distinct), as a len(fresh) x (size + intercept) matrix: one pass over the
     rows, sum_i m_i f_i products for m_i entries of row i in S of which f_i are fresh.
@@ -117,7 +119,7 @@ def support_hessian_rows(indptr, indices, data, position, code, z, y, size, inte
             touched = touched or fresh_row[where[a]] >= 0
         if not touched:
             continue
-        weight = loss_second_derivative(code, z[i], y[i])
+        weight = row_weight(sample_weight, i) * loss_second_derivative(code, z[i], y[i])
         for a in range(m):
             r = fresh_row[where[a]]
             if r >= 0:
@@ -138,8 +140,8 @@ def place_rows(matrix, positions, rows):
     return matrix
 
 
-def parallel_hessian_triangle(indptr, indices, data, position, code, z, y, size,
-                              intercept, n_threads=1):
+def parallel_hessian_triangle(indptr, indices, data, position, code, z, y, sample_weight,
+                              size, intercept, n_threads=1):
     """``support_hessian_triangle`` on ``n_threads`` threads: each forms the sum over its
     contiguous block of the rows (``asyncopt.kernels.linalg.row_ranges``, as the threads'
     certificate passes split them), and the blocks' triangles are added. The threads'
@@ -150,20 +152,21 @@ def parallel_hessian_triangle(indptr, indices, data, position, code, z, y, size,
     threads = int(max(1, min(n_threads, n,
                              PARALLEL_HESSIAN_BYTES // max(4 * dim * (dim + 1), 1))))
     if threads == 1:
-        return support_hessian_triangle(indptr, indices, data, position, code, z, y, size,
-                                        intercept)
+        return support_hessian_triangle(indptr, indices, data, position, code, z, y,
+                                        sample_weight, size, intercept)
     parts = run_in_parallel([
         lambda lo=lo, hi=hi: support_hessian_triangle(
-            indptr[lo:hi + 1], indices, data, position, code, z[lo:hi], y[lo:hi], size,
+            indptr[lo:hi + 1], indices, data, position, code, z[lo:hi], y[lo:hi],
+            sample_weight[lo:hi] if sample_weight.shape[0] else sample_weight, size,
             intercept)
         for lo, hi in row_ranges(n, threads)])
     return np.sum(parts, axis=0)
 
 
 @njit(cache=True)
-def candidate_loss_sums(indptr, indices, data, position, code, z, y, moves, size,
-                        intercept):
-    """sum_i f(z_i + [a_iS, 1]^T m) for every row m of ``moves`` (the candidates' moves
+def candidate_loss_sums(indptr, indices, data, position, code, z, y, sample_weight, moves,
+                        size, intercept):
+    """sum_i c_i f(z_i + [a_iS, 1]^T m) for every row m of ``moves`` (the candidates' moves
     from the point, entry ``size`` the intercept's; ``position`` as in
     ``support_hessian_sums``)."""
     out = np.zeros(moves.shape[0])
@@ -172,19 +175,20 @@ def candidate_loss_sums(indptr, indices, data, position, code, z, y, moves, size
     for i in range(indptr.shape[0] - 1):
         # the row's entries in S, read once for every move
         m = _row_in_support(indptr, indices, data, position, i, where, value, 0)
+        c = row_weight(sample_weight, i)
         for s in range(moves.shape[0]):
             dz = moves[s, size] if intercept else 0.0
             for a in range(m):
                 dz += value[a] * moves[s, where[a]]
-            out[s] += loss_value(code, z[i] + dz, y[i])
+            out[s] += c * loss_value(code, z[i] + dz, y[i])
     return out
 
 
 @njit(cache=True)
-def restricted_rows(indptr, indices, data, position, code, z, y):
+def restricted_rows(indptr, indices, data, position, code, z, y, sample_weight):
     """The rows restricted to S, each entry's column replaced by its position in S
     (``position[j]``, -1 outside S) and sorted by it within the row (insertion, a no-op
-    on rows stored in column order), with each row's f''(z_i): (indptr, positions,
+    on rows stored in column order), with each row's c_i f''(z_i): (indptr, positions,
     data, weights). What products with the Hessian from the rows read."""
     n = indptr.shape[0] - 1
     count = 0
@@ -200,13 +204,13 @@ def restricted_rows(indptr, indices, data, position, code, z, y):
     for i in range(n):
         at = _row_in_support(indptr, indices, data, position, i, positions, values, at)
         out_indptr[i + 1] = at
-        weights[i] = loss_second_derivative(code, z[i], y[i])
+        weights[i] = row_weight(sample_weight, i) * loss_second_derivative(code, z[i], y[i])
     return out_indptr, positions, values, weights
 
 
 @njit(cache=True)
 def restricted_hessian_times(indptr, positions, data, weights, v, size, intercept):
-    """sum_i f''(z_i) [a_iS, 1] [a_iS, 1]^T v in one pass over the ``restricted_rows``
+    """sum_i c_i f''(z_i) [a_iS, 1] [a_iS, 1]^T v in one pass over the ``restricted_rows``
     (each row's margin along v, then its share of the product), without the Hessian."""
     out = np.zeros(v.shape[0])
     for i in range(indptr.shape[0] - 1):
@@ -224,7 +228,7 @@ def restricted_hessian_times(indptr, positions, data, weights, v, size, intercep
 
 @njit(cache=True)
 def restricted_curvatures(indptr, positions, data, weights, moves, size, intercept):
-    """sum_i f''(z_i) ([a_iS, 1]^T m)^2 for every row m of ``moves``, from the
+    """sum_i c_i f''(z_i) ([a_iS, 1]^T m)^2 for every row m of ``moves``, from the
     ``restricted_rows``: m^T H m without the Hessian."""
     out = np.zeros(moves.shape[0])
     for i in range(indptr.shape[0] - 1):
@@ -303,7 +307,9 @@ def kept_entries(kept, old):
 
 class HessianCache:
     """The Hessian sum of one shard's last step, by original feature id, for the squared
-    loss, where it depends on the rows alone (f'' = 1): H_S = sum_i [a_iS, 1] [a_iS, 1]^T.
+    loss, where it depends on the rows alone (f'' = 1):
+    H_S = sum_i c_i [a_iS, 1] [a_iS, 1]^T (c_i the rows' sample weights, fixed for the
+    run).
     A later step on S' takes the entries on S' and S from it and forms only the rows and
     columns of the coordinates new to S' (``support_hessian_rows``). Serial DDSS keeps one
     (Dis-DDSS workers reduce only the new rows instead: ``ReducedHessian``)."""
@@ -402,11 +408,11 @@ class SupportRows:
     def _kernel_args(self):
         active = self.active
         return (active.indptr, active.indices, active.data, self.position, self.code,
-                self.z, active.y, self.size, self.intercept)
+                self.z, active.y, active.sample_weight, self.size, self.intercept)
 
     def hessian_sums(self):
-        """sum_i f''(z_i) [a_iS, 1] [a_iS, 1]^T (``support_hessian_sums``), formed on the
-        first call; with a cache, what it holds of it is reused
+        """sum_i c_i f''(z_i) [a_iS, 1] [a_iS, 1]^T (``support_hessian_sums``), formed on
+        the first call; with a cache, what it holds of it is reused
         (``HessianCache.extended``)."""
         if self._hessian is None:
             args = self._kernel_args()
@@ -441,7 +447,7 @@ class SupportRows:
             active = self.active
             self._restricted = restricted_rows(active.indptr, active.indices, active.data,
                                                self.position, self.code, self.z,
-                                               active.y)
+                                               active.y, active.sample_weight)
         return self._restricted
 
     def hessian_times_from_rows(self, v):
@@ -471,9 +477,11 @@ class SupportRows:
         moves = trial_moves(point, candidates)
         if not loss_of_code(self.code).quadratic:
             return candidate_loss_sums(active.indptr, active.indices, active.data,
-                                       self.position, self.code, self.z, active.y, moves,
-                                       self.size, self.intercept)
-        at_point = mean_loss(self.code, self.z, active.y) * self.z.shape[0]
+                                       self.position, self.code, self.z, active.y,
+                                       active.sample_weight, moves, self.size,
+                                       self.intercept)
+        at_point = mean_loss(self.code, self.z, active.y, active.sample_weight) * \
+            self.z.shape[0]
         if self._hessian is None and self._restricted is not None:
             curvatures = restricted_curvatures(*self._restricted, moves, self.size,
                                                self.intercept)

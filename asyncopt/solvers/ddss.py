@@ -129,7 +129,9 @@ def epoch_rows(rng, n_samples, n_steps, sampling="chunked", chunk=32):
 
 def step_size(step_scale, lipschitz, max_row_sq_norm):
     """eta = step_scale / (3 L_max), L_max = L_f max_i (||a_i||^2 + s^2) (``s^2``: the
-    intercept's column, ``max_row_sq_norm`` includes it); thesis Algorithm 4's step."""
+    intercept's column, ``max_row_sq_norm`` includes it; with sample weights c the bound
+    max_i c_i ||a_i||^2 + max_i c_i s^2, ``problem.weighted_row_bound``); thesis
+    Algorithm 4's step."""
     return step_scale / (3.0 * lipschitz * max(max_row_sq_norm, 1e-300))
 
 

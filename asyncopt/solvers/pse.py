@@ -59,8 +59,11 @@ def column_major(active):
 
 def coordinate_steps(active, columns, centred_steps=True):
     """(column means m, L_g per block) of the coordinate descent: with the squared loss
-    and an intercept the intercept is profiled out (kernels/cd.py), so m is the column
-    mean and L_g = ||A_g - 1 m_g^T||_F^2 / n; otherwise m = 0 and L_g = L_f ||A_g||_F^2 / n.
+    and an intercept the intercept is profiled out (kernels/cd.py), so m is the column's
+    c-weighted mean sum_i c_i a_ij / W (W = sum_i c_i, c the sample weights, all 1
+    without them) and L_g = ||C^(1/2) (A_g - 1 m_g^T)||_F^2 / n, from the weighted
+    column norms as sum_i c_i a_ij^2 - W m_j^2; otherwise m = 0 and
+    L_g = L_f ||C^(1/2) A_g||_F^2 / n.
     centred_steps=False keeps the uncentred L_g (an upper bound) with the profiled
     intercept: threads racing on z and b see stale values, and the centred norm of a
     column present in almost every row is so small that 1/L_g amplifies those errors
@@ -72,9 +75,12 @@ def coordinate_steps(active, columns, centred_steps=True):
     means = np.zeros(active.n_features)
     if prob.fit_intercept and prob.loss.quadratic:
         column_of = np.repeat(np.arange(active.n_features), np.diff(columns[0]))
-        means = np.bincount(column_of, columns[2], active.n_features) / n
+        weights = active.sample_weight
+        values = columns[2] * weights[columns[1]] if weights.shape[0] else columns[2]
+        total = prob.weight_total
+        means = np.bincount(column_of, values, active.n_features) / total
         if centred_steps:
-            sq_norms = np.maximum(sq_norms - n * means ** 2, 0.0)
+            sq_norms = np.maximum(sq_norms - total * means ** 2, 0.0)
     block_sq = np.add.reduceat(sq_norms, active.block_indptr[:-1]) \
         if active.n_features else np.zeros(0)
     return means, prob.loss.lipschitz * block_sq / n

@@ -41,7 +41,7 @@ class SerialInnerLoop:
                thresholds):
         """One pass of block coordinate descent over the blocks in ``order`` (PSE);
         ``columns`` = (indptr, rows, data) of the active data in CSC."""
-        cd_epoch(*columns, active.y, active.problem.loss.code, x, z, intercept, column_means,
-                 order, active.block_indptr, block_lipschitz, thresholds,
-                 active.penalty.positive)
+        cd_epoch(*columns, active.y, active.problem.loss.code, active.sample_weight, x, z,
+                 intercept, column_means, order, active.block_indptr, block_lipschitz,
+                 thresholds, active.penalty.positive)
         return 0.0, 0

@@ -140,7 +140,8 @@ class ColumnStore:
 
 
 class GramStore:
-    """The Gram matrices of the squared loss's working sets, B = [A_W, 1] (L1), formed
+    """The Gram matrices of the squared loss's working sets, B = C^(1/2) [A_W, 1] (L1; C
+    the sample weights, the identity without them), formed
     from the rows (``SupportRows``) for the union S of the sets so far that are still
     active, at most MAX_GRAM features (else for W alone), kept by original id
     (``cache``, a ``HessianCache``, the support Newton step's: each reuses what the
@@ -194,14 +195,23 @@ class GramStore:
         return np.ascontiguousarray(full[np.ix_(where, where)])
 
     def y_correlation_on(self, active, ws):
-        """A_W^T y (and sum y last with an intercept)."""
+        """A_W^T C y (and sum c y last with an intercept; C = diag(c), the sample
+        weights, the identity without them)."""
+        weighted_y = weighted_targets(active)
         if self.y_of is not active:
             self.y_correlation[active.features] = csr_rmatvec(
-                active.indptr, active.indices, active.data, active.y, active.n_features)
+                active.indptr, active.indices, active.data, weighted_y, active.n_features)
             self.y_of = active
         y_corr = self.y_correlation[active.features[ws]]
-        return np.append(y_corr, float(np.sum(active.y))) \
+        return np.append(y_corr, float(np.sum(weighted_y))) \
             if active.problem.fit_intercept else y_corr
+
+
+def weighted_targets(active):
+    """c_i y_i over the rows of ``active`` (y itself without sample weights): what B^T y
+    of the weighted least squares reads (``GramStore``, ``mpi.working_set.WorkerSums``)."""
+    weights = active.sample_weight
+    return active.y * weights if weights.shape[0] else active.y
 
 
 def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
@@ -242,7 +252,7 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
         rent = gram_passes(WORK["gram"] + grams.price(active, span), saving)
     work = 0.0
     if rent == 0:
-        r, b, epochs, gap = cert.rho, float(cert.intercept), 0, np.inf
+        r, b, epochs, gap = active.y - cert.z, float(cert.intercept), 0, np.inf
     else:
         def ahead():    # the blocks of the next two sets if the support grows as fast
             blocks = working_set(x_norms, scores, AHEAD * chosen.shape[0])
@@ -251,11 +261,11 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
         cols = store.columns(active, active.features[ws], ahead)
         work += store.taken()
     if rent > 0 and prob.loss.quadratic:
-        r = cert.rho.copy()                      # y - A x - b for the squared loss
+        r = active.y - cert.z                    # y - A x - b (rho = C r)
         b, epochs, gap, _ = lasso_working_set_cd(
             store.indptr, store.rows, store.data, cols, w, r, float(cert.intercept),
-            active.y, n * prob.lam, active.weights[chosen], positive, lipschitz, pointer,
-            prob.fit_intercept, tol, rent, ANDERSON, CHECK_EVERY)
+            active.y, active.sample_weight, n * prob.lam, active.weights[chosen], positive,
+            lipschitz, pointer, prob.fit_intercept, tol, rent, ANDERSON, CHECK_EVERY)
         work += WORK["read"] * (epochs * (2.0 * entries + 2.0 * n) +
                                 (epochs // CHECK_EVERY + 1) * (entries + 2.0 * n) +
                                 (epochs // (ANDERSON + 1)) * 4.0 * (ANDERSON + 1) *
@@ -274,9 +284,9 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
                 break
             b, steps, gap, reads = prox_newton_working_set(
                 store.indptr, store.rows, store.data, cols, w, z, b, active.y,
-                prob.loss.code, n * prob.lam, active.weights[chosen], positive,
-                active.column_sq_norms[ws], prob.loss.lipschitz, prob.fit_intercept, tol,
-                budget, MAX_CD_PASSES)
+                active.sample_weight, prob.loss.code, n * prob.lam, active.weights[chosen],
+                positive, active.column_sq_norms[ws], prob.loss.lipschitz,
+                prob.fit_intercept, tol, budget, MAX_CD_PASSES)
             epochs += steps
             spent += float(reads)
             if steps < budget:          # solved, or no step lowered n P
@@ -336,8 +346,8 @@ def gram_newton_finish(active, rows, z, ws, w, b, tol, max_steps, entries, n_thr
     weights, positive = active.weights[ws], active.penalty.positive
     sums = LocalNewtonSums(rows, z, np.arange(ws.shape[0]), weights, n * prob.lam,
                            positive, n_threads)
-    bound = prob.loss.lipschitz * (np.append(active.column_sq_norms[ws], n) if intercept
-                                   else active.column_sq_norms[ws])
+    bound = prob.loss.lipschitz * (np.append(active.column_sq_norms[ws], prob.weight_total)
+                                   if intercept else active.column_sq_norms[ws])
     passes = newton_passes(entries, n, dim)
     b, steps = gram_newton_steps(sums, w, b, n * prob.lam, weights, positive, bound,
                                  intercept, tol, passes, max_steps)
@@ -367,11 +377,12 @@ def gram_passes(price, saving):
 def gram_finish(store, active, cert, ws, w0, w, r, b, tol, max_passes, grams, span,
                 n_threads):
     """The squared loss's subproblem on W from (w, b) with residual r = y - A_W w - b,
-    solved by coordinate descent on the Gram matrix of B = [A_W, 1]
+    solved by coordinate descent on the Gram matrix of B = C^(1/2) [A_W, 1] (C the sample
+    weights; the residual C^(1/2) r, so that B^T C^(1/2) r is [A_W^T rho, sum rho])
     (``kernels.working_set.gram_lasso_cd``, which Dis-DDSS's server runs): B^T B from
     ``grams`` (``GramStore.gram`` on ``span``), B^T r from the certificate's A^T rho and
-    the move since it (from w0 and the certificate's intercept), B^T y. w is updated in
-    place; returns (b, passes, work)."""
+    the move since it (from w0 and the certificate's intercept), B^T C^(1/2) y. w is
+    updated in place; returns (b, passes, work)."""
     prob = active.problem
     n, intercept = prob.n_samples, prob.fit_intercept
     price = grams.price(active, span)
@@ -380,7 +391,7 @@ def gram_finish(store, active, cert, ws, w0, w, r, b, tol, max_passes, grams, sp
     if intercept:
         corr = np.append(corr, cert.rho_sum)
     corr, sq_residual, y_residual = gram_start(gram, corr, w0, w, b - float(cert.intercept),
-                                               r, active.y, intercept)
+                                               r, active.y, active.sample_weight, intercept)
     db, passes, _ = gram_lasso_cd(
         gram, corr, w, n * prob.lam, active.weights[ws], active.penalty.positive,
         intercept, sq_residual, y_residual, grams.y_correlation_on(active, ws), tol,
@@ -480,7 +491,7 @@ class LazyLosses:
             t = 0.0 if index == -1 else NEWTON_GRID[index]
             sums.reads += sums.z.shape[0]
             self.values[index] = sums.z.shape[0] * mean_loss(
-                sums.code, sums.z + t * sums.dz, sums.active.y)
+                sums.code, sums.z + t * sums.dz, sums.active.y, sums.active.sample_weight)
         return self.values[index]
 
 
@@ -488,10 +499,12 @@ class WorkingRows:
     """The active rows restricted to W's columns (``ColumnStore`` columns ``cols``), as
     CSR with column q W's q-th (``csc_rows``): what the Newton steps from the Hessian
     on W read, W's entries alone where the ActiveSet's rows hold every active feature's.
-    It answers what ``LocalNewtonSums`` and ``SupportRows`` ask of an ActiveSet."""
+    It answers what ``LocalNewtonSums`` and ``SupportRows`` ask of an ActiveSet (the
+    rows' ``sample_weight`` too, the active set's)."""
 
     def __init__(self, store, cols, active):
         self.problem, self.y = active.problem, active.y
+        self.sample_weight = active.sample_weight
         self.indptr, self.indices, self.data = csc_rows(store.indptr, store.rows,
                                                         store.data, cols, active.y.shape[0])
         self.column_counts = store.indptr[cols + 1] - store.indptr[cols]
@@ -507,9 +520,9 @@ class WorkingRows:
 class LocalNewtonSums:
     """``gram_newton_steps``' sums over the rows of this process's ActiveSet from the
     margins z at (w, b) on W (updated in place): z follows the steps (z += t (A_W d_w +
-    d_b)), rho = -f'(z) and A^T rho are formed again after each (a pass over the rows
-    each), the line search's losses from u = A_W d_w + d_b (a pass; ``LazyLosses``),
-    and ``solved`` is the subproblem's gap (``kernels.working_set.working_set_gap``'s,
+    d_b)), rho = -c f'(z) (c the rows' sample weights) and A^T rho are formed again
+    after each (a pass over the rows each), the line search's losses from
+    u = A_W d_w + d_b (a pass; ``LazyLosses``), and ``solved`` is the subproblem's gap (``kernels.working_set.working_set_gap``'s,
     from them; its dual constraint one-sided with ``positive``). ``reads``: the entries
     read so far."""
 
@@ -525,29 +538,33 @@ class LocalNewtonSums:
         self._residual()
 
     def loss_now(self):
-        """n f's sum at z, formed once per point."""
+        """n f's sum at z, sum_i c_i f(z_i) (c the rows' sample weights), formed once
+        per point."""
         if self._loss is None:
             self.reads += self.z.shape[0]
-            self._loss = self.z.shape[0] * mean_loss(self.code, self.z, self.active.y)
+            self._loss = self.z.shape[0] * mean_loss(self.code, self.z, self.active.y,
+                                                     self.active.sample_weight)
         return self._loss
 
     knows_gap = True
 
     def _residual(self):
         active = self.active
-        self.rho = generalized_residual(self.code, self.z, active.y, np.empty_like(self.z))
+        self.rho = generalized_residual(self.code, self.z, active.y, active.sample_weight,
+                                        np.empty_like(self.z))
         self.correlation = csr_rmatvec(active.indptr, active.indices, active.data,
                                        self.rho, active.n_features,
                                        self.n_threads)[self.ws]
         self.reads += 2.0 * active.nnz
 
     def solved(self, w, tol):
-        y, n = self.active.y, self.z.shape[0]
+        y, n, weights = self.active.y, self.z.shape[0], self.active.sample_weight
         live = self.weights > 0.0
         dual_norm = float(np.max(l1_dual_norms(self.correlation[live], self.positive) /
                                  self.weights[live])) if np.any(live) else 0.0
         scale = max(1.0, dual_norm / self.n_lam)
-        gap = self.loss_now() - n * mean_neg_conjugate(self.code, self.rho / scale, y) + \
+        gap = self.loss_now() - \
+            n * mean_neg_conjugate(self.code, self.rho / scale, y, weights) + \
             self.n_lam * float(np.sum(self.weights * np.abs(w)))
         return gap <= tol
 

@@ -138,12 +138,13 @@ class DistributedStep:
             shard_slope(self.correlation_S, self.rho_sum, intercept))
 
     def _sums_at_pruned(self):
-        """[sum f, sum rho, A_S^T rho] at the pruned x replace the certificate's."""
+        """[sum c f, sum rho, A_S^T rho] at the pruned x replace the certificate's."""
         active, code, z = self.active, self.code, self.z
         local = np.zeros(2 + self.k)
         if not self.server:
-            rho = generalized_residual(code, z, active.y, np.empty_like(z))
-            local[0] = mean_loss(code, z, active.y) * z.shape[0]
+            weights = active.sample_weight
+            rho = generalized_residual(code, z, active.y, weights, np.empty_like(z))
+            local[0] = mean_loss(code, z, active.y, weights) * z.shape[0]
             local[1] = np.sum(rho)
             local[2:] = csr_rmatvec(active.indptr, active.indices, active.data, rho,
                                     active.n_features)[self.support]

@@ -51,7 +51,8 @@ class ServerBackend:
         self.penalty = penalty.restricted(self.blocks)
         self.column_sq, self.column_sums = stats.column_sq, stats.column_sums
         self.column_counts = stats.column_counts
-        self.max_row_sq_norm = stats.max_row_sq + stats.intercept_sq
+        # max_i c_i ||a_i||^2 + max_i c_i s^2 (``problem.weighted_row_bound``)
+        self.max_row_sq_norm = stats.max_row_sq + stats.max_weight * stats.intercept_sq
         self.intercept_scale_sq = stats.intercept_sq
         self.blas_limit = blas_threads_beside(wire.local_ranks)
         self.newton_max_support = penalty.newton_max_support
@@ -90,13 +91,16 @@ class ServerBackend:
             wire.bcast(np.concatenate(([b], x)))
             self.in_sync = True
         if self.fit_intercept and not self.folded:
-            b = intercept_refit(wire, code, np.zeros(0), np.zeros(0), b, n)
+            b = intercept_refit(wire, code, np.zeros(0), np.zeros(0), b,
+                                self.stats.weight_total)
         total = wire.reduce(np.empty(CERTIFICATE_SUMS + x.shape[0]), root_blank=True)
         correlation = total[CERTIFICATE_SUMS:]
         self.shift = 0.0
         if self.folded:           # the workers shift theirs on the control word
-            self.shift = float(total[1]) / n
-            fold_intercept_shift(total, self.shift, n, self.stats.y_total, self.column_sums)
+            weight = self.stats.weight_total
+            self.shift = float(total[1]) / weight
+            fold_intercept_shift(total, self.shift, weight, self.stats.y_total,
+                                 self.column_sums)
             b += self.shift
         block_corr = self.penalty.dual_block_norms(correlation)
         dual_norm = float(np.max(block_corr / self.penalty.weights, initial=0.0))
@@ -187,7 +191,8 @@ class ServerBackend:
             result = server_newton_step(
                 self.wire, x, cert.intercept, cert, self.n_samples, self.lam,
                 self.penalty, self.fit_intercept, gap, self.column_counts,
-                self.column_sq, self.lipschitz, self.n_workers, self.last_working_set)
+                self.column_sq, self.lipschitz, self.n_workers, self.last_working_set,
+                self.stats.weight_total)
         self.last_working_set = result[3]
         self.in_sync = False
         return result
@@ -240,7 +245,7 @@ def load_server_kernels(penalty, loss_code):
     for its decision; a caller with idle time on the server calls this there (the command
     line, while the workers parse their byte ranges)."""
     empty = np.zeros(0)
-    generalized_residual(loss_code, empty, empty, np.empty(0))
+    generalized_residual(loss_code, empty, empty, empty, np.empty(0))
     penalty.value(np.zeros(penalty.ids.shape[0]))
     x, omega = np.zeros(1), np.ones(1)
     index, values = np.zeros(1, dtype=np.int32), np.zeros(HEADER + 1)

@@ -48,6 +48,7 @@ def run_worker(wire, channel, shard, stats, loss_code, lam, fit_intercept, flags
     """Follow the server until it says stop; returns the active blocks. ``stats``: the
     ``protocol.ShardStatistics``; ``flags``: (variance_reduced, saga, dense)."""
     n, code, y = stats.n, loss_code, shard.active.y
+    weights = shard.active.sample_weight      # the kernel form: empty without weights
     quadratic = loss_of_code(code).quadratic
     folded = fit_intercept and quadratic
     kind = int(wire.bcast(np.zeros(1))[0])
@@ -55,14 +56,16 @@ def run_worker(wire, channel, shard, stats, loss_code, lam, fit_intercept, flags
         close_channel(wire, channel)
         raise ValueError(f"the server could not read the checkpoint {checkpoint}")
     if kind != START_FRESH:       # the driver's P(0)
-        distributed_null_objective(wire, y, n, code, fit_intercept)
+        distributed_null_objective(wire, y, n, code, fit_intercept, weights)
     in_sync = kind == START_FRESH
     if prox_svrg_epochs(*flags):
         shard.active.touch_view_buffers()     # on whatever core idles before the view
     epochs = EpochRunner(shard, stats, lam, flags, rng, batch)
     reduced = ReducedHessian() if quadratic else None
     working_sums = WorkerSums(shard.full_penalty.ids.shape[0])
-    y_sum = float(np.sum(y))          # compactions keep the rows
+    # sum c y and sum c over this shard (compactions keep the rows)
+    y_sum = float(weights @ y) if weights.shape[0] else float(np.sum(y))
+    shard_weight = float(np.sum(weights)) if weights.shape[0] else float(y.shape[0])
     while True:
         if not in_sync:
             state = wire.bcast(np.empty(1 + shard.x.shape[0]))
@@ -71,22 +74,26 @@ def run_worker(wire, channel, shard, stats, loss_code, lam, fit_intercept, flags
         active, x = shard.active, shard.x
         z = active.margins(x, shard.b)
         if fit_intercept and not folded:
-            shard.b = intercept_refit(wire, code, z, y, shard.b, n)
-        rho = generalized_residual(code, z, y, np.empty_like(z))
+            shard.b = intercept_refit(wire, code, z, y, shard.b, stats.weight_total,
+                                      weights)
+        rho = generalized_residual(code, z, y, weights, np.empty_like(z))
         local = certificate_sums(active, code, x, shard.b, z, y, rho)
         wire.reduce(local, root_blank=True)
         if not quadratic:      # D at the dual scale the server broadcasts
             scale = float(wire.bcast(np.zeros(1))[0])
-            wire.reduce(np.array([-mean_neg_conjugate(code, rho / scale, y) * z.shape[0]
-                                  if z.shape[0] else 0.0]))
+            wire.reduce(np.array([-mean_neg_conjugate(code, rho / scale, y, weights) *
+                                  z.shape[0] if z.shape[0] else 0.0]))
         control = wire.bcast(np.zeros(CONTROL))
         status = int(control[0])
         if folded:
             shift = float(control[2])
-            fold_intercept_shift(local, shift, z.shape[0], y_sum, active.column_sums)
+            fold_intercept_shift(local, shift, shard_weight, y_sum, active.column_sums)
             shard.b += shift
             z += shift
-            rho -= shift
+            if weights.shape[0]:
+                rho -= shift * weights
+            else:
+                rho -= shift
         correlation = local[CERTIFICATE_SUMS:]
         if control[1]:
             dropped = wire.bcast(np.empty(int(control[1]))).astype(np.int64)

@@ -24,7 +24,7 @@ from ...losses import generalized_residual, mean_loss
 from ...newton.kernels import SupportRows, from_upper_triangle, shard_slope
 from ..working_set import (ANDERSON, CHECK_EVERY, INNER_FRACTION, MAX_CD_PASSES,
                            MAX_INNER_EPOCHS, NEWTON_GRID, gram_newton_steps,
-                           violation_scores, working_set)
+                           violation_scores, weighted_targets, working_set)
 from ..choice import WORK
 from .newton import reduce_support_hessian
 from .protocol import server_vector
@@ -42,27 +42,29 @@ def supports(loss, penalty):
 
 
 class WorkerSums:
-    """A worker's side of the step over its shard's rows, with A^T y over them by
-    original feature id (of ``n_original``), formed at the first step: it depends on the
-    rows alone."""
+    """A worker's side of the step over its shard's rows, with A^T C y over them by
+    original feature id (of ``n_original``; C the rows' sample weights, the identity
+    without them), formed at the first step: it depends on the rows alone."""
 
     def __init__(self, n_original):
         self.n_original = n_original
         self.y_correlation = None
 
     def send(self, wire, active, z, code, features, support, intercept, reduced):
-        """Reduce this shard's Gram matrix of [A_W, 1] (margins ``z``, loss ``code``:
-        the squared loss's Hessian does not depend on them) and [A_W^T y, sum y]."""
+        """Reduce this shard's Gram matrix of C^(1/2) [A_W, 1] (margins ``z``, loss
+        ``code``: the squared loss's Hessian does not depend on them) and
+        [A_W^T C y, sum c y]."""
+        weighted_y = weighted_targets(active)
         if self.y_correlation is None:
             self.y_correlation = np.zeros(self.n_original)
             self.y_correlation[features] = csr_rmatvec(
-                active.indptr, active.indices, active.data, active.y, active.n_features)
+                active.indptr, active.indices, active.data, weighted_y, active.n_features)
         ids = features[support]
         rows = SupportRows(active, code, z, support, intercept, None)
         reduce_support_hessian(wire, rows, reduced, ids, intercept,
                                support.shape[0] + int(intercept))
         y_corr = self.y_correlation[ids]
-        wire.reduce(np.append(y_corr, np.sum(active.y)) if intercept else y_corr)
+        wire.reduce(np.append(y_corr, np.sum(weighted_y)) if intercept else y_corr)
 
 
 def bounded_working_set(x, scores, last_size=None):
@@ -96,9 +98,10 @@ def receive_working_set(wire):
 def server_step(wire, x, b, cert, sums, n, lam, penalty, features, intercept, reduced,
                 outer_gap, column_counts, n_workers, last_size=None):
     """The server's side: W chosen and broadcast, the sums reduced, the subproblem
-    solved. ``sums``: the certificate's [sum f, sum rho, sum rho^2, sum y rho] over all
-    rows (rho = r = y - A x - b); ``penalty`` on the active features, ``features`` their
-    original ids, ``column_counts`` their entries over all shards; ``last_size``: the
+    solved. ``sums``: the certificate's [sum c f, sum rho, sum rho^2 / c, sum y rho]
+    over all rows (rho = C r, r = y - A x - b, c the sample weights); ``penalty`` on the
+    active features, ``features`` their original ids, ``column_counts`` their entries
+    over all shards; ``last_size``: the
     last set's size (``bounded_working_set``). Returns (x, b, passes,
     |W|, work: ``choice.WORK``'s units, every worker's scan of its rows and products
     sum_i m_i^2 (m_i: row i's entries in W, taken as even), and the server's passes,
@@ -131,20 +134,23 @@ def worker_step(wire, sums, active, z, code, features, intercept, reduced):
 
 
 def server_newton_step(wire, x, b, cert, n, lam, penalty, intercept, outer_gap,
-                       column_counts, column_sq, lipschitz, n_workers, last_size=None):
+                       column_counts, column_sq, lipschitz, n_workers, last_size=None,
+                       weight_total=None):
     """The server's side for a loss whose Hessian depends on the margins (L1 logistic):
     proximal Newton steps on W (``bounded_working_set``) from the workers' shares of
     the Hessian, the slope and the losses (``working_set.gram_newton_steps``, with
     ``ServerNewtonSums``: the direction and the step broadcast as flags, 0: stop, -2:
     again with the curvature bound, -1: no step), MAX_CD_PASSES passes a direction.
-    ``column_sq``: ||a_j||^2 over the active features,
-    ``lipschitz``: L_f. Returns (x, b, steps, |W|, work) as ``server_step``."""
+    ``column_sq``: sum_i c_i a_ij^2 over the active features, ``weight_total``: sum_i c_i
+    (None: n, no sample weights), ``lipschitz``: L_f. Returns (x, b, steps, |W|, work)
+    as ``server_step``."""
     weights = penalty.weights
     support = broadcast_working_set(wire, x, cert, n, lam, penalty, last_size)
     k = support.shape[0]
     dim = k + int(intercept)
-    bound = lipschitz * (np.append(column_sq[support], n) if intercept else
-                         column_sq[support])
+    bound = lipschitz * (np.append(column_sq[support],
+                                   n if weight_total is None else weight_total)
+                         if intercept else column_sq[support])
     w = x[support].copy()
     b, steps = gram_newton_steps(ServerNewtonSums(wire, dim), w, b, n * lam,
                                  weights[support], penalty.positive, bound, intercept,
@@ -200,7 +206,8 @@ def worker_newton_step(wire, shard, z, code, intercept, correlation, rho_sum):
     while True:
         rows = SupportRows(active, code, z, support, intercept, None)
         wire.reduce(np.concatenate((rows.hessian_triangle(), slope,
-                                    [mean_loss(code, z, active.y) * z.shape[0]])))
+                                    [mean_loss(code, z, active.y, active.sample_weight) *
+                                     z.shape[0]])))
         point = np.append(shard.x[support], shard.b) if intercept else \
             shard.x[support].copy()
         chosen = -2
@@ -218,7 +225,8 @@ def worker_newton_step(wire, shard, z, code, intercept, correlation, rho_sum):
         if intercept:
             shard.b += t * direction[k]
         z = active.margins(shard.x, shard.b)
-        rho = generalized_residual(code, z, active.y, np.empty_like(z))
+        rho = generalized_residual(code, z, active.y, active.sample_weight,
+                                   np.empty_like(z))
         slope = shard_slope(csr_rmatvec(active.indptr, active.indices, active.data, rho,
                                         active.n_features)[support], np.sum(rho),
                             intercept)
