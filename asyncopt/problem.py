@@ -754,12 +754,23 @@ class Problem:
         return self._full
 
     def full_columns(self, build=True):
-        """Return the full active set's columns (``FullColumns``), formed on the first
-        call (a transpose of every row) and shared with the :meth:`with_lam` copies made
-        after it; ``build=False``: None where not formed. A path solves many lams on one
-        set of rows: with these, each solve's working sets and compactions read the
-        columns they keep instead of every row (``ActiveSet.compact``,
-        ``solvers.working_set.ColumnStore``)."""
+        """Return the full active set's columns, formed once and then shared.
+
+        A path solves many lams on one set of rows: with these columns each solve's
+        working sets and compactions read the columns they keep instead of every row
+        (``ActiveSet.compact``, ``solvers.working_set.ColumnStore``). The
+        :meth:`with_lam` copies made after the first call share them.
+
+        Parameters
+        ----------
+        build : bool, default=True
+            Form them (a transpose of every row) where they are not formed yet.
+
+        Returns
+        -------
+        FullColumns or None
+            The columns; None where not formed and ``build`` is False.
+        """
         if self._columns is None and build:
             self._columns = FullColumns(self.full_active_set())
         return self._columns
