@@ -10,12 +10,13 @@ matplotlib is imported only when ``plot_history`` draws.
 import importlib
 
 __version__ = "0.1.0"
-__all__ = ["Lasso", "GroupLasso", "SparseLogisticRegression", "LassoCV",
-           "SparseLogisticRegressionCV", "lasso_path", "lam_max", "Problem",
-           "plot_history", "__version__"]
-_HOMES = {"Lasso": "estimators", "GroupLasso": "estimators",
+__all__ = ["Lasso", "ElasticNet", "GroupLasso", "SparseLogisticRegression", "LassoCV",
+           "ElasticNetCV", "SparseLogisticRegressionCV", "lasso_path", "lam_max",
+           "Problem", "plot_history", "__version__"]
+_HOMES = {"Lasso": "estimators", "ElasticNet": "estimators", "GroupLasso": "estimators",
           "SparseLogisticRegression": "estimators", "LassoCV": "cv",
-          "SparseLogisticRegressionCV": "cv", "lasso_path": "estimators",
+          "ElasticNetCV": "cv", "SparseLogisticRegressionCV": "cv",
+          "lasso_path": "estimators",
           "lam_max": "problem", "Problem": "problem", "plot_history": "plot"}
 
 

@@ -1,6 +1,8 @@
 """scikit-learn style estimators on the DDSS solver (problem 3-1, docs/design.md §1).
 
     Lasso:                    (1/2n) ||y - X w - b||^2 + alpha sum_j weights_j |w_j|
+    ElasticNet:               (1/2n) ||y - X w - b||^2 + alpha l1_ratio ||w||_1
+                              + alpha (1 - l1_ratio) / 2 ||w||_2^2
     GroupLasso:               (1/2n) ||y - X w - b||^2 + alpha sum_g weights_g ||w_g||_2
     SparseLogisticRegression: (1/n) sum_i log(1 + exp(-y_i (x_i^T w + b))) + alpha Omega(w)
 
@@ -10,7 +12,10 @@
 its LogisticRegression with C = 1 / (alpha sum s).
 
 ``positive=True`` (the L1 penalty) constrains w >= 0, as scikit-learn's Lasso does; the
-intercept stays free.
+intercept stays free. ``l1_ratio`` in (0, 1] (ElasticNet, SparseLogisticRegression) is
+scikit-learn's elastic-net mixing: the solver's lam = alpha l1_ratio and L2 strength
+mu = alpha (1 - l1_ratio) (``penalties.elastic_net_strengths``); l1_ratio = 1 is the L1
+model, bit for bit.
 
 The optimisation stops when the duality gap G <= tol * P(0); ``dual_gap_`` is that
 certificate (an upper bound on P(coef_) - P*).
@@ -25,7 +30,7 @@ from sklearn.linear_model._base import LinearClassifierMixin
 from sklearn.utils.extmath import safe_sparse_dot
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .penalties import L1, GroupL1
+from .penalties import L1, GroupL1, check_l1_ratio, elastic_net_strengths
 from .problem import Problem, check_lam, encode_binary_labels, rescaled_sample_weight
 from .solvers.methods import (BACKENDS, METHODS, MPI_METHODS, solve_method,  # noqa: F401
                               solver_flags)
@@ -63,12 +68,18 @@ class _DDSSModel(BaseEstimator):
         self.checkpoint = checkpoint
 
     def _penalty(self, n_features):
-        # ``positive``: a parameter of the estimators of the L1 penalty (not GroupLasso)
+        # ``positive``, ``l1_ratio``: parameters of the estimators of the L1 penalty (not
+        # GroupLasso)
         return make_penalty(n_features, getattr(self, "groups", None), self.weights,
-                            getattr(self, "positive", False))
+                            getattr(self, "positive", False), self._l1_ratio())
+
+    def _l1_ratio(self):
+        """The estimator's l1_ratio (1.0 where it has none: the L1 or group penalty)."""
+        return getattr(self, "l1_ratio", 1.0)
 
     def _check_params(self):
         check_lam(self.alpha)
+        check_l1_ratio(self._l1_ratio())
         _check_choice(self.method, METHODS, "method")
         _check_choice(self.backend, BACKENDS, "backend")
         if not (np.isfinite(self.tol) and self.tol > 0):
@@ -83,7 +94,10 @@ class _DDSSModel(BaseEstimator):
 
     def _solve(self, X, y, sample_weight=None):
         self._check_params()
-        problem = Problem(X, y, self._loss, self._penalty(X.shape[1]), self.alpha,
+        # the L1 part's lam = alpha l1_ratio (alpha itself at l1_ratio = 1); the L2
+        # part's strength is the penalty's (``make_penalty``)
+        lam, _ = elastic_net_strengths(self.alpha, self._l1_ratio())
+        problem = Problem(X, y, self._loss, self._penalty(X.shape[1]), lam,
                           self.fit_intercept,
                           sample_weight=rescaled_sample_weight(sample_weight, X.shape[0]))
         warm = self.warm_start and hasattr(self, "coef_") and \
@@ -172,16 +186,23 @@ class _DDSSModel(BaseEstimator):
         return tags
 
 
-def make_penalty(n_features, groups, weights, positive=False):
+def make_penalty(n_features, groups, weights, positive=False, l1_ratio=1.0):
     """The estimators' and ``lasso_path``'s penalty: L1 (``groups`` None; with
-    ``positive``, plus the constraint w >= 0) or the group penalty of ``groups``;
-    ValueError for ``positive`` with groups, which the group penalty does not define."""
+    ``positive``, plus the constraint w >= 0; with ``l1_ratio`` < 1, the elastic net's
+    L2 part, l2 = (1 - l1_ratio) / l1_ratio relative to lam) or the group penalty of
+    ``groups``; ValueError for ``positive`` or l1_ratio < 1 with groups, which the group
+    penalty does not define, and for l1_ratio outside (0, 1]."""
+    _, l2 = elastic_net_strengths(1.0, l1_ratio)
     if groups is None:
-        return L1(n_features, weights, positive=positive)
+        return L1(n_features, weights, positive=positive, l2=l2)
     if positive:
         raise ValueError("positive=True constrains the coefficients of the L1 penalty; "
                          "the group penalty (groups) has no positive option: use "
                          "groups=None")
+    if l2:
+        raise ValueError("l1_ratio < 1 (the elastic net) is defined for the L1 penalty; "
+                         "the group penalty (groups) has no L2 part: use groups=None or "
+                         "l1_ratio=1")
     return GroupL1(n_features, groups, weights)
 
 
@@ -191,6 +212,26 @@ _PARAMETER_DOCS = {
     "alpha": """
     alpha : float, default=1.0
         Regularization strength lam > 0 of the penalty term.""",
+    "alpha_enet": """
+    alpha : float, default=1.0
+        Regularization strength > 0 of the whole penalty, scikit-learn's: the L1 part
+        is alpha l1_ratio, the L2 part alpha (1 - l1_ratio).""",
+    "l1_ratio": """
+    l1_ratio : float, default=0.5
+        The elastic-net mixing, in (0, 1] as scikit-learn's: the penalty is
+        ``alpha l1_ratio sum_j weights_j |w_j| + alpha (1 - l1_ratio) / 2
+        sum_j weights_j w_j^2``. 1 is the Lasso (the same fit, bit for bit); 0 (ridge) is
+        refused with a ValueError, as nothing is sparse to screen. The L2 part enters
+        the dual, the gap and the gap-safe test (docs/design.md §1) and every method's
+        prox; the baselines ("prox_asaga", "prox_asvrg", "pse_*") refuse l1_ratio < 1,
+        and the support Newton step is not taken.""",
+    "l1_ratio_logistic": """
+    l1_ratio : float, default=1.0
+        The elastic-net mixing of the L1 penalty, in (0, 1] as scikit-learn's
+        ``LogisticRegression(penalty="elasticnet")``: the penalty is ``alpha l1_ratio
+        sum_j weights_j |w_j| + alpha (1 - l1_ratio) / 2 sum_j weights_j w_j^2`` (so
+        ``C = 1 / (n alpha)`` matches scikit-learn's). 1: the L1 model; the group
+        penalty takes only 1. As :class:`ElasticNet` for the methods.""",
     "groups_lasso": """
     groups : int or list of array-like, default=1
         An int g: consecutive groups of g features (the last one may be shorter); a list
@@ -301,6 +342,14 @@ _ATTRIBUTE_DOCS = """
         Feature names seen by ``fit``, when X has string column names."""
 
 
+# the attributes of the regressors' own (Lasso, ElasticNet, GroupLasso)
+_REGRESSION_ATTRIBUTES = """
+    coef_ : ndarray of shape (n_features,)
+        The coefficients w.
+    intercept_ : float
+        The intercept b (0.0 when ``fit_intercept`` is false)."""
+
+
 def _estimator_doc(head, parameters, attributes, tail):
     """The numpydoc docstring of an estimator: ``head`` (summary and extended summary),
     the entries of ``parameters`` (keys of _PARAMETER_DOCS), ``attributes`` before the
@@ -327,6 +376,18 @@ _DDSS_NOTES = """
     surviving features only: sparse prox-SVRG (eq. 3-6 and 3-8; docs/design.md §2) or a
     working-set step (docs/design.md §2b)."""
 
+_ELASTIC_NET_NOTES = """
+
+    With l1_ratio < 1 (the elastic net: lam = alpha l1_ratio, mu = alpha (1 -
+    l1_ratio)) the L2 term mu/2 sum_j weights_j w_j^2 is the squared loss of extra rows
+    sqrt(n mu weights_j / L_f) e_j with target 0 (Ndiaye et al., JMLR 2017): alpha
+    above reads lam, X^T rho becomes c = X^T rho - n mu weights * w, the dual scale is
+    s = max(1, Omega^D(c) / (n lam)), D subtracts mu sum_j weights_j w_j^2 / (2 s^2),
+    and the test is ``|c_j| / s + sqrt(2 n L_f G) sqrt(||X_j||^2 + n mu weights_j /
+    L_f) < n lam weights_j`` (docs/design.md §1). Every step's prox is the soft
+    threshold then the shrink 1 / (1 + t mu weights_j); the support Newton step, whose
+    model is the loss's, is not taken."""
+
 class Lasso(RegressorMixin, _DDSSModel):
     __doc__ = _estimator_doc(
         """Lasso: least squares with a (weighted) L1 penalty, solved by DDSS.
@@ -343,11 +404,7 @@ class Lasso(RegressorMixin, _DDSSModel):
         ["alpha", "fit_intercept", "tol", "max_epochs", "method", "backend", "n_jobs",
          "kernel", "screening", "weights_l1", "positive", "warm_start", "step_scale",
          "random_state", "verbose", "checkpoint"],
-        """
-    coef_ : ndarray of shape (n_features,)
-        The coefficients w.
-    intercept_ : float
-        The intercept b (0.0 when ``fit_intercept`` is false).""",
+        _REGRESSION_ATTRIBUTES,
         """
     See Also
     --------
@@ -431,6 +488,65 @@ class Lasso(RegressorMixin, _DDSSModel):
         return safe_sparse_dot(X, self.coef_) + self.intercept_
 
 
+class ElasticNet(Lasso):
+    __doc__ = _estimator_doc(
+        """Elastic net: least squares with an L1 and an L2 penalty, solved by DDSS.
+
+    Minimises, over the coefficients w and the intercept b::
+
+        P(w, b) = (1/2n) ||y - X w - b||^2 + alpha l1_ratio sum_j weights_j |w_j|
+                  + alpha (1 - l1_ratio) / 2 sum_j weights_j w_j^2,
+
+    scikit-learn's ``ElasticNet`` (weights all 1) in its scaling: problem (3-1) of the
+    thesis with lam = alpha l1_ratio and the L2 term mu ||w||_w^2 / 2, mu = alpha
+    (1 - l1_ratio), in the penalty (docs/design.md §1). The weights multiply both parts,
+    as glmnet's penalty factors do. The L2 part is smooth: it enters the dual through
+    the correlation c = X^T rho - n mu (weights * w), the duality gap and the gap-safe
+    test (the L2 term as extra rows of the data), and every method's prox, the soft
+    threshold then the shrink 1 / (1 + t mu w_j). ``fit(X, y, sample_weight=s)`` takes
+    (1 / (2 sum s)) sum_i s_i (y_i - x_i^T w - b)^2 for the first term, as
+    scikit-learn's ElasticNet does (the L2 rows keep weight 1). The fit stops when the
+    duality gap G <= tol * P(0); ``dual_gap_`` is that certificate.""",
+        ["alpha_enet", "l1_ratio", "fit_intercept", "tol", "max_epochs", "method",
+         "backend", "n_jobs", "kernel", "screening", "weights_l1", "positive",
+         "warm_start", "step_scale", "random_state", "verbose", "checkpoint"],
+        _REGRESSION_ATTRIBUTES,
+        """
+    See Also
+    --------
+    Lasso : l1_ratio = 1.
+    ElasticNetCV : alpha and l1_ratio chosen by cross-validation.
+    lasso_path : With ``l1_ratio``, solutions along a grid of alphas.
+""" + _DDSS_NOTES + _ELASTIC_NET_NOTES + """
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from asyncopt import ElasticNet
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((50, 10))
+    >>> y = X[:, 0] - 2 * X[:, 1]
+    >>> model = ElasticNet(alpha=0.1, l1_ratio=0.5, tol=1e-8).fit(X, y)
+    >>> model.coef_.shape
+    (10,)
+    >>> bool(model.dual_gap_ <= 1e-8 * model.history_[0]["primal"])
+    True
+""")
+
+    def __init__(self, alpha=1.0, *, l1_ratio=0.5, fit_intercept=True, tol=1e-4,
+                 max_epochs=200, method="auto", backend="serial", n_jobs=None,
+                 kernel="auto", screening=True, weights=None, positive=False,
+                 warm_start=False, step_scale=1.0, random_state=None, verbose=0,
+                 checkpoint=None):
+        super().__init__(alpha, fit_intercept=fit_intercept, tol=tol,
+                         max_epochs=max_epochs, method=method, backend=backend,
+                         n_jobs=n_jobs, kernel=kernel, screening=screening,
+                         weights=weights, positive=positive, warm_start=warm_start,
+                         step_scale=step_scale, random_state=random_state,
+                         verbose=verbose, checkpoint=checkpoint)
+        self.l1_ratio = l1_ratio
+
+
 class GroupLasso(Lasso):
     __doc__ = _estimator_doc(
         """Group Lasso: least squares with a group penalty, solved by DDSS.
@@ -446,11 +562,7 @@ class GroupLasso(Lasso):
         ["alpha", "groups_lasso", "fit_intercept", "tol", "max_epochs", "method",
          "backend", "n_jobs", "kernel", "screening", "weights_group", "warm_start",
          "step_scale", "random_state", "verbose", "checkpoint"],
-        """
-    coef_ : ndarray of shape (n_features,)
-        The coefficients w.
-    intercept_ : float
-        The intercept b (0.0 when ``fit_intercept`` is false).""",
+        _REGRESSION_ATTRIBUTES,
         """
     See Also
     --------
@@ -482,6 +594,9 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
 
     ``Omega(w) = sum_j weights_j |w_j|`` (L1) or ``sum_g weights_g ||w_g||_2`` (``groups``):
     problem (3-1) of the thesis with the logistic loss, L_f = 1/4 (docs/design.md §1).
+    With ``l1_ratio`` < 1 the L1 penalty is the elastic net's, alpha (l1_ratio ||w||_1
+    + (1 - l1_ratio) / 2 ||w||_2^2), weighted by ``weights`` in both parts
+    (scikit-learn's ``LogisticRegression(penalty="elasticnet", C=1 / (n alpha))``).
     Labels may take any two values: ``classes_[1]`` is coded +1, ``classes_[0]`` -1.
     ``fit(X, y, sample_weight=s)`` takes (1 / sum s) sum_i s_i log(1 + exp(-y_i (x_i^T w
     + b))) for the first term: scikit-learn's LogisticRegression with
@@ -489,7 +604,8 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
     The fit stops when the duality gap G <= tol * P(0).""",
         ["alpha", "fit_intercept", "tol", "max_epochs", "method", "backend", "n_jobs",
          "kernel", "screening", "groups_logistic", "weights_logistic", "positive",
-         "warm_start", "step_scale", "random_state", "verbose", "checkpoint"],
+         "l1_ratio_logistic", "warm_start", "step_scale", "random_state", "verbose",
+         "checkpoint"],
         """
     classes_ : ndarray of shape (2,)
         The two labels, sorted.
@@ -502,15 +618,15 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
     --------
     Lasso : The squared loss with an L1 penalty.
     lasso_path : With ``loss="logistic"``, solutions along a grid of alphas.
-""" + _DDSS_NOTES + "\n")
+""" + _DDSS_NOTES + _ELASTIC_NET_NOTES + "\n")
 
     _loss = "logistic"
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_epochs=200,
                  method="auto", backend="serial", n_jobs=None, kernel="auto",
                  screening=True, groups=None, weights=None, positive=False,
-                 warm_start=False, step_scale=1.0, random_state=None, verbose=0,
-                 checkpoint=None):
+                 l1_ratio=1.0, warm_start=False, step_scale=1.0, random_state=None,
+                 verbose=0, checkpoint=None):
         super().__init__(alpha, fit_intercept=fit_intercept, tol=tol,
                          max_epochs=max_epochs, method=method, backend=backend,
                          n_jobs=n_jobs, kernel=kernel, screening=screening,
@@ -520,6 +636,7 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
                          checkpoint=checkpoint)
         self.groups = groups
         self.positive = positive
+        self.l1_ratio = l1_ratio
 
     def fit(self, X, y, sample_weight=None):
         """Fit the model by DDSS.
@@ -593,8 +710,8 @@ class SparseLogisticRegression(LinearClassifierMixin, ClassifierMixin, _DDSSMode
 def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
                tol=1e-4, max_epochs=200, method="auto", backend="serial", n_jobs=None,
                kernel="auto", screening=True, groups=None, weights=None, positive=False,
-               loss="squared", random_state=None, verbose=0, return_results=False,
-               sample_weight=None):
+               l1_ratio=1.0, loss="squared", random_state=None, verbose=0,
+               return_results=False, sample_weight=None):
     """Compute solutions along a decreasing grid of alphas, with warm starts.
 
     At each alpha_k, the problem
@@ -602,10 +719,12 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
         P_k(w, b) = (1/n) sum_i c_i f(x_i^T w + b, y_i) + alpha_k Omega(w)
 
     (squared loss (1/2n) ||y - X w - b||^2 or logistic loss; Omega the weighted L1 or group
-    norm) is solved by DDSS from the solution at alpha_{k-1}, so its first gap-safe test
-    (at the warm start, with the dual point of the previous solution) already removes most
-    features: screening is carried along the path. The layout is scikit-learn's
-    ``lasso_path``.
+    norm; with ``l1_ratio`` < 1 the elastic net's alpha_k (l1_ratio ||w||_1 +
+    (1 - l1_ratio) / 2 ||w||^2), l1_ratio fixed along the path as in scikit-learn's
+    ``enet_path``) is solved by DDSS from the solution at alpha_{k-1}, so its first
+    gap-safe test (at the warm start, with the dual point of the previous solution)
+    already removes most features: screening is carried along the path. The layout is
+    scikit-learn's ``lasso_path`` (``enet_path`` with ``l1_ratio``).
 
     Parameters
     ----------
@@ -615,7 +734,8 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
         Targets (squared loss) or labels with two distinct values (logistic loss).
     alphas : array-like, default=None
         The alphas, in any order (solved from the largest); None: ``n_alphas`` values
-        log-spaced from alpha_max (:func:`lam_max`) down to ``eps * alpha_max``.
+        log-spaced from alpha_max (:func:`lam_max` / ``l1_ratio``, scikit-learn's) down
+        to ``eps * alpha_max``.
     n_alphas : int, default=100
         Length of the default grid.
     eps : float, default=1e-3
@@ -645,6 +765,9 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     positive : bool, default=False
         Constrain the coefficients to w >= 0, as in :class:`Lasso` (the L1 penalty
         only); alpha_max is then the one-sided ``lam_max``.
+    l1_ratio : float, default=1.0
+        The elastic-net mixing in (0, 1], as in :class:`ElasticNet` (the L1 penalty
+        only; 1: the Lasso path).
     loss : {"squared", "logistic"}, default="squared"
         The datafit.
     random_state : int, numpy.random.Generator or None, default=None
@@ -693,11 +816,14 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     if loss == "logistic":
         y = encode_binary_labels(y)[0]
     n_features = np.shape(X)[1]
-    penalty = make_penalty(n_features, groups, weights, positive)
+    penalty = make_penalty(n_features, groups, weights, positive, l1_ratio)
+    l1_ratio = float(l1_ratio)
     problem = Problem(X, y, loss, penalty, 1.0, fit_intercept,
                       sample_weight=rescaled_sample_weight(sample_weight, np.shape(X)[0]))
     if alphas is None:
-        top = problem.lam_max()
+        # x = 0 is optimal iff lam = alpha l1_ratio >= lam_max (the L2 term's gradient
+        # vanishes at 0): alpha_max = lam_max / l1_ratio, as scikit-learn's
+        top = problem.lam_max() / l1_ratio
         if top <= 0:
             raise ValueError("alpha_max is 0 (y is constant or X is zero" +
                              (", or with positive=True no feature correlates positively "
@@ -712,7 +838,7 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     if len(alphas) > 1:
         problem.full_columns()      # every solve of the path reads its columns
     for k, alpha in enumerate(alphas):
-        result = solve_method(problem.with_lam(alpha), method, tol=tol,
+        result = solve_method(problem.with_lam(alpha * l1_ratio), method, tol=tol,
                               max_epochs=max_epochs, screening=screening, coef_init=coef,
                               intercept_init=intercept, random_state=random_state,
                               verbose=verbose, inner_loop=inner_loop)

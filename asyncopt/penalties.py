@@ -14,6 +14,14 @@ penalty is sum_j w_j x_j on x >= 0 and +inf elsewhere, its prox the one-sided
 max(u - t w, 0), and its "dual norm" (the support function of its unit ball) the one-sided
 max(0, max_j u_j / w_j): the dual constraint, the screening test and lam_max then bound
 A_j^T theta from above only (docs/design.md §1).
+
+``L1(l2=...)`` is the elastic net (scikit-learn's ``ElasticNet``): lam Omega(x) =
+lam sum_j w_j (|x_j| + l2 x_j^2 / 2), the L2 strength mu = lam l2 carried as the ratio
+l2 = mu / lam = (1 - l1_ratio) / l1_ratio (``elastic_net_strengths``), so that a path over
+lam keeps l1_ratio fixed; the weights w_j multiply both parts, as glmnet's penalty
+factors do. Its prox is the L1 prox shrunk, prox_l1(u, t w) / (1 + t w l2)
+(``prox_elastic_net``); the L2 part is smooth and enters the dual through the correlation
+c = A^T rho - n lam l2 w x (``constraint_correlation``): docs/design.md §1.
 """
 import math
 from numbers import Integral
@@ -33,6 +41,19 @@ def prox_l1(u, threshold, positive):
 
 
 @njit(cache=True, inline="always")
+def prox_elastic_net(u, threshold, positive, l2):
+    """prox of threshold (|.| + l2 (.)^2 / 2) at u (plus the indicator of [0, inf) with
+    ``positive``): prox_l1(u, threshold, positive) / (1 + threshold l2), from
+    argmin_v (v - u)^2 / 2 + threshold |v| + threshold l2 v^2 / 2. With l2 = 0 it is
+    prox_l1's value itself, bit for bit (no division). Every L1 kernel's prox: the
+    threshold is the step times lam w_j (t lam d_j w_j in the prox-SVRG epoch, n lam w_j
+    / L_j in coordinate descent), so the shrink is 1 / (1 + t mu d_j w_j), resp.
+    L_j / (L_j + n mu w_j)."""
+    v = prox_l1(u, threshold, positive)
+    return v / (1.0 + threshold * l2) if l2 > 0.0 else v
+
+
+@njit(cache=True, inline="always")
 def dual_magnitude(u, positive):
     """What the L1 dual constraint bounds of a correlation u = A_j^T rho: |u|, or with
     ``positive`` (x_j >= 0) max(u, 0), the support function of {v : |v| <= 1, v >= 0}
@@ -44,6 +65,29 @@ def l1_dual_norms(u, positive):
     """``dual_magnitude`` of every entry of u: |u|, or max(u, 0) with ``positive``."""
     u = np.asarray(u, np.float64)
     return np.maximum(u, 0.0) if positive else np.abs(u)
+
+
+def elastic_net_strengths(alpha, l1_ratio):
+    """(lam, l2) of scikit-learn's elastic net alpha l1_ratio ||w||_1 + alpha (1 -
+    l1_ratio) / 2 ||w||^2 in this package's terms, lam (||w||_1 + l2 ||w||^2 / 2):
+    lam = alpha l1_ratio and l2 = (1 - l1_ratio) / l1_ratio (0.0 at l1_ratio = 1, where
+    lam is alpha itself: the Lasso). ValueError unless 0 < l1_ratio <= 1: at 0 (ridge)
+    nothing is sparse, there is no L1 part to screen or threshold."""
+    l1_ratio = check_l1_ratio(l1_ratio)
+    return alpha * l1_ratio, (1.0 - l1_ratio) / l1_ratio
+
+
+def check_l1_ratio(l1_ratio):
+    """l1_ratio as a float in (0, 1]; ValueError (one line) otherwise."""
+    try:
+        value = float(l1_ratio)
+    except (TypeError, ValueError):
+        value = np.nan
+    if isinstance(l1_ratio, (bool, np.bool_)) or not 0.0 < value <= 1.0:
+        ridge = " (l1_ratio = 0 is ridge regression: no L1 part, nothing sparse to " \
+            "screen)" if value == 0.0 else ""
+        raise ValueError(f"l1_ratio must be in (0, 1], got {l1_ratio!r}{ridge}")
+    return value
 
 
 @njit(cache=True)
@@ -104,6 +148,16 @@ def weighted_l1_value(x, weights):
 
 
 @njit(cache=True)
+def weighted_square_sum(x, weights):
+    """sum_j w_j x_j^2 (a plain loop, as ``weighted_l1_value``): twice the elastic
+    net's L2 part over lam l2, in every backend's P and D."""
+    total = 0.0
+    for j in range(x.shape[0]):
+        total += weights[j] * x[j] * x[j]
+    return total
+
+
+@njit(cache=True)
 def block_prox_(x, indptr, ids, thresholds):
     """In place: every block g gets prox of thresholds[g] * ||.||_2."""
     for g in range(indptr.shape[0] - 1):
@@ -117,13 +171,15 @@ class BlockPenalty:
     (``svrg_kernel``, ``saga_kernel``, ``native_kernel``, each taking the arguments of
     ``kernels.workspace``), its second-order step (``newton_step``, at most
     ``newton_max_support`` coordinates), two facts of its blocks
-    (``keeps_orthant``, ``rows_are_column_counts``) and its constraint (``positive``:
-    x >= 0), so that a new penalty is one class here and its kernels."""
+    (``keeps_orthant``, ``rows_are_column_counts``), its constraint (``positive``:
+    x >= 0) and its smooth part (``l2``: the elastic net's L2 strength over lam), so
+    that a new penalty is one class here and its kernels."""
 
     is_l1 = False
     keeps_orthant = False     # see L1
     rows_are_column_counts = False
     positive = False          # see L1; the kernels read it from ``workspace.Blocks``
+    l2 = 0.0                  # see L1; the kernels read it from ``workspace.Blocks``
     kernels = "group"         # the kernels' suffix in kernels/svrg.py and kernels/native.py
 
     def __init__(self, indptr, ids, weights):
@@ -158,6 +214,36 @@ class BlockPenalty:
     def dual_norm(self, u):
         """Omega^D(u) = max_g ``dual_block_norms(u)``_g / w_g (0 where every one is 0)."""
         return float(np.max(self.dual_block_norms(u) / self.weights, initial=0.0))
+
+    def constraint_correlation(self, correlation, x, n_lam):
+        """What the dual constraint bounds, from A^T rho (``correlation``) at x:
+        c = A^T rho - n lam l2 w x, the negative gradient of n times the smooth part,
+        loss and L2 term (docs/design.md §1, the elastic net); ``correlation`` itself
+        (the same array) where l2 = 0, else a new array."""
+        if not self.l2:
+            return correlation
+        return correlation - (n_lam * self.l2) * self._feature_weights() * x
+
+    def loss_correlation(self, correlation, x, n_lam):
+        """A^T rho back from the constraint's c = ``correlation`` at x, the loss's part
+        alone (c + n lam l2 w x): what a step that treats the L2 term apart needs (the
+        prox-SVRG anchor, the working sets' Gram passes); ``correlation`` itself where
+        l2 = 0."""
+        if not self.l2:
+            return correlation
+        return correlation + (n_lam * self.l2) * self._feature_weights() * x
+
+    def l2_value(self, x):
+        """The L2 part of Omega, l2 sum_j w_j x_j^2 / 2 (0.0 without one). D subtracts
+        lam ``l2_value(x)`` / s^2 (docs/design.md §1)."""
+        if not self.l2:
+            return 0.0
+        return 0.5 * self.l2 * weighted_square_sum(np.asarray(x, np.float64),
+                                                   self._feature_weights())
+
+    def _feature_weights(self):
+        """w per feature (the blocks' weights repeated over their features)."""
+        return np.repeat(self.weights, np.diff(self.indptr))
 
     def prox(self, x, step):
         """prox_{step * Omega}(x) (a new array)."""
@@ -196,9 +282,11 @@ class BlockPenalty:
 
     def svrg_kernel(self, tracked=False):
         """The sparse prox-SVRG epoch of these blocks (``kernels.svrg``; ``tracked``: the
-        threads' variant that counts staleness on a shared clock)."""
+        threads' variant that counts staleness on a shared clock; with an L2 part, the
+        elastic net's kernel, whose prox has the shrink)."""
         from .kernels import svrg
-        return getattr(svrg, f"svrg_epoch_{self.kernels}" + ("_tracked" if tracked else ""))
+        return getattr(svrg, f"svrg_epoch_{self.kernels}" + ("_elastic" if self.l2 else "")
+                       + ("_tracked" if tracked else ""))
 
     def saga_kernel(self):
         """The sparse proximal SAGA epoch of these blocks (ProxASAGA)."""
@@ -249,7 +337,13 @@ class L1(BlockPenalty):
     Dis-DDSS's server keeps summed deltas on x's orthant; ``rows_are_column_counts``:
     a block's rows are its column's stored entries. ``positive``: the prox is
     max(u - t w_j, 0) (``prox_l1``) and the dual constraint one-sided,
-    A_j^T theta <= n lam w_j (``dual_block_norms``: max(u_j, 0))."""
+    A_j^T theta <= n lam w_j (``dual_block_norms``: max(u_j, 0)).
+
+    ``l2`` >= 0 (the elastic net): Omega(x) = sum_j w_j (|x_j| + l2 x_j^2 / 2), so that
+    lam Omega adds mu ||x||_w^2 / 2 with mu = lam l2 (``elastic_net_strengths``); the
+    prox is ``prox_elastic_net``, and ``value`` includes the L2 part. The dual
+    constraint bounds c = A^T rho - n mu w x (``constraint_correlation``), with the same
+    ``dual_block_norms``; l2 = 0 is the plain (weighted) L1 penalty, bit for bit."""
 
     is_l1 = True
     keeps_orthant = True
@@ -257,12 +351,16 @@ class L1(BlockPenalty):
     kernels = "l1"
     newton_max_support = None      # StallWatch's default (newton.policy.MAX_SUPPORT)
 
-    def __init__(self, n_features, weights=None, positive=False):
+    def __init__(self, n_features, weights=None, positive=False, l2=0.0):
         weights = np.ones(n_features) if weights is None else \
             _check_weights(weights, n_features, "L1")
         ar = np.arange(n_features + 1)
         super().__init__(ar, ar[:-1], weights)
         self.positive = bool(positive)
+        l2 = float(l2)
+        if not (np.isfinite(l2) and l2 >= 0.0):
+            raise ValueError(f"the L2 strength l2 must be finite and >= 0, got {l2}")
+        self.l2 = l2
 
     # blocks of one coordinate, in feature order (here and in every ``restricted``):
     # the block norms are |u_j|, with no block indirection (Dis-DDSS's server takes them
@@ -271,7 +369,8 @@ class L1(BlockPenalty):
         x = np.asarray(x, np.float64)
         if self.positive and x.shape[0] and x.min() < 0.0:
             return np.inf
-        return weighted_l1_value(x, self.weights)
+        value = weighted_l1_value(x, self.weights)
+        return value + self.l2_value(x) if self.l2 else value
 
     def block_norms(self, u):
         return np.abs(np.asarray(u, np.float64))
@@ -281,7 +380,11 @@ class L1(BlockPenalty):
 
     def prox(self, x, step):
         out = super().prox(x, step)
-        return np.maximum(out, 0.0) if self.positive else out
+        out = np.maximum(out, 0.0) if self.positive else out
+        return out / (1.0 + step * self.l2 * self.weights) if self.l2 else out
+
+    def _feature_weights(self):
+        return self.weights
 
     def projection(self, x):
         return np.maximum(x, 0.0) if self.positive else x
@@ -293,7 +396,7 @@ class L1(BlockPenalty):
         blocks = np.asarray(blocks, dtype=np.int64)
         indptr = np.arange(blocks.shape[0] + 1)
         out = type(self)._from_blocks(indptr, indptr[:-1], self.weights[blocks])
-        out.positive = self.positive
+        out.positive, out.l2 = self.positive, self.l2
         return out
 
     def active_features(self, blocks):

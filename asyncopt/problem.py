@@ -13,6 +13,13 @@ Omega^D is the penalty's ``dual_norm``; for the positive L1 penalty (x >= 0) it 
 one-sided max(0, max_j u_j / w_j), so the dual constraint is A_j^T theta <= n lam w_j
 and lam_max is 0 where no feature correlates positively with rho(0).
 
+The elastic net (``penalties.L1`` with l2 > 0, mu = lam l2; docs/design.md §1): the L2
+term is the squared loss of extra rows, so A^T rho becomes c = A^T rho - n mu w x in the
+dual scale s = max(1, Omega^D(c) / (n lam)), theta = rho / s on the data rows, and
+D(theta) = -(1/n) sum_i c_i f_i*(-theta_i / c_i) - mu sum_j w_j x_j^2 / (2 s^2) (the
+extra rows have weight 1); lam_max is unchanged (the L2 term's gradient vanishes at
+x = 0).
+
 Before every dual computation the intercept b is set to its exact optimum for the current x,
 so sum_i rho_i = 0 and theta is feasible for the intercept's constraint.
 
@@ -247,7 +254,9 @@ def check_lam(lam):
 @dataclass
 class Certificate:
     """What one dual pass computes at (x, b): margins z (with b), refitted intercept b,
-    generalized residual rho, A^T rho on the active set, the dual scaling, P, D and G."""
+    generalized residual rho, ``correlation`` = A^T rho on the active set (for the
+    elastic net the constraint's c = A^T rho - n mu w x: ``penalties.L1``), the
+    penalty's ``dual_block_norms`` of it, the dual scaling, P, D and G."""
 
     z: np.ndarray
     intercept: float
@@ -331,7 +340,8 @@ class ActiveSet:
 
     def kernel_blocks(self):
         """The blocks as the epoch kernels take them (``workspace.Blocks``)."""
-        return Blocks(self.block_indptr, self.feature_block, self.penalty.positive)
+        return Blocks(self.block_indptr, self.feature_block, self.penalty.positive,
+                      self.penalty.l2)
 
     def touch_view_buffers(self):
         """Make the epoch views' buffers (``RowsView.new_buffers``) and map their pages
@@ -512,8 +522,9 @@ class ActiveSet:
 
     def certificate(self, x, b, z=None, n_threads=1):
         """Refit the intercept, then compute the dual point, P, D and the gap
-        (docs/design.md §1). ``z`` may pass precomputed margins a_i^T x + b; the passes
-        over the data are split over n_threads threads. At x = 0, A^T rho is remembered
+        (docs/design.md §1; with the elastic net's L2 term in the correlation, P and D).
+        ``z`` may pass precomputed margins a_i^T x + b; the passes over the data are split
+        over n_threads threads. At x = 0, A^T rho is remembered
         (``residual_correlation_at``)."""
         prob = self.problem
         code = prob.loss.code
@@ -525,13 +536,17 @@ class ActiveSet:
             z += new_b - b
             b = new_b
         rho = generalized_residual(code, z, y, weights, np.empty_like(z))
-        correlation = self.residual_correlation_at(x, code, b, rho, n_threads)
-        block_corr = self.penalty.dual_block_norms(correlation)
         n_lam = prob.n_samples * prob.lam
+        penalty = self.penalty
+        correlation = penalty.constraint_correlation(
+            self.residual_correlation_at(x, code, b, rho, n_threads), x, n_lam)
+        block_corr = penalty.dual_block_norms(correlation)
         dual_norm = float(np.max(block_corr / self.weights, initial=0.0))
         scale = max(1.0, dual_norm / n_lam)
-        primal = mean_loss(code, z, y, weights) + prob.lam * self.penalty.value(x)
+        primal = mean_loss(code, z, y, weights) + prob.lam * penalty.value(x)
         dual = mean_neg_conjugate(code, rho / scale, y, weights)
+        if penalty.l2:
+            dual -= prob.lam * penalty.l2_value(x) / (scale * scale)
         return Certificate(z, b, rho, correlation, block_corr, scale, primal, dual)
 
     def dropped_share(self, keep_blocks):
@@ -615,7 +630,8 @@ class Problem:
     loss : {"squared", "logistic"} or Loss, default="squared"
         The per-sample loss f.
     penalty : BlockPenalty, default=None
-        The block penalty Omega (``asyncopt.penalties``: L1, weighted L1, group); None: L1.
+        The block penalty Omega (``asyncopt.penalties``: L1, weighted L1, the elastic
+        net's ``L1(l2=...)``, group); None: L1.
     lam : float, default=1.0
         The regularization strength lam > 0.
     fit_intercept : bool, default=True

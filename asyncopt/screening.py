@@ -15,6 +15,14 @@ callers pass; the functions here are the same (docs/design.md §1).
 (Thesis eq. 3-3 prints the radius as sqrt(2 L G); under this scaling the factor n is
 needed.)
 
+Elastic net (``penalties.L1`` with l2 > 0, mu = lam l2): the L2 term mu/2 sum_j w_j x_j^2
+is the squared loss L_f/2 z^2 of p extra rows sqrt(n mu w_j / L_f) e_j with target 0 and
+no intercept, which the dual then covers too: D stays 1/(n L_f)-strongly concave, the
+radius is the same sqrt(2 n L_f G), the correlation is c = A^T rho - n mu w x (the
+certificate's) and column j has the norm sqrt(||A_j||^2 + n mu w_j / L_f)
+(``augmented_column_norms``). An L2 row of strength L_f (not 1, as a squared-loss row
+would have) is the choice that makes the test tightest (docs/design.md §1).
+
 The sphere may be centred at any feasible theta with G = P(x) - D(theta): ``BestDual``
 keeps the feasible point with the largest D met so far in a run and tests around it too.
 
@@ -40,6 +48,16 @@ def gap_safe_radius(n_samples, lipschitz, gap, primal=0.0):
     sphere larger than that rounding (it only matters once G < 1e-11 P)."""
     return math.sqrt(2.0 * n_samples * lipschitz
                      * (max(gap, 0.0) + ROUNDING * abs(primal)))
+
+
+def augmented_column_norms(block_column_norms, n_samples, lipschitz, lam, l2, weights):
+    """The data's column norms with the elastic net's L2 rows appended (module
+    docstring): sqrt(||A_j||^2 + n lam l2 w_j / L_f); the norms themselves where l2 = 0
+    (L1 blocks only: the group penalty has no L2 part)."""
+    if not l2:
+        return block_column_norms
+    return np.sqrt(block_column_norms * block_column_norms +
+                   n_samples * lam * l2 * weights / lipschitz)
 
 
 def gap_safe_keep(block_correlation, dual_scale, radius, block_column_norms, n_samples,
@@ -108,12 +126,15 @@ class BestDual:
 
 
 def screen_blocks(certificate, best, block_column_norms, n_samples, lipschitz, lam,
-                  weights):
+                  weights, l2=0.0):
     """Mask of the blocks to keep at a Certificate (``block_correlation``, ``dual_scale``,
     ``gap``, ``primal``): a block that the gap-safe sphere around the certificate's dual
     point removes, or (given a ``BestDual``) the sphere around the best point, is
     removed. Both spheres contain theta*, so every removed block is zero at the
-    optimum."""
+    optimum. ``l2``: the penalty's (the elastic net), whose L2 rows lengthen the columns
+    (``augmented_column_norms``)."""
+    block_column_norms = augmented_column_norms(block_column_norms, n_samples, lipschitz,
+                                                lam, l2, weights)
     radius = gap_safe_radius(n_samples, lipschitz, certificate.gap, certificate.primal)
     keep = gap_safe_keep(certificate.block_correlation, certificate.dual_scale, radius,
                          block_column_norms, n_samples, lam, weights)
@@ -127,7 +148,7 @@ def screen_active_set(active, certificate, best=None):
     """``screen_blocks`` on an ActiveSet."""
     prob = active.problem
     return screen_blocks(certificate, best, active.block_column_norms(), prob.n_samples,
-                         prob.loss.lipschitz, prob.lam, active.weights)
+                         prob.loss.lipschitz, prob.lam, active.weights, active.penalty.l2)
 
 
 def static_safe_sphere_keep(problem, coef=None, intercept=0.0):

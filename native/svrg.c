@@ -20,9 +20,10 @@
  *
  * Shared x: every write is an atomic compare-and-swap on the 64-bit pattern of x_j
  * (GCC/Clang __atomic builtins); every read is a relaxed atomic load.
- *   L1:    CAS(x_j, old, prox_l1(old - eta (diff a_ij + wmu_j), thr_j, positive))
- *          (on one thread this is exactly numba's x[j] = prox_l1(x[j] - ..., thr, positive);
- *          with positive the prox is max(u - thr, 0), so every value swapped in is >= 0).
+ *   L1:    CAS(x_j, old, prox_elastic_net(old - eta (diff a_ij + wmu_j), thr_j, positive,
+ *          l2)) (on one thread this is exactly numba's x[j] = prox_elastic_net(x[j] - ...,
+ *          thr, positive, l2); with positive the prox is max(u - thr, 0), so every value
+ *          swapped in is >= 0; l2 > 0, the elastic net, divides by 1 + thr l2).
  *   group: the block's new value is formed in private buffers from one read of x_g, then
  *          x_j += new_j - old_j per coordinate with a CAS add (eq. 3-10).
  * Clock: shared int64 step counter; tau = (clock value fetched by my atomic increment)
@@ -85,6 +86,13 @@ static inline double prox_l1(double u, double threshold, int positive)
     return positive ? upper : upper + nb_min(u + threshold, 0.0);
 }
 
+/* ---- penalties.py: prox_elastic_net ---------------------------------------------------- */
+static inline double prox_elastic_net(double u, double threshold, int positive, double l2)
+{
+    double v = prox_l1(u, threshold, positive);
+    return l2 > 0.0 ? v / (1.0 + threshold * l2) : v;
+}
+
 /* ---- atomics on shared doubles --------------------------------------------------------- */
 static inline double load_relaxed(const double *p)
 {
@@ -104,14 +112,15 @@ static inline void atomic_add(double *p, double delta)
                                         __ATOMIC_RELAXED));
 }
 
-/* x_j <- prox_l1(x_j - step, thr, positive) atomically, the prox applied to the value
- * swapped. */
-static inline void atomic_prox_l1(double *p, double step, double thr, int positive)
+/* x_j <- prox_elastic_net(x_j - step, thr, positive, l2) atomically, the prox applied to
+ * the value swapped. */
+static inline void atomic_prox_l1(double *p, double step, double thr, int positive,
+                                  double l2)
 {
     double old, new_;
     __atomic_load(p, &old, __ATOMIC_RELAXED);
     do {
-        new_ = prox_l1(old - step, thr, positive);
+        new_ = prox_elastic_net(old - step, thr, positive, l2);
     } while (!__atomic_compare_exchange(p, &old, &new_, 0, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED));
 }
@@ -167,7 +176,7 @@ ASYNCOPT_EXPORT int asyncopt_svrg_epoch_l1(
     int code, const double *sample_weight, double *x, double *intercept,
     double eta_intercept, const double *z_snap, const double *weighted_mu, double mu_intercept, const double *thresholds, double eta,
     const int64_t *samples, int64_t n_samples, int variance_reduced, int n_threads,
-    int64_t *clock, int64_t *staleness, int positive)
+    int64_t *clock, int64_t *staleness, int positive, double l2)
 {
     if (n_threads < 1 || n_samples < 0)
         return 2;
@@ -194,7 +203,7 @@ ASYNCOPT_EXPORT int asyncopt_svrg_epoch_l1(
                 for (int64_t k = indptr[i]; k < indptr[i + 1]; k++) {
                     int64_t j = indices[k];
                     atomic_prox_l1(&x[j], eta * (diff * data[k] + weighted_mu[j]),
-                                   thresholds[j], positive);
+                                   thresholds[j], positive, l2);
                 }
                 step_intercept(intercept, &b, &delta, eta_intercept * (diff + mu_intercept),
                                t - start);

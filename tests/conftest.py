@@ -80,13 +80,16 @@ def lipschitz(loss):
     return 1.0 if loss == "squared" else 0.25
 
 
-def optimal_intercept(loss, z0, y):
-    """argmin_b mean f(z0 + b) by a closed form / bracketing root finder."""
+def optimal_intercept(loss, z0, y, c=None):
+    """argmin_b mean f(z0 + b) (with the rows' weights ``c``: sum_i c_i f(z0_i + b)) by a
+    closed form / bracketing root finder."""
     if loss == "squared":
-        return float(np.mean(y - z0))
+        return float(np.mean(y - z0)) if c is None else \
+            float(c @ (y - z0)) / float(np.sum(c))
 
     def deriv(b):
-        return np.mean(loss_derivatives(loss, z0 + b, y))
+        derivatives = loss_derivatives(loss, z0 + b, y)
+        return np.mean(derivatives) if c is None else float(c @ derivatives)
     lo, hi = -1.0, 1.0
     while deriv(lo) > 0:
         lo *= 2

@@ -113,7 +113,9 @@ def test_prox_l1_minimises_its_objective_on_the_half_line(u, t):
                                                  abs=1e-12)
 
 
-def _epoch_arguments(positive, seed=0, n=60, p=20):
+def _epoch_arguments(positive, seed=0, n=60, p=20, l2=0.0):
+    """(rows, blocks, step, samples) of a prox-SVRG epoch on a random sparse problem,
+    the blocks' ``positive`` and ``l2`` as given."""
     rng = np.random.default_rng(seed)
     A = sp.random(n, p, density=0.3, format="csr", random_state=rng,
                   data_rvs=rng.standard_normal)
@@ -122,7 +124,7 @@ def _epoch_arguments(positive, seed=0, n=60, p=20):
     weighted_mu = A.T @ (z_snap - y) / n * 3.0
     rows = Rows(A.indptr.astype(np.int64), A.indices.astype(np.int32), A.data, y, 0)
     blocks = Blocks(np.arange(p + 1, dtype=np.int64), np.arange(p, dtype=np.int64),
-                    positive)
+                    positive, l2)
     step = SvrgStep(z_snap, weighted_mu, float(np.mean(-y)), np.full(p, 1e-3), 0.05, 0.02)
     return rows, blocks, step, rng.permutation(np.repeat(np.arange(n), 3)).astype(np.int64)
 
@@ -400,6 +402,45 @@ def _screening_problem(make_data, seed, loss):
     return base.with_lam(ratio * top), X, y, weights, desc
 
 
+def unsafe_check(problem, active, nonzero, desc):
+    """check(keep, where): an AssertionError naming ``where`` and ``desc`` where the mask
+    ``keep`` over ``active``'s features removes a feature that is ``nonzero`` in the
+    reference."""
+    def check(keep, where):
+        removed_features = np.zeros(problem.n_features, bool)
+        removed_features[active.features[~keep]] = True
+        wrong = np.flatnonzero(removed_features & nonzero)
+        assert wrong.size == 0, f"UNSAFE at {where}: {wrong.tolist()}: {desc}"
+    return check
+
+
+def screening_points(problem, x_ref, rng, seed):
+    """The points the safety tests screen at: x = 0, x after 1 and 3 epochs of DDSS
+    without screening (``random_state=seed``), and x_ref plus Gaussian noise (from
+    ``rng``) of 1e-7, 1e-4 and 1e-2 times its largest magnitude (at least 1e-3)."""
+    points = [np.zeros(problem.n_features)]
+    for epochs in (1, 3):
+        points.append(solve_ddss(problem, screening=False, tol=1e-30, max_epochs=epochs,
+                                 random_state=seed).coef)
+    scale = max(np.abs(x_ref).max(), 1e-3)
+    return points + [x_ref + sigma * scale * rng.standard_normal(x_ref.shape)
+                     for sigma in (1e-7, 1e-4, 1e-2)]
+
+
+def screened_run(problem, nonzero, seed, desc):
+    """A converged DDSS run with screening (``random_state=seed``): no feature it
+    removes is ``nonzero`` in the reference, and every one is exactly zero in its
+    coef; returns (the result, the mask of the features it kept)."""
+    result = solve_ddss(problem, tol=1e-9, max_epochs=20000, random_state=seed)
+    assert result.converged, desc
+    kept = np.zeros(problem.n_features, bool)
+    kept[result.active_features] = True
+    wrong = np.flatnonzero(~kept & nonzero)
+    assert wrong.size == 0, f"UNSAFE inside DDSS: {wrong.tolist()}: {desc}"
+    assert np.all(result.coef[~kept] == 0.0), desc
+    return result, kept
+
+
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
 def test_the_one_sided_gap_safe_test_is_safe(loss, ref, make_data):
     """60 random problems per loss (120 in all): every feature that the one-sided test
@@ -429,24 +470,11 @@ def test_the_one_sided_gap_safe_test_is_safe(loss, ref, make_data):
         order = np.argsort(active.features)
         column_norms = np.sqrt(np.asarray(sp.csc_matrix(X).multiply(sp.csc_matrix(X))
                                           .sum(axis=0)).ravel())
-        rng = np.random.default_rng(k)
-
-        def check(keep, where):
-            removed_features = np.zeros(problem.n_features, bool)
-            removed_features[active.features[~keep]] = True
-            wrong = np.flatnonzero(removed_features & nonzero)
-            assert wrong.size == 0, f"UNSAFE at {where}: {wrong.tolist()}: {desc}"
-
-        points = [np.zeros(problem.n_features)]
-        for epochs in (1, 3):
-            points.append(solve_ddss(problem, screening=False, tol=1e-30,
-                                     max_epochs=epochs, random_state=k).coef)
-        scale = max(x_ref.max(), 1e-3)
-        points += [np.maximum(x_ref + sigma * scale * rng.standard_normal(x_ref.shape), 0)
-                   for sigma in (1e-7, 1e-4, 1e-2)]
+        check = unsafe_check(problem, active, nonzero, desc)
+        points = screening_points(problem, x_ref, np.random.default_rng(k), k)
         best = BestDual()
         for where, x in enumerate(points):
-            cert = problem.certificate(x, 0.0)
+            cert = problem.certificate(np.maximum(x, 0.0), 0.0)
             keep = screen_active_set(active, cert)
             check(keep, f"point {where}")
             keep_best = screen_active_set(active, cert, best)
@@ -458,13 +486,8 @@ def test_the_one_sided_gap_safe_test_is_safe(loss, ref, make_data):
             two_sided = np.abs(cert.correlation[order] / cert.dual_scale) + \
                 radius * column_norms >= problem.n_samples * problem.lam * weights
             one_sided_only += int(np.sum(~keep[order] & two_sided))
-        result = solve_ddss(problem, tol=1e-9, max_epochs=20000, random_state=k)
-        assert result.converged, desc
-        kept = np.zeros(problem.n_features, bool)
-        kept[result.active_features] = True
-        wrong = np.flatnonzero(~kept & nonzero)
-        assert wrong.size == 0, f"UNSAFE inside DDSS: {wrong.tolist()}: {desc}"
-        assert np.all(result.coef[~kept] == 0.0) and result.coef.min() >= 0.0, desc
+        result, kept = screened_run(problem, nonzero, k, desc)
+        assert result.coef.min() >= 0.0, desc
         removed += int(np.sum(~kept))
     assert problems >= 55
     assert removed >= 0.8 * zero_total, (removed, zero_total)
@@ -538,39 +561,56 @@ def test_the_command_line_fits_a_model_without_negative_coefficients(prog, tmp_p
 
 # -- mpirun ---------------------------------------------------------------------------
 
+def shards_result(tmp_path, loss, method, option):
+    """``mpirun -n 3`` (1 server + 2 workers) of tests/mpi/solve_shards.py with the L1
+    penalty and ``option``: its JSON result; the run converged, has non-zeros and
+    reaches the serial run's objective to 1e-6."""
+    out = tmp_path / "result.json"
+    proc = subprocess.run([MPIRUN, "-n", "3", sys.executable, SHARDS, str(out), loss,
+                           method, "1", option], env=_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["converged"] and result["coef_nnz"] > 0
+    assert abs(result["objective"] - result["serial_objective"]) <= \
+        1e-6 * abs(result["serial_objective"])
+    return result
+
+
+def lasso_cli_under_mpirun_and_serially(tmp_path, arguments):
+    """``asyncopt-lasso`` with ``arguments`` under ``mpirun -n 3`` and on the serial
+    backend, each saving its model: (mpirun's stdout, its model, the serial model, as
+    ``np.load`` reads them); both exit 0 and mpirun's summary names its ranks."""
+    mpi = subprocess.run([MPIRUN, "-n", "3", sys.executable, "-m", "asyncopt.cli.lasso",
+                          *arguments, "--save-coef", str(tmp_path / "mpi.npz")],
+                         env=_env(), capture_output=True, text=True, timeout=300)
+    assert mpi.returncode == 0, mpi.stderr[-2000:]
+    assert "mpi (1 server + 2 workers)" in mpi.stdout
+    serial = subprocess.run([sys.executable, "-m", "asyncopt.cli.lasso", *arguments,
+                             "--backend", "serial", "--save-coef",
+                             str(tmp_path / "serial.npz")], env=_env(),
+                            capture_output=True, text=True, timeout=300)
+    assert serial.returncode == 0, serial.stderr[-2000:]
+    return mpi.stdout, np.load(tmp_path / "mpi.npz"), np.load(tmp_path / "serial.npz")
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("method,loss", [("ddss", "squared"), ("working_set", "squared"),
                                          ("auto", "logistic")])
 def test_dis_ddss_reaches_the_serial_positive_objective(tmp_path, method, loss):
     """mpirun -n 3 (1 server + 2 workers), the L1 penalty with coef >= 0: the serial
     run's objective to 1e-6, coef >= 0."""
-    out = tmp_path / "result.json"
-    proc = subprocess.run([MPIRUN, "-n", "3", sys.executable, SHARDS, str(out), loss,
-                           method, "1", "positive"], env=_env(), capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(out.read_text())
-    assert result["converged"] and result["coef_min"] >= 0.0 and result["coef_nnz"] > 0
-    assert abs(result["objective"] - result["serial_objective"]) <= \
-        1e-6 * abs(result["serial_objective"])
+    assert shards_result(tmp_path, loss, method, "positive")["coef_min"] >= 0.0
 
 
 @pytest.mark.mpi
 def test_the_command_line_under_mpirun_with_positive(tmp_path):
     """``mpirun -n 3 asyncopt-lasso DATA --positive``: the serial command line's model."""
     data = _write_libsvm(tmp_path / "d.svm", "squared")
-    common = [str(data), "--quiet", "--positive", "--tol", "1e-9", "--max-epochs", "2000"]
-    mpi = subprocess.run([MPIRUN, "-n", "3", sys.executable, "-m", "asyncopt.cli.lasso",
-                          *common, "--save-coef", str(tmp_path / "mpi.npz")],
-                         env=_env(), capture_output=True, text=True, timeout=300)
-    assert mpi.returncode == 0, mpi.stderr[-2000:]
-    assert "mpi (1 server + 2 workers)" in mpi.stdout and "coef >= 0" in mpi.stdout
-    serial = subprocess.run([sys.executable, "-m", "asyncopt.cli.lasso", *common,
-                             "--backend", "serial", "--save-coef",
-                             str(tmp_path / "serial.npz")], env=_env(),
-                            capture_output=True, text=True, timeout=300)
-    assert serial.returncode == 0, serial.stderr[-2000:]
-    a, b = np.load(tmp_path / "mpi.npz"), np.load(tmp_path / "serial.npz")
+    stdout, a, b = lasso_cli_under_mpirun_and_serially(
+        tmp_path, [str(data), "--quiet", "--positive", "--tol", "1e-9", "--max-epochs",
+                   "2000"])
+    assert "coef >= 0" in stdout
     assert float(a["alpha"]) == pytest.approx(float(b["alpha"]), rel=1e-12)
     assert a["coef"].min() >= 0.0
     np.testing.assert_allclose(a["coef"], b["coef"], rtol=1e-4, atol=1e-6)

@@ -87,18 +87,7 @@ def weighted_certificate(ref, X, y, loss, penalty, lam, fit_intercept, x, c):
     A = dense(X)
     n = A.shape[0]
     z0 = A @ x
-    b = 0.0
-    if fit_intercept and loss == "squared":
-        b = float(c @ (y - z0)) / float(np.sum(c))
-    elif fit_intercept:
-        def slope(t):
-            return float(c @ ref.loss_derivatives(loss, z0 + t, y))
-        lo, hi = -1.0, 1.0
-        while slope(lo) > 0:
-            lo *= 2
-        while slope(hi) < 0:
-            hi *= 2
-        b = scipy.optimize.brentq(slope, lo, hi, xtol=1e-15, rtol=1e-15, maxiter=500)
+    b = ref.optimal_intercept(loss, z0, y, c) if fit_intercept else 0.0
     rho = -c * ref.loss_derivatives(loss, z0 + b, y)
     scale = max(1.0, ref.omega_dual(penalty, A.T @ rho) / (n * lam))
     theta = rho / scale

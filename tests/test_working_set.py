@@ -109,11 +109,12 @@ def test_epochs_and_extrapolations_never_raise_the_subproblems_objective():
         w, r = np.zeros(cols.shape[0]), order_y - order_y.mean()
         b, done, _, kept = lasso_working_set_cd(indptr, rows, data, cols, w, r,
                                                 float(order_y.mean()), order_y,
-                                                UNWEIGHTED, n_lam, weights, False, sq,
+                                                UNWEIGHTED, n_lam, weights, False, 0.0, sq,
                                                 blocks, True, 0.0, epochs, 5, 10)
         assert done == epochs
         np.testing.assert_allclose(r, order_y - csc[:, cols] @ w - b, atol=1e-10)
-        values.append(lasso_objective(w, r, UNWEIGHTED, n_lam, weights, False, blocks))
+        values.append(lasso_objective(w, r, UNWEIGHTED, n_lam, weights, False, 0.0,
+                                      blocks))
     assert all(later <= earlier + 1e-12 for earlier, later in zip(values, values[1:]))
     assert kept > 0
 
@@ -144,14 +145,14 @@ def test_gram_coordinate_descent_reaches_sklearns_objective_with_a_true_gap(fit_
     for passes in range(1, 30):
         w = w0.copy()
         db, done, gap = gram_lasso_cd(B.T @ B, B.T @ r, w, n * lam, np.ones(25), False,
-                                      fit_intercept, r @ r, y @ r, B.T @ y, 0.0, passes,
-                                      1, anderson)
+                                      0.0, fit_intercept, r @ r, y @ r, B.T @ y, 0.0,
+                                      passes, 1, anderson)
         assert done == passes
         values.append(objective(w, b0 + db))
         assert values[-1] - best <= gap / n + 1e-13
     assert all(later <= earlier + 1e-15 for earlier, later in zip(values, values[1:]))
     w = w0.copy()
-    db, _, gap = gram_lasso_cd(B.T @ B, B.T @ r, w, n * lam, np.ones(25), False,
+    db, _, gap = gram_lasso_cd(B.T @ B, B.T @ r, w, n * lam, np.ones(25), False, 0.0,
                                fit_intercept, r @ r, y @ r, B.T @ y, 1e-12, 100_000, 10,
                                anderson)
     assert gap <= 1e-12
@@ -215,7 +216,7 @@ def test_going_on_on_the_gram_matrix_solves_the_columns_subproblem(fit_intercept
 
     def columns(w, r, b, epochs, tol):
         return lasso_working_set_cd(*args, w, r, b, active.y, UNWEIGHTED, n_lam,
-                                    np.ones(30), False,
+                                    np.ones(30), False, 0.0,
                                     active.column_sq_norms, np.arange(31), fit_intercept,
                                     tol, epochs, 5, 10)
     w_ref, r_ref = x0.copy(), cert.rho.copy()
@@ -334,7 +335,7 @@ def test_prox_newton_steps_never_raise_the_subproblems_objective():
         w, z = np.zeros(cols.shape[0]), np.zeros(60)
         b, done, _, _ = prox_newton_working_set(indptr, rows, data, cols, w, z, 0.0,
                                                 active.y, UNWEIGHTED, 1, n_lam, weights,
-                                                False, sq,
+                                                False, 0.0, sq,
                                                 0.25, True, 0.0, steps, 20)
         np.testing.assert_allclose(z, csc[:, cols] @ w + b, atol=1e-10)
         values.append(np.sum(np.logaddexp(0.0, -active.y * z)) + n_lam * np.abs(w).sum())

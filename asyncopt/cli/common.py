@@ -96,6 +96,18 @@ def _int_at_least(minimum):
     return parse
 
 
+def _l1_ratio(text):
+    """argparse type: the elastic-net mixing, a number in (0, 1]."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    if not 0.0 < v <= 1.0:
+        ridge = " (0 is ridge regression: nothing sparse to screen)" if v == 0.0 else ""
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}{ridge}")
+    return v
+
+
 _positive_int = _int_at_least(1)
 _nonneg_int = _int_at_least(0)
 
@@ -167,6 +179,11 @@ def build_parser(prog, description, default_alpha_ratio=1e-2):
                         "rescaled to sum to the number of rows, as scikit-learn's "
                         "sample_weight. A zero weight drops its row; a bad line is an "
                         "error naming FILE:LINE")
+    p.add_argument("--l1-ratio", type=_l1_ratio, default=1.0, metavar="R",
+                   help="elastic-net mixing in (0, 1], scikit-learn's l1_ratio: the "
+                        "penalty is alpha (R ||w||_1 + (1 - R)/2 ||w||^2), alpha_max = "
+                        "lam_max / R; 1 is the L1 model. R < 1 runs with the methods "
+                        "auto, ddss, ddss_naive and working_set")
     p.add_argument("--degree", type=int, choices=[1, 2, 3], default=1,
                    help="feature-cross degree of the embedded a9a data set")
     p.add_argument("--seed", type=_nonneg_int, default=0, metavar="S",
@@ -523,11 +540,11 @@ def fit_and_report(args, prog, loss, title):
     nor scikit-learn, whose start-up every rank would pay."""
     import numpy as np
 
-    from asyncopt.penalties import L1
     from asyncopt.problem import Problem
     from asyncopt.solvers.methods import solve_method
     from asyncopt.solvers.threads import ThreadsInnerLoop
 
+    check_l1_ratio_method(args)
     world = mpi_world()
     if world is not None and args.backend in (None, "mpi"):
         return fit_and_report_mpi(args, prog, loss, title, world)
@@ -554,9 +571,10 @@ def fit_and_report(args, prog, loss, title):
         read_sample_weight(args.sample_weight, n, name)
 
     # X was read for this solve alone: its arrays serve as the first epoch view
-    problem = Problem(X, y, loss, L1(p, positive=args.positive), 1.0, fit_intercept,
+    problem = Problem(X, y, loss, elastic_net_penalty(args, p), 1.0, fit_intercept,
                       overwrite_X=True, sample_weight=weights)
-    lmax = float(problem.lam_max())
+    # alpha in scikit-learn's elastic-net scale: the L1 part's lam = alpha l1_ratio
+    lmax = float(problem.lam_max()) / args.l1_ratio
     alpha, ratio = alpha_from(args, lmax, name)
     leader = world is None or world[0] == 0
     if args.backend is None and world is None and not args.quiet:
@@ -566,7 +584,8 @@ def fit_and_report(args, prog, loss, title):
     checkpoint = checkpoint_path(args)
     with checkpoint_on_sigterm(checkpoint, "the solver's"):
         result = solve_method(
-            problem.with_lam(alpha), args.method, tol=args.tol, max_epochs=args.max_epochs,
+            problem.with_lam(alpha * args.l1_ratio), args.method, tol=args.tol,
+            max_epochs=args.max_epochs,
             screening=not args.no_screening, random_state=args.seed,
             verbose=0 if args.quiet or not leader else 1, checkpoint=checkpoint,
             inner_loop=ThreadsInnerLoop(args.n_jobs) if backend == "threads" else None)
@@ -617,8 +636,29 @@ def _fitted(result):
                            n_iter_=result.n_iter)
 
 
+def check_l1_ratio_method(args):
+    """CliUsageError (status 2, one line) for --l1-ratio < 1 with a baseline method,
+    which has no elastic net (``solvers.methods.ELASTIC_NET_METHODS``)."""
+    from asyncopt.solvers.methods import ELASTIC_NET_METHODS
+
+    if args.l1_ratio < 1.0 and args.method not in ELASTIC_NET_METHODS:
+        raise CliUsageError(f"--method {args.method} has no elastic net: --l1-ratio "
+                            f"{args.l1_ratio:g} needs one of "
+                            f"{', '.join(ELASTIC_NET_METHODS)}")
+
+
+def elastic_net_penalty(args, p):
+    """The L1 penalty of --positive and --l1-ratio (``penalties.L1``: l2 = (1 - R) / R
+    relative to lam = alpha R)."""
+    from asyncopt.penalties import L1, elastic_net_strengths
+
+    _, l2 = elastic_net_strengths(1.0, args.l1_ratio)
+    return L1(p, positive=args.positive, l2=l2)
+
+
 def alpha_from(args, lmax, name):
-    """(alpha, alpha / lam_max) from --alpha or --alpha-ratio."""
+    """(alpha, alpha / lam_max) from --alpha or --alpha-ratio (``lmax``: alpha_max,
+    lam_max / l1_ratio with --l1-ratio)."""
     if args.alpha is not None:
         alpha = float(args.alpha)
         return alpha, (alpha / lmax if lmax > 0 else float("inf"))
@@ -645,6 +685,7 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     from .distributed import agree, labels, load_shard, shard_sample_weight
 
     comm = MPI.COMM_WORLD
+    check_l1_ratio_method(args)
     if args.method not in MPI_METHODS:
         raise CliUsageError(f"--method {args.method} does not run under mpirun yet: use one "
                             f"of {', '.join(MPI_METHODS)}")
@@ -657,15 +698,17 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     # --test: read by the server, which prints the summary, before the solve
     test = agree(comm, lambda: held_out(args, loss, p, classes) if world[0] == 0 else None)
     fit_intercept = not args.no_intercept
-    penalty = L1(p, positive=args.positive)
+    penalty = elastic_net_penalty(args, p)
     weights = shard_sample_weight(comm, args.sample_weight, X, n, name)
     # the shard's rows are this rank's alone: their arrays serve as its first epoch view
     shard = None if X is None else Problem(X, y, loss, penalty, 1.0, fit_intercept,
                                            overwrite_X=True, sample_weight=weights)
-    lmax = distributed_lam_max(comm, shard, penalty, n, code, fit_intercept)
+    lmax = distributed_lam_max(comm, shard, penalty, n, code, fit_intercept) / \
+        args.l1_ratio
     alpha, ratio = agree(comm, lambda: alpha_from(args, lmax, name))
+    lam = alpha * args.l1_ratio      # the L1 part's (alpha itself at --l1-ratio 1)
     if shard is not None:
-        shard = shard.with_lam(alpha)
+        shard = shard.with_lam(lam)
     leader = world[0] == 0
     t0 = time.perf_counter()
     checkpoint = checkpoint_path(args)
@@ -673,7 +716,7 @@ def fit_and_report_mpi(args, prog, loss, title, world):
     with ending_every_rank_on_error(comm, prog, lambda exc: _os_error_message(exc)
                                     if isinstance(exc, OSError) else None), \
             checkpoint_on_sigterm(checkpoint, "the server's", holder=leader):
-        result = solve_mpi(comm, shard, penalty, p, code, alpha, fit_intercept,
+        result = solve_mpi(comm, shard, penalty, p, code, lam, fit_intercept,
                            tol=args.tol, max_epochs=args.max_epochs,
                            **solver_flags(args.method, not args.no_screening),
                            batch=args.batch, random_state=args.seed, checkpoint=checkpoint,
@@ -718,8 +761,11 @@ def report(args, title, est, name, n, p, nnz, classes, alpha, ratio, lmax, fit_i
         rows.append(("classes", classes_text(classes)))
     rows += [
         ("method", f"{method}, {backend}, screening {screens}"
-                   f"{', coef >= 0' if args.positive else ''}"),
-        ("alpha", f"{alpha:.4e}  (alpha/lam_max = {ratio:.3g}, lam_max = {lmax:.4e})"),
+                   f"{', coef >= 0' if args.positive else ''}"
+                   f"{f', l1_ratio {args.l1_ratio:g}' if args.l1_ratio < 1 else ''}"),
+        ("alpha", f"{alpha:.4e}  (alpha/alpha_max = {ratio:.3g}, alpha_max = {lmax:.4e})"
+         if args.l1_ratio < 1 else
+         f"{alpha:.4e}  (alpha/lam_max = {ratio:.3g}, lam_max = {lmax:.4e})"),
         ("objective", f"{objective:.8e}"),
         ("duality gap", f"{gap:.3e}  (relative {rel_gap:.3e}, tol {args.tol:g}"
                         f"{'' if converged else ', NOT reached: raise --max-epochs'})"),

@@ -9,7 +9,8 @@ from asyncopt.cli.common import build_parser, fit_and_report, run_main
 PROG = "asyncopt-lasso"
 DESCRIPTION = (
     "Fit a Lasso, (1/2n)||y - Xw - b||^2 + alpha ||w||_1, with DDSS "
-    "(gap-safe screening + sparse proximal SVRG) and print a summary."
+    "(gap-safe screening + sparse proximal SVRG) and print a summary; with "
+    "--l1-ratio R < 1 the elastic net, penalty alpha (R ||w||_1 + (1 - R)/2 ||w||^2)."
 )
 
 

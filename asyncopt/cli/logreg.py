@@ -10,7 +10,8 @@ PROG = "asyncopt-logreg"
 DESCRIPTION = (
     "Fit a sparse logistic regression, (1/n) sum log(1 + exp(-y_i (x_i^T w + b))) "
     "+ alpha ||w||_1, with DDSS (gap-safe screening + sparse proximal SVRG) and "
-    "print a summary. Labels must take exactly two values (mapped to -1/+1)."
+    "print a summary (with --l1-ratio R < 1 the elastic-net penalty alpha (R ||w||_1 + "
+    "(1 - R)/2 ||w||^2)). Labels must take exactly two values (mapped to -1/+1)."
 )
 
 

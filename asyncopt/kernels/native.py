@@ -66,7 +66,8 @@ def _load():
             return
         LIBRARY_PATH = str(path)
         lib = ctypes.CDLL(LIBRARY_PATH)
-        lib.asyncopt_svrg_epoch_l1.argtypes = list(_COMMON) + [ctypes.c_int]  # positive
+        lib.asyncopt_svrg_epoch_l1.argtypes = list(_COMMON) + [ctypes.c_int,  # positive
+                                                               ctypes.c_double]  # l2
         lib.asyncopt_svrg_epoch_l1.restype = ctypes.c_int
         lib.asyncopt_svrg_epoch_group.argtypes = list(_COMMON) + [
             _p_i64, _p_i64, ctypes.c_int64, ctypes.c_int64]
@@ -155,11 +156,13 @@ def _finish(rc, per_thread, staleness):
 
 def native_epoch_l1(rows, blocks, step, x, intercept, samples, clock, n_threads=1):
     """Native twin of ``svrg_epoch_l1_tracked`` on ``n_threads`` OpenMP threads (of
-    ``blocks``, only ``positive`` is read: the prox then keeps x >= 0)."""
+    ``blocks``, only ``positive`` and ``l2`` are read: the prox then keeps x >= 0, and
+    shrinks by 1 / (1 + threshold l2) for the elastic net)."""
     _require()
     args, per_thread = _common_args(rows, step, x, intercept, samples, clock, n_threads,
                                     x.shape[0] if isinstance(x, np.ndarray) else 0)
-    rc = _lib.asyncopt_svrg_epoch_l1(*args, int(bool(blocks.positive)))
+    rc = _lib.asyncopt_svrg_epoch_l1(*args, int(bool(blocks.positive)),
+                                     float(blocks.l2))
     return _finish(rc, per_thread, clock.staleness)
 
 

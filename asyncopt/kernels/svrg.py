@@ -13,7 +13,12 @@ E_i[sum_{g touching S_i} d_g w_g ||x_g||] = Omega(x). c_i is row i's sample weig
 uniformly whatever their weight, and a row's step is on its weighted loss c_i f_i, so the
 estimate stays unbiased for F(x) = (1/n) sum_i c_i f_i; the step's L_max carries
 max_i c_i (``ActiveSet.max_row_sq_norm``); uniform sampling keeps the chunked reads of
-``ddss.epoch_rows`` (docs/design.md §1, sample weights).
+``ddss.epoch_rows`` (docs/design.md §1, sample weights). The elastic net's L2 part
+(``blocks.l2``: Omega_j(x_j) = w_j (|x_j| + l2 x_j^2 / 2)) is separable like the L1
+part and reweighted alike, so it goes into the same lazy prox: the soft threshold at
+eta lam d_j w_j, then the shrink 1 / (1 + eta lam l2 d_j w_j) = 1 / (1 + eta mu d_j w_j)
+(``penalties.prox_elastic_net``); mu, the anchor's gradient and the step stay the
+loss's.
 
 The intercept is the unpenalized coordinate b' = b / s of a column of constant value s in
 every row (d_b = 1): b <- b - eta s^2 (f'(z) - f'(z~_i) + mu_b), the kernels taking
@@ -34,7 +39,7 @@ import numpy as np
 from numba import njit
 
 from ..losses import loss_derivative, row_weight
-from ..penalties import block_soft_threshold_, prox_l1
+from ..penalties import block_soft_threshold_, prox_elastic_net, prox_l1
 
 
 @njit(cache=True, inline="always")
@@ -174,7 +179,7 @@ def tick(clock, last, pending, staleness, track, force):
     return last, pending
 
 
-def _make_epoch_kernels(track_staleness):
+def _make_epoch_kernels(track_staleness, elastic=False):
     """The L1 and group epoch kernels; with track_staleness (a compile-time constant, so
     the serial kernels carry no trace of it) every step also measures its delay tau: the
     steps other threads finished on the shared ``clock`` between this step's read of x and
@@ -188,7 +193,13 @@ def _make_epoch_kernels(track_staleness):
     step would bounce its cache line between cores.) A racing add that loses an update
     only delays b: the outer loop refits it exactly.
 
-    The kernels close over the flag alone: numba keys its on-disk cache of a closure by a
+    ``elastic`` (a compile-time constant too): the L1 kernel applies the elastic net's
+    shrink, reading ``blocks.l2`` (``penalties.prox_elastic_net``); without it the
+    kernel's prox is the L1 prox alone, the Lasso's code with no trace of the shrink, and
+    it refuses blocks with l2 > 0 (a ValueError, once per call). The penalty picks the
+    kernel (``BlockPenalty.svrg_kernel``).
+
+    The kernels close over the flags alone: numba keys its on-disk cache of a closure by a
     hash of the closed-over values, and closed-over dispatchers hash differently in every
     process, so each process would compile the kernels again."""
 
@@ -196,6 +207,9 @@ def _make_epoch_kernels(track_staleness):
     def epoch_l1(rows, blocks, step, x, intercept, samples, clock):
         indptr, indices, data, y, code, sample_weight = rows
         positive = blocks.positive
+        if not elastic and blocks.l2 > 0.0:
+            raise ValueError("an L2 strength (blocks.l2 > 0) needs the elastic kernel")
+        l2 = blocks.l2 if elastic else 0.0
         z_snap, weighted_mu, mu_intercept, thresholds, eta, eta_intercept, \
             variance_reduced = step
         steps, staleness = clock
@@ -210,8 +224,9 @@ def _make_epoch_kernels(track_staleness):
             for k in range(indptr[i], indptr[i + 1]):
                 j = indices[k]
                 if thresholds[j] < np.inf:        # +inf: frozen at zero for the epoch
-                    x[j] = prox_l1(x[j] - eta * (diff * data[k] + weighted_mu[j]),
-                                   thresholds[j], positive)
+                    x[j] = prox_elastic_net(
+                        x[j] - eta * (diff * data[k] + weighted_mu[j]), thresholds[j],
+                        positive, l2)
             b, delta = step_intercept(intercept, b, delta,
                                       eta_intercept * (diff + mu_intercept), t,
                                       track_staleness)
@@ -260,7 +275,8 @@ def _make_epoch_kernels(track_staleness):
 svrg_epoch_l1, svrg_epoch_group = _make_epoch_kernels(False)
 svrg_epoch_l1.__doc__ = """Sparse prox-SVRG steps (``workspace.SvrgStep`` ``step``) for the
 rows (``workspace.Rows``) in ``samples``, L1: blocks of size 1 (of ``blocks``, only
-``positive`` is read: the prox max(u - t, 0) keeps x >= 0); x and
+``positive`` is read: the prox max(u - t, 0) keeps x >= 0; l2 must be 0, see
+``svrg_epoch_l1_elastic``); x and
 intercept (length-1 array, step eta_intercept) updated in place; thresholds[j] =
 eta lam d_j w_j, or +inf for a coordinate frozen at zero for the epoch
 (``ddss.freeze_optimal_zeros``), which the steps skip. ``clock`` (``workspace.Clock``) is
@@ -273,6 +289,11 @@ block's new value is formed in a private buffer from one read of x_g and only it
 is added to x (eq. 3-10), so threads sharing x never shrink a block another thread has
 half-updated."""
 svrg_epoch_l1_tracked, svrg_epoch_group_tracked = _make_epoch_kernels(True)
+# the elastic net's L1 kernels: ``svrg_epoch_l1``'s steps with the prox of
+# ``penalties.prox_elastic_net`` at ``blocks.l2`` (the shrink 1 / (1 + t l2) after the
+# soft threshold t = eta lam d_j w_j); the group kernels of these calls are not used
+svrg_epoch_l1_elastic = _make_epoch_kernels(False, True)[0]
+svrg_epoch_l1_elastic_tracked = _make_epoch_kernels(True, True)[0]
 
 
 @njit(cache=True, nogil=True)

@@ -22,7 +22,17 @@ sum_i c_i a_iq^2) and then the intercept (b <- b + c^T r / sum c).
 ``positive`` (the L1 penalty with x >= 0, ``penalties.L1``): every ST is the one-sided
 prox max(u - t, 0) (``penalties.prox_l1``), the dual constraints A_q^T u <= n lam v_q
 (``penalties.dual_magnitude``), and the objectives +inf at a w with a negative entry, so
-that an extrapolated point outside the constraint is never kept. Every ``anderson`` epochs the last iterates are extrapolated
+that an extrapolated point outside the constraint is never kept.
+
+``l2`` (the elastic net, ``penalties.L1``; 0 for the group penalty): the penalty is
+n lam sum_q v_q (|w_q| + l2 w_q^2 / 2), every prox ``penalties.prox_elastic_net`` (for one
+column w_q <- ST(||A_q||_C^2 w_q + A_q^T C r, n lam v_q) / (||A_q||_C^2 + n lam l2 v_q)),
+the dual constraints bound c_q = A_q^T u - n lam l2 v_q w_q, and D subtracts
+n lam l2 sum_q v_q w_q^2 / (2 s^2) for the dual point u = C r / s (docs/design.md §1, the
+L2 term as rows of the data, of weight 1). With l2 = 0 every value is the L1 one, bit
+for bit.
+
+Every ``anderson`` epochs the last iterates are extrapolated
 (Anderson acceleration, as skglm's ``AndersonCD``; Bertrand and Massias, AISTATS 2021)
 and the extrapolated point is kept only where it lowers F, so that no epoch and no
 extrapolation raises the objective.
@@ -32,7 +42,7 @@ from numba import njit
 
 from ..losses import (loss_conjugate, loss_derivative, loss_second_derivative, loss_value,
                       row_weight, weight_total)
-from ..penalties import dual_magnitude, prox_l1
+from ..penalties import dual_magnitude, prox_elastic_net, weighted_square_sum
 
 
 @njit(cache=True, inline="always")
@@ -75,16 +85,19 @@ def _assign(dst, src):
 
 
 @njit(cache=True)
-def lasso_objective(w, r, sample_weight, n_lam, weights, positive, blocks):
+def lasso_objective(w, r, sample_weight, n_lam, weights, positive, l2, blocks):
     """F(w, b) = 1/2 ||r||_C^2 + n lam sum_g v_g ||w_g||_2 at the residual r of (w, b);
-    block g holds w[blocks[g]:blocks[g+1]] (singletons: the L1 norm; with ``positive``,
-    +inf where some w_q < 0)."""
+    block g holds w[blocks[g]:blocks[g+1]] (singletons: the L1 norm, plus
+    l2 sum_q v_q w_q^2 / 2 for the elastic net; with ``positive``, +inf where some
+    w_q < 0)."""
     penalty = 0.0
     if blocks.shape[0] - 1 == w.shape[0]:        # singletons
         for q in range(w.shape[0]):
             if positive and w[q] < 0.0:
                 return np.inf
             penalty += weights[q] * abs(w[q])
+        if l2 > 0.0:
+            penalty += 0.5 * l2 * weighted_square_sum(w, weights)
     else:
         for g in range(blocks.shape[0] - 1):
             sq = 0.0
@@ -96,17 +109,21 @@ def lasso_objective(w, r, sample_weight, n_lam, weights, positive, blocks):
 
 @njit(cache=True)
 def lasso_dual_gap(indptr, rows, data, cols, w, r, y, sample_weight, n_lam, weights,
-                   positive, blocks):
+                   positive, l2, blocks):
     """F(w, b) - D(u) with u = C r min(1, n lam / max_g ||A_g^T C r||_2 / v_g) (singletons
-    with ``positive``: max(A_q^T C r, 0) for ||A_q^T C r||): a certificate of the
-    working-set subproblem (its dual point is feasible there)."""
+    with ``positive``: max(A_q^T C r, 0) for ||A_q^T C r||; with ``l2``, of c_q =
+    A_q^T C r - n lam l2 v_q w_q, and D less n lam l2 sum_q v_q w_q^2 / (2 s^2)): a
+    certificate of the working-set subproblem (its dual point is feasible there)."""
     dual_norm = 0.0
     for g in range(blocks.shape[0] - 1):
         if weights[g] > 0.0:
             start, stop = blocks[g], blocks[g + 1]
             if stop - start == 1:
-                norm = dual_magnitude(_weighted_column_dot(indptr, rows, data, cols[start],
-                                                           r, sample_weight), positive)
+                dot = _weighted_column_dot(indptr, rows, data, cols[start], r,
+                                           sample_weight)
+                if l2 > 0.0:
+                    dot -= n_lam * l2 * weights[g] * w[start]
+                norm = dual_magnitude(dot, positive)
             else:
                 sq = 0.0
                 for q in range(start, stop):
@@ -120,16 +137,18 @@ def lasso_dual_gap(indptr, rows, data, cols, w, r, y, sample_weight, n_lam, weig
     for i in range(r.shape[0]):
         d = y[i] - scale * r[i]
         dual += row_weight(sample_weight, i) * (y[i] * y[i] - d * d)
-    return lasso_objective(w, r, sample_weight, n_lam, weights, positive, blocks) - \
+    if l2 > 0.0 and blocks.shape[0] - 1 == w.shape[0]:
+        dual -= n_lam * l2 * weighted_square_sum(w, weights) * scale * scale
+    return lasso_objective(w, r, sample_weight, n_lam, weights, positive, l2, blocks) - \
         0.5 * dual
 
 
 @njit(cache=True)
 def _lasso_epoch(indptr, rows, data, cols, w, r, sample_weight, total, n_lam, weights,
-                 positive, lipschitz, blocks, fit_intercept, scratch):
+                 positive, l2, lipschitz, blocks, fit_intercept, scratch):
     """One pass over the blocks, then the intercept; returns the intercept's move. A
     block of one column is minimised exactly along it (lipschitz = ||A_q||_C^2; over
-    w_q >= 0 with ``positive``); a larger
+    w_q >= 0 with ``positive``; with its L2 term, ``prox_elastic_net``); a larger
     block takes the block prox-gradient step w_g <- BST(w_g + A_g^T C r / L_g,
     n lam v_g / L_g) with L_g = ||C^(1/2) A_g||_F^2 >= ||C^(1/2) A_g||_2^2, which
     minimises a majorizer of F tight at w, so no update raises F. The intercept moves to
@@ -142,9 +161,9 @@ def _lasso_epoch(indptr, rows, data, cols, w, r, sample_weight, total, n_lam, we
         if stop - start == 1:
             c = cols[start]
             old = w[start]
-            new = prox_l1(old + _weighted_column_dot(indptr, rows, data, c, r,
-                                                     sample_weight) / lipschitz[g],
-                          threshold, positive)
+            new = prox_elastic_net(old + _weighted_column_dot(indptr, rows, data, c, r,
+                                                              sample_weight) / lipschitz[g],
+                                   threshold, positive, l2)
             if new != old:
                 delta = new - old
                 w[start] = new
@@ -280,7 +299,7 @@ def _extrapolate(past_w, past_r, past_b, out_w, out_r):
 
 @njit(cache=True, nogil=True)
 def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, sample_weight, n_lam,
-                         weights, positive, lipschitz, blocks, fit_intercept, tol,
+                         weights, positive, l2, lipschitz, blocks, fit_intercept, tol,
                          max_epochs, anderson, check_every):
     """Epochs of coordinate descent on the working set ``cols`` from (w, b) with residual
     r = y - A_ws w - b (the working set holds every non-zero; ``sample_weight``: the rows'
@@ -289,8 +308,9 @@ def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, sample_weight, n_
     ``check_every`` epochs) or ``max_epochs`` passed. ``anderson``: iterates per
     extrapolation (0: none); ``blocks``: block g holds positions blocks[g]:blocks[g+1]
     of cols and w (singletons for L1), weights[g] = v_g, lipschitz[g] =
-    ||C^(1/2) A_g||_F^2 (``_lasso_epoch``); ``positive``: L1 with w >= 0 (module
-    docstring). Returns (b, epochs, gap, extrapolations kept)."""
+    ||C^(1/2) A_g||_F^2 (``_lasso_epoch``); ``positive``: L1 with w >= 0, ``l2``: the
+    elastic net's L2 strength over lam (module docstring). Returns (b, epochs, gap,
+    extrapolations kept)."""
     m = cols.shape[0]
     n = r.shape[0]
     largest = 1
@@ -305,7 +325,8 @@ def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, sample_weight, n_
     epoch = 0
     while epoch < max_epochs:
         b += _lasso_epoch(indptr, rows, data, cols, w, r, sample_weight, total, n_lam,
-                          weights, positive, lipschitz, blocks, fit_intercept, scratch)
+                          weights, positive, l2, lipschitz, blocks, fit_intercept,
+                          scratch)
         epoch += 1
         if anderson > 0:
             stored, full = _record_iterate(past_w, past_r, past_b, stored, w, r, b)
@@ -313,16 +334,16 @@ def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, sample_weight, n_
                 try_b = _extrapolate(past_w, past_r, past_b, try_w, try_r)
                 if np.isfinite(try_b) and \
                         lasso_objective(try_w, try_r, sample_weight, n_lam, weights,
-                                        positive, blocks) < \
+                                        positive, l2, blocks) < \
                         lasso_objective(w, r, sample_weight, n_lam, weights, positive,
-                                        blocks):
+                                        l2, blocks):
                     _assign(w, try_w)
                     _assign(r, try_r)
                     b = try_b
                     accepted += 1
         if epoch % check_every == 0 or epoch == max_epochs:
             gap = lasso_dual_gap(indptr, rows, data, cols, w, r, y, sample_weight, n_lam,
-                                 weights, positive, blocks)
+                                 weights, positive, l2, blocks)
             if gap <= tol:
                 break
     return b, epoch, gap, accepted
@@ -330,12 +351,13 @@ def lasso_working_set_cd(indptr, rows, data, cols, w, r, b, y, sample_weight, n_
 
 @njit(cache=True)
 def working_set_gap(indptr, rows, data, cols, w, z, y, sample_weight, code, n_lam,
-                    weights, positive):
+                    weights, positive, l2):
     """n (P - D) of the working-set subproblem at margins z = A_ws w + b: P from the
     weighted loss, D at the dual point rho = -c f'(z) scaled into the constraints
-    (docs/design.md §1; one-sided with ``positive``). With an intercept the dual point is feasible only where b is
-    optimal; the value then serves as the inner stopping rule, the outer certificate
-    being exact."""
+    (docs/design.md §1; one-sided with ``positive``; with ``l2``, the elastic net's
+    correlation A_q^T rho - n lam l2 v_q w_q and L2 terms). With an intercept the dual
+    point is feasible only where b is optimal; the value then serves as the inner
+    stopping rule, the outer certificate being exact."""
     n = z.shape[0]
     rho = np.empty(n)
     loss = 0.0
@@ -348,20 +370,27 @@ def working_set_gap(indptr, rows, data, cols, w, z, y, sample_weight, code, n_la
     for q in range(cols.shape[0]):
         penalty += weights[q] * abs(w[q])
         if weights[q] > 0.0:
-            dual_norm = max(dual_norm, dual_magnitude(
-                _column_dot(indptr, rows, data, cols[q], rho), positive) / weights[q])
+            dot = _column_dot(indptr, rows, data, cols[q], rho)
+            if l2 > 0.0:
+                dot -= n_lam * l2 * weights[q] * w[q]
+            dual_norm = max(dual_norm, dual_magnitude(dot, positive) / weights[q])
     scale = max(1.0, dual_norm / n_lam)
     conjugate = 0.0
     for i in range(n):
         c = row_weight(sample_weight, i)
         if c > 0.0:
             conjugate += c * loss_conjugate(code, -rho[i] / (scale * c), y[i])
+    if l2 > 0.0:
+        sq = weighted_square_sum(w, weights)
+        conjugate += 0.5 * n_lam * l2 * sq / (scale * scale)
+        penalty += 0.5 * l2 * sq
     return loss + n_lam * penalty + conjugate
 
 
 @njit(cache=True)
-def _objective_along(z, xdelta, t, y, sample_weight, code, w, delta, n_lam, weights):
-    """n P at (w + t delta, margins z + t xdelta)."""
+def _objective_along(z, xdelta, t, y, sample_weight, code, w, delta, n_lam, weights,
+                     l2):
+    """n P at (w + t delta, margins z + t xdelta) (with the L2 part for ``l2`` > 0)."""
     total = 0.0
     for i in range(z.shape[0]):
         total += row_weight(sample_weight, i) * loss_value(code, z[i] + t * xdelta[i],
@@ -369,16 +398,23 @@ def _objective_along(z, xdelta, t, y, sample_weight, code, w, delta, n_lam, weig
     penalty = 0.0
     for q in range(w.shape[0]):
         penalty += weights[q] * abs(w[q] + t * delta[q])
+    if l2 > 0.0:
+        sq = 0.0
+        for q in range(w.shape[0]):
+            moved = w[q] + t * delta[q]
+            sq += weights[q] * moved * moved
+        penalty += 0.5 * l2 * sq
     return total + n_lam * penalty
 
 
 @njit(cache=True)
 def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights, positive,
-                      fit_intercept, max_passes, delta, xdelta):
+                      l2, fit_intercept, max_passes, delta, xdelta):
     """Coordinate descent on the quadratic model of n P at w, in (delta, and the
     intercept's move db, returned; xdelta = A_ws delta + db):
         sum_i grad_i (A delta + db)_i + 1/2 sum_i hess_i (A delta + db)_i^2
-        + n lam |w + delta|_v      (over w + delta >= 0 with ``positive``),
+        + n lam |w + delta|_v      (over w + delta >= 0 with ``positive``)
+        (+ n lam l2 ||w + delta||_v^2 / 2, exact in the model, with ``l2``),
     at most ``max_passes`` passes, stopping once a pass over every coordinate moves
     none by more than 1e-4 of the first pass's largest move (in the model's metric).
     A coordinate a pass leaves at zero is skipped by the passes after it until they
@@ -424,8 +460,8 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights, p
             for k in range(indptr[c], indptr[c + 1]):
                 model += data[k] * hess[rows[k]] * xdelta[rows[k]]
             old = w[q] + delta[q]
-            new = prox_l1(old - model / lipschitz[q], n_lam * weights[q] / lipschitz[q],
-                          positive)
+            new = prox_elastic_net(old - model / lipschitz[q],
+                                   n_lam * weights[q] / lipschitz[q], positive, l2)
             step = new - old
             if step != 0.0:
                 delta[q] += step
@@ -453,10 +489,10 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights, p
 
 @njit(cache=True)
 def _majorized_pass(indptr, rows, data, cols, w, z, b, y, sample_weight, code, n_lam,
-                    weights, positive, sq_norms, curvature, fit_intercept):
+                    weights, positive, l2, sq_norms, curvature, fit_intercept):
     """One pass of coordinate descent on the majorizer f'' <= ``curvature`` (the loss's
     Lipschitz constant): w_q <- ST(w_q - A_q^T C f'(z) / L_q, n lam v_q / L_q) (the
-    one-sided prox with ``positive``) with
+    one-sided prox with ``positive``, ``prox_elastic_net`` with ``l2``) with
     L_q = curvature ||A_q||_C^2 (``sq_norms``, sum_i c_i a_iq^2), then the intercept
     (curvature sum c); each update minimises an upper bound of n P that is tight at the
     current point, so none raises n P. Returns (b, whether anything moved)."""
@@ -470,7 +506,8 @@ def _majorized_pass(indptr, rows, data, cols, w, z, b, y, sample_weight, code, n
         for k in range(indptr[c], indptr[c + 1]):
             g += data[k] * row_weight(sample_weight, rows[k]) * \
                 loss_derivative(code, z[rows[k]], y[rows[k]])
-        new = prox_l1(w[q] - g / lipschitz, n_lam * weights[q] / lipschitz, positive)
+        new = prox_elastic_net(w[q] - g / lipschitz, n_lam * weights[q] / lipschitz,
+                               positive, l2)
         if new != w[q]:
             step = new - w[q]
             w[q] = new
@@ -492,8 +529,8 @@ def _majorized_pass(indptr, rows, data, cols, w, z, b, y, sample_weight, code, n
 
 @njit(cache=True, nogil=True)
 def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, sample_weight, code,
-                            n_lam, weights, positive, sq_norms, curvature, fit_intercept,
-                            tol, max_steps, max_passes):
+                            n_lam, weights, positive, l2, sq_norms, curvature,
+                            fit_intercept, tol, max_steps, max_passes):
     """Proximal Newton steps on the working set ``cols`` from (w, b) at margins
     z = A_ws w + b (the working set holds every non-zero), w and z updated in place, on
     n P = sum_i c_i f(z_i) + n lam |w|_v (``sample_weight``: the c_i in the kernel form):
@@ -504,9 +541,9 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, sample_weight,
     subproblem's gap (``working_set_gap``) is at most ``tol`` or ``max_steps`` steps.
     skglm's ``ProxNewton`` and liblinear's newGLMNET are this method. ``positive``:
     w >= 0 throughout (each direction keeps w + delta >= 0, so every step between w and
-    w + delta does). Returns (b,
-    steps, gap, reads): reads counts the entries of the columns and the rows each pass
-    read (the work ``solvers.choice`` charges)."""
+    w + delta does); ``l2``: the elastic net's L2 part, in every prox, objective and
+    gap (module docstring). Returns (b, steps, gap, reads): reads counts the entries of
+    the columns and the rows each pass read (the work ``solvers.choice`` charges)."""
     n = z.shape[0]
     m = cols.shape[0]
     nnz = 0
@@ -519,7 +556,7 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, sample_weight,
     reads = 0
     while steps < max_steps:
         gap = working_set_gap(indptr, rows, data, cols, w, z, y, sample_weight, code,
-                              n_lam, weights, positive)
+                              n_lam, weights, positive, l2)
         reads += nnz + 3 * n
         if gap <= tol:
             break
@@ -528,17 +565,17 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, sample_weight,
             grad[i] = c * loss_derivative(code, z[i], y[i])
             hess[i] = c * loss_second_derivative(code, z[i], y[i])
         db, passes_read = _newton_direction(indptr, rows, data, cols, w, grad, hess,
-                                            n_lam, weights, positive, fit_intercept,
+                                            n_lam, weights, positive, l2, fit_intercept,
                                             max_passes, delta, xdelta)
         reads += 2 * n + nnz + passes_read
         before = _objective_along(z, xdelta, 0.0, y, sample_weight, code, w, delta, n_lam,
-                                  weights)
+                                  weights, l2)
         t = 1.0
         moved = False
         for _ in range(30):
             reads += n
             if _objective_along(z, xdelta, t, y, sample_weight, code, w, delta, n_lam,
-                                weights) < before:
+                                weights, l2) < before:
                 moved = True
                 break
             t *= 0.5
@@ -547,7 +584,7 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, sample_weight,
             reads += 2 * nnz + n
             b, moved = _majorized_pass(indptr, rows, data, cols, w, z, b, y,
                                        sample_weight, code, n_lam, weights, positive,
-                                       sq_norms, curvature, fit_intercept)
+                                       l2, sq_norms, curvature, fit_intercept)
             if not moved:
                 break
             continue
@@ -560,10 +597,11 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, sample_weight,
 
 
 @njit(cache=True)
-def _gram_objective(w, start, db, g, corr, sq_residual, n_lam, weights, positive,
+def _gram_objective(w, start, db, g, corr, sq_residual, n_lam, weights, positive, l2,
                     fit_intercept):
     """F at (w, b + db) from the Gram sums (``gram_lasso_cd``): d = (w - start, db),
-    ||r'||^2 = ||r||^2 - d^T corr - d^T g; +inf where ``positive`` and some w_q < 0."""
+    ||r'||^2 = ||r||^2 - d^T corr - d^T g; +inf where ``positive`` and some w_q < 0;
+    the L2 part n lam l2 sum_q v_q w_q^2 / 2 with ``l2``."""
     m = w.shape[0]
     sq = sq_residual
     penalty = 0.0
@@ -575,6 +613,8 @@ def _gram_objective(w, start, db, g, corr, sq_residual, n_lam, weights, positive
         penalty += weights[q] * abs(w[q])
     if fit_intercept:
         sq -= db * (corr[m] + g[m])
+    if l2 > 0.0:
+        penalty += 0.5 * l2 * weighted_square_sum(w, weights)
     return 0.5 * sq + n_lam * penalty
 
 
@@ -618,8 +658,8 @@ def gram_start(gram, corr, w0, w, db, r, y, sample_weight, fit_intercept):
 
 
 @njit(cache=True)
-def gram_lasso_cd(gram, corr, w, n_lam, weights, positive, fit_intercept, sq_residual,
-                  y_residual, y_corr, tol, max_passes, check_every, anderson):
+def gram_lasso_cd(gram, corr, w, n_lam, weights, positive, l2, fit_intercept,
+                  sq_residual, y_residual, y_corr, tol, max_passes, check_every, anderson):
     """Coordinate descent on the L1 subproblem F(w + d_w, b + d_b) (module docstring) from
     the Gram matrix of B = [A_ws, 1] alone, what the working-set step under MPI has on
     the server: ``gram`` = B^T B (the intercept's row and column last where it is
@@ -634,8 +674,10 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, positive, fit_intercept, sq_res
     point kept only where it lowers F (its g then formed anew from the Gram matrix).
     Passes run until the gap F - D, checked every ``check_every`` passes, is at most
     ``tol`` or ``max_passes`` passed. ``positive``: w >= 0 (the one-sided prox and dual
-    constraint, module docstring). w is updated in place; returns (d_b, passes,
-    gap)."""
+    constraint), ``l2``: the elastic net's L2 part (the prox's shrink, the constraint's
+    c_q = g_q - n lam l2 v_q w_q, D's L2 term; module docstring). B^T r (``corr``, g)
+    is the residual's alone: the L2 term is not in it. w is updated in place; returns
+    (d_b, passes, gap)."""
     m = w.shape[0]
     dim = gram.shape[0]
     start = w.copy()
@@ -651,7 +693,7 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, positive, fit_intercept, sq_res
             if h <= 0.0:
                 continue
             old = w[q]
-            new = prox_l1(old + g[q] / h, n_lam * weights[q] / h, positive)
+            new = prox_elastic_net(old + g[q] / h, n_lam * weights[q] / h, positive, l2)
             step = new - old
             if step != 0.0:
                 w[q] = new
@@ -667,9 +709,9 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, positive, fit_intercept, sq_res
                 try_b = _extrapolate(past_w, past_g, past_b, try_w, try_g)
                 if np.isfinite(try_b) and \
                         _gram_objective(try_w, start, try_b, try_g, corr, sq_residual,
-                                        n_lam, weights, positive, fit_intercept) < \
+                                        n_lam, weights, positive, l2, fit_intercept) < \
                         _gram_objective(w, start, db, g, corr, sq_residual, n_lam,
-                                        weights, positive, fit_intercept):
+                                        weights, positive, l2, fit_intercept):
                     _assign(w, try_w)
                     db = try_b
                     _gram_residual_correlation(gram, corr, w, start, db, fit_intercept, g)
@@ -679,13 +721,14 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, positive, fit_intercept, sq_res
                         _subtract_row(g, step, gram, m)
         if passes % check_every == 0 or passes == max_passes:
             sq = 2.0 * _gram_objective(w, start, db, g, corr, sq_residual, 0.0, weights,
-                                       positive, fit_intercept)
+                                       positive, 0.0, fit_intercept)
             dual_norm = 0.0
             penalty = 0.0
             for q in range(m):
                 penalty += weights[q] * abs(w[q])
                 if weights[q] > 0.0:
-                    dual_norm = max(dual_norm, dual_magnitude(g[q], positive) / weights[q])
+                    c = g[q] - n_lam * l2 * weights[q] * w[q] if l2 > 0.0 else g[q]
+                    dual_norm = max(dual_norm, dual_magnitude(c, positive) / weights[q])
             scale = max(1.0, dual_norm / n_lam)
             yu = y_residual
             for q in range(m):
@@ -694,6 +737,9 @@ def gram_lasso_cd(gram, corr, w, n_lam, weights, positive, fit_intercept, sq_res
                 yu -= db * y_corr[m]
             yu /= scale
             gap = 0.5 * sq + n_lam * penalty - (yu - 0.5 * sq / (scale * scale))
+            if l2 > 0.0:
+                w_sq = weighted_square_sum(w, weights)
+                gap += 0.5 * n_lam * l2 * w_sq * (1.0 + 1.0 / (scale * scale))
             if gap <= tol:
                 break
     return db, passes, gap

@@ -31,17 +31,19 @@ class Rows(namedtuple("Rows", "indptr indices data y code sample_weight")):
                                kernel_weights(sample_weight))
 
 
-class Blocks(namedtuple("Blocks", "indptr feature_block positive")):
+class Blocks(namedtuple("Blocks", "indptr feature_block positive l2")):
     """Contiguous blocks of the features: block g holds features indptr[g]:indptr[g+1],
     feature_block[j] is the block of feature j (singletons for L1, whose kernels do not
     read them); ``positive``: the penalty's (``penalties.L1``), x >= 0, which the L1
-    kernels' prox keeps (``penalties.prox_l1``); the group kernels have no such
-    constraint."""
+    kernels' prox keeps (``penalties.prox_l1``); ``l2``: the penalty's L2 strength over
+    lam (the elastic net, ``penalties.L1``), which the L1 kernels' prox applies
+    (``penalties.prox_elastic_net``: the shrink 1 / (1 + threshold l2)); the group
+    kernels have neither."""
 
     __slots__ = ()
 
-    def __new__(cls, indptr, feature_block, positive=False):
-        return super().__new__(cls, indptr, feature_block, bool(positive))
+    def __new__(cls, indptr, feature_block, positive=False, l2=0.0):
+        return super().__new__(cls, indptr, feature_block, bool(positive), float(l2))
 
 
 class SvrgStep(namedtuple("SvrgStep", "z_snap weighted_mu mu_intercept thresholds eta "

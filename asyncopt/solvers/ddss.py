@@ -7,8 +7,9 @@ process holds the data) or ``mpi.server.ServerBackend`` (Dis-DDSS: rank 0 drives
 workers of ``mpi.worker`` hold the row shards and execute). Outer iteration s:
 
   1. certify (``Backend.certify``): margins z = A x + b, the intercept refitted to its
-     optimum, rho, A^T rho (full gradient mu = -A^T rho / n), the dual point theta, P and
-     D; G = P - the largest D of any dual point so far (``BestDual``);
+     optimum, rho, A^T rho (full gradient mu = -A^T rho / n; the elastic net's certificate
+     holds c = A^T rho - n mu w x, docs/design.md §1), the dual point theta, P and D;
+     G = P - the largest D of any dual point so far (``BestDual``);
   2. where the last epoch cut G by less than half (``StallWatch``), the second-order
      step on the support and a new certificate, chained while a full step leaves
      violating zeros; where the epoch is rejected (``reject_worse_epochs``: P rose above
@@ -169,14 +170,18 @@ class EpochPlan:
 
 
 def epoch_plan(cert, x, eta, eta_intercept, lam, n, reweighting, weights, block_indptr,
-               group_indptr, variance_reduced, saga, dense, positive=False):
-    """The EpochPlan at the certificate ``cert`` (``cert.correlation`` = A^T rho,
-    ``cert.rho_sum`` = sum rho) and x, for the method's flags (``positive``: the
-    penalty's, whose zeros' optimality is one-sided, ``optimal_zeros``)."""
+               group_indptr, variance_reduced, saga, dense, positive=False,
+               correlation=None):
+    """The EpochPlan at the certificate ``cert`` (``cert.rho_sum`` = sum rho) and x, for
+    the method's flags (``positive``: the penalty's, whose zeros' optimality is
+    one-sided, ``optimal_zeros``). ``correlation``: A^T rho, the loss's part alone
+    (default ``cert.correlation``, which it is without an L2 term; the elastic net's
+    certificate holds c = A^T rho - n mu w x, and its L2 term is the prox's, not the
+    anchor gradient's: ``penalties.L1.loss_correlation``)."""
     p = x.shape[0]
     thresholds = epoch_thresholds(eta, lam, reweighting, weights, dense)
     if variance_reduced and not saga:
-        weighted_mu = cert.correlation / -n
+        weighted_mu = (cert.correlation if correlation is None else correlation) / -n
         if not dense:
             weighted_mu *= np.repeat(reweighting, np.diff(block_indptr))
         mu_intercept = -cert.rho_sum / n
@@ -227,14 +232,15 @@ def history_record(epoch, elapsed, cert, reference, active, x, inner_steps, stal
             "staleness_max": staleness_max}
 
 
-def starting_point(checkpoint, coef_init, intercept_init, n_features, lam):
+def starting_point(checkpoint, coef_init, intercept_init, n_features, lam, l2=0.0):
     """Where a run starts: (START_*, coef or None, intercept, history). A warm start
     (``coef_init``) takes precedence over the checkpoint; a checkpoint with records
-    resumes its run (ValueError where it is not a checkpoint of this problem and lam)."""
+    resumes its run (ValueError where it is not a checkpoint of this problem, lam and
+    L2 strength ``l2``)."""
     if coef_init is not None:
         return START_WARM, np.asarray(coef_init, dtype=np.float64), float(intercept_init), []
     if checkpoint is not None and os.path.exists(checkpoint):
-        coef, b, _, history = load_checkpoint(checkpoint, n_features, lam)
+        coef, b, _, history = load_checkpoint(checkpoint, n_features, lam, l2)
         if history:
             return START_RESUME, coef, b, history
     return START_FRESH, None, 0.0, []
@@ -311,7 +317,9 @@ class Driver:
         self.coef_init, self.intercept_init = coef_init, intercept_init
         self.best = BestDual()
         self.watch = None
-        if settings.support_newton and not settings.saga:
+        # the support Newton step models the loss alone: not with the elastic net's L2
+        # term (``penalty.l2``; docs/design.md §2b)
+        if settings.support_newton and not settings.saga and not backend.penalty.l2:
             self.watch = StallWatch(backend.newton_max_support)
         self.history, self.epochs, self.first_epoch, self.steps = [], 0, 0, 0
         self.staleness, self.step_factor, self.snapshot = (0.0, 0), 1.0, None
@@ -360,7 +368,8 @@ class Driver:
         try:
             kind, coef, b, history = starting_point(s.checkpoint, self.coef_init,
                                                     self.intercept_init,
-                                                    backend.n_original, backend.lam)
+                                                    backend.n_original, backend.lam,
+                                                    backend.penalty.l2)
         except ValueError:
             backend.announce(START_ERROR)
             raise
@@ -516,7 +525,7 @@ class Driver:
         backend = self.backend
         keep = screen_blocks(cert, self.best, backend.block_column_norms(),
                              backend.n_samples, backend.lipschitz, backend.lam,
-                             backend.weights)
+                             backend.weights, backend.penalty.l2)
         if keep.all() or not (final or worth_compacting(*backend.dropped_share(keep))):
             return None
         return keep
@@ -565,10 +574,13 @@ class Driver:
                         backend.max_row_sq_norm)
         if not s.variance_reduced:
             eta /= 1.0 + self.epochs
+        penalty = backend.penalty
         plan = epoch_plan(cert, x, eta, eta * backend.intercept_scale_sq, backend.lam,
                           backend.n_samples, backend.reweighting(), backend.weights,
-                          backend.block_indptr, backend.penalty.group_indptr,
-                          s.variance_reduced, s.saga, s.dense, backend.penalty.positive)
+                          backend.block_indptr, penalty.group_indptr,
+                          s.variance_reduced, s.saga, s.dense, penalty.positive,
+                          penalty.loss_correlation(cert.correlation, x,
+                                                   backend.n_samples * backend.lam))
         if s.reject_worse_epochs:
             self.snapshot = Snapshot(x.copy(), cert.intercept, cert.primal, cert.gap)
         if self.watch is not None:      # again only where a step or a compaction moved x
@@ -627,7 +639,8 @@ class Driver:
 
     def _save(self, x, b):
         save_checkpoint(self.settings.checkpoint, coef=self.backend.expand(x), intercept=b,
-                        lam=self.backend.lam, history=self.history)
+                        lam=self.backend.lam, history=self.history,
+                        l2=self.backend.penalty.l2)
 
 
 def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_reduced=True,
@@ -661,9 +674,12 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     ``choice.InnerChoice``; "svrg" where the working set does not solve the problem).
     """
     from .local import LocalBackend
+    from .methods import check_elastic_net
     from .working_set import supports
 
     check_switch()
+    if saga or dense:
+        check_elastic_net("prox_asaga" if saga else "prox_asvrg", problem.penalty)
     if saga and screening:
         raise ValueError("the SAGA baseline runs without screening (screening=False)")
     if sampling not in SAMPLINGS:

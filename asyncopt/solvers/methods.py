@@ -20,6 +20,17 @@ METHODS = {
     "pse_safe": {"pse": "safe"},
     "pse_strong": {"pse": "strong"}}
 BACKENDS = ("serial", "threads", "mpi")
+# the methods that solve the elastic net (``penalties.L1`` with l2 > 0, l1_ratio < 1)
+ELASTIC_NET_METHODS = ("auto", "ddss", "ddss_naive", "working_set")
+
+
+def check_elastic_net(label, penalty):
+    """ValueError (one line, naming the method) where ``penalty`` has an L2 part (the
+    elastic net, l1_ratio < 1) and the method ``label`` is a baseline: ProxASAGA's and
+    ProxASVRG's kernels and PSE's block coordinate descent apply the L1 prox alone."""
+    if penalty.l2 and label not in ELASTIC_NET_METHODS:
+        raise ValueError(f"method {label!r} (a baseline) has no elastic net: l1_ratio < 1 "
+                         f"needs one of {ELASTIC_NET_METHODS}")
 MPI_METHODS = ("auto", "ddss", "ddss_naive", "prox_asaga", "prox_asvrg", "working_set")
 
 
@@ -41,6 +52,7 @@ def solve_method(problem, method, *, screening=True, checkpoint=None, step_scale
     from .ddss import solve_ddss
     from .pse import solve_pse
     spec = METHODS[method]
+    check_elastic_net(method, problem.penalty)
     if "pse" in spec:
         if checkpoint is not None:
             raise ValueError(f"method {method!r} does not write checkpoints")

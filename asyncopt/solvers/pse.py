@@ -24,6 +24,7 @@ import numpy as np
 from ..kernels.linalg import csr_columns, csr_rmatvec
 from ..screening import screen_active_set, strong_rule_keep
 from .ddss import SolverResult, history_record
+from .methods import check_elastic_net
 from .serial import SerialInnerLoop
 
 RULES = ("safe", "strong")
@@ -99,6 +100,7 @@ def solve_pse(problem, rule="safe", *, tol=1e-4, max_epochs=200, coef_init=None,
 
     if rule not in RULES:
         raise ValueError(f"unknown PSE rule {rule!r}: expected one of {RULES}")
+    check_elastic_net(label or f"pse_{rule}", problem.penalty)
     start = time.perf_counter()
     rng = np.random.default_rng(random_state)
     inner_loop = SerialInnerLoop() if inner_loop is None else inner_loop

@@ -24,6 +24,12 @@ set W of blocks (features, for L1), to a fraction of the outer gap:
 
 The features outside W stay at zero, so the outer certificate that follows is the full
 problem's: nothing this step does changes what DDSS certifies.
+
+The elastic net (``penalties.L1`` with l2 > 0): the certificate's correlation is c =
+A^T rho - n mu w x, so the scores above are the distance of the smooth part's negative
+gradient c / n to lam v ∂|x| as they stand; every kernel takes ``l2`` and puts the L2
+term in its prox, objective and gap, and the Gram passes start from the residual's
+A^T rho (``penalties.L1.loss_correlation``).
 """
 import numpy as np
 
@@ -32,7 +38,8 @@ from ..kernels.working_set import (gram_lasso_cd, gram_start, lasso_working_set_
                                    prox_newton_working_set)
 from ..losses import generalized_residual, mean_loss, mean_neg_conjugate
 from ..newton.kernels import HessianCache, SupportRows, shard_slope
-from ..penalties import block_positions, contiguous_block_norms, l1_dual_norms
+from ..penalties import (block_positions, contiguous_block_norms, l1_dual_norms,
+                         weighted_square_sum)
 from .choice import WORK
 
 FIRST_SIZE = 10          # skglm's p0
@@ -58,7 +65,9 @@ def supports(problem):
 
 
 def violation_scores(x, correlation, n, lam, weights, block_indptr, positive=False):
-    """Per block, the distance of -grad_g (grad = -A^T rho / n) to lam v_g d||x_g||:
+    """Per block, the distance of -grad_g (grad = -``correlation`` / n, the certificate's
+    A^T rho, less n mu w x for the elastic net: the smooth part's gradient) to
+    lam v_g d||x_g||:
     max(||grad_g|| - lam v_g, 0) at x_g = 0, ||grad_g + lam v_g x_g / ||x_g|| || else
     (singleton blocks: |grad_j| and sign(x_j); with ``positive``, x_j >= 0, the
     one-sided max(-grad_j - lam v_j, 0) at x_j = 0)."""
@@ -221,11 +230,12 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
     with Anderson extrapolation, on the columns and, for L1 once ``gram_passes`` passes
     have not solved the subproblem, on the Gram matrix of [A_W, 1] (``grams``: the
     run's ``GramStore``, ``n_threads`` form it); other losses: proximal Newton
-    steps. With the positive L1 penalty every solver keeps x >= 0."""
+    steps. With the positive L1 penalty every solver keeps x >= 0; with the elastic net
+    (``l2``) each has the L2 term (module docstring)."""
     prob = active.problem
     n = prob.n_samples
     block_indptr = active.block_indptr
-    positive = active.penalty.positive
+    positive, l2 = active.penalty.positive, active.penalty.l2
     scores = violation_scores(x, cert.correlation, n, prob.lam, active.weights,
                               block_indptr, positive)
     singletons = block_indptr.shape[0] - 1 == x.shape[0]
@@ -265,7 +275,7 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
         b, epochs, gap, _ = lasso_working_set_cd(
             store.indptr, store.rows, store.data, cols, w, r, float(cert.intercept),
             active.y, active.sample_weight, n * prob.lam, active.weights[chosen], positive,
-            lipschitz, pointer, prob.fit_intercept, tol, rent, ANDERSON, CHECK_EVERY)
+            l2, lipschitz, pointer, prob.fit_intercept, tol, rent, ANDERSON, CHECK_EVERY)
         work += WORK["read"] * (epochs * (2.0 * entries + 2.0 * n) +
                                 (epochs // CHECK_EVERY + 1) * (entries + 2.0 * n) +
                                 (epochs // (ANDERSON + 1)) * 4.0 * (ANDERSON + 1) *
@@ -285,7 +295,7 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
             b, steps, gap, reads = prox_newton_working_set(
                 store.indptr, store.rows, store.data, cols, w, z, b, active.y,
                 active.sample_weight, prob.loss.code, n * prob.lam, active.weights[chosen],
-                positive, active.column_sq_norms[ws], prob.loss.lipschitz,
+                positive, l2, active.column_sq_norms[ws], prob.loss.lipschitz,
                 prob.fit_intercept, tol, budget, MAX_CD_PASSES)
             epochs += steps
             spent += float(reads)
@@ -344,13 +354,14 @@ def gram_newton_finish(active, rows, z, ws, w, b, tol, max_steps, entries, n_thr
     n, intercept = prob.n_samples, prob.fit_intercept
     dim = ws.shape[0] + int(intercept)
     weights, positive = active.weights[ws], active.penalty.positive
+    l2 = active.penalty.l2
     sums = LocalNewtonSums(rows, z, np.arange(ws.shape[0]), weights, n * prob.lam,
-                           positive, n_threads)
+                           positive, n_threads, l2)
     bound = prob.loss.lipschitz * (np.append(active.column_sq_norms[ws], prob.weight_total)
                                    if intercept else active.column_sq_norms[ws])
     passes = newton_passes(entries, n, dim)
     b, steps = gram_newton_steps(sums, w, b, n * prob.lam, weights, positive, bound,
-                                 intercept, tol, passes, max_steps)
+                                 intercept, tol, passes, max_steps, l2)
     return b, steps, WORK["gram"] * steps + WORK["read"] * sums.reads + \
         WORK["dense"] * steps * passes * dim * dim
 
@@ -382,18 +393,22 @@ def gram_finish(store, active, cert, ws, w0, w, r, b, tol, max_passes, grams, sp
     (``kernels.working_set.gram_lasso_cd``, which Dis-DDSS's server runs): B^T B from
     ``grams`` (``GramStore.gram`` on ``span``), B^T r from the certificate's A^T rho and
     the move since it (from w0 and the certificate's intercept), B^T C^(1/2) y. w is
-    updated in place; returns (b, passes, work)."""
+    updated in place; returns (b, passes, work). (The elastic net's certificate holds
+    c = A^T rho - n mu w x: its A^T rho comes back by ``loss_correlation`` at w0.)"""
     prob = active.problem
     n, intercept = prob.n_samples, prob.fit_intercept
     price = grams.price(active, span)
     gram = grams.gram(active, cert.z, ws, span, n_threads)
+    penalty = active.penalty
     corr = cert.correlation[ws]
+    if penalty.l2:      # the elastic net's c: A^T rho back
+        corr = penalty.restricted(ws).loss_correlation(corr, w0, n * prob.lam)
     if intercept:
         corr = np.append(corr, cert.rho_sum)
     corr, sq_residual, y_residual = gram_start(gram, corr, w0, w, b - float(cert.intercept),
                                                r, active.y, active.sample_weight, intercept)
     db, passes, _ = gram_lasso_cd(
-        gram, corr, w, n * prob.lam, active.weights[ws], active.penalty.positive,
+        gram, corr, w, n * prob.lam, active.weights[ws], penalty.positive, penalty.l2,
         intercept, sq_residual, y_residual, grams.y_correlation_on(active, ws), tol,
         max_passes, CHECK_EVERY, ANDERSON)
     dim = gram.shape[0]
@@ -404,8 +419,15 @@ def gram_finish(store, active, cert, ws, w0, w, r, b, tol, max_passes, grams, sp
 NEWTON_GRID = 2.0 ** -np.arange(10)     # the line search's steps, 1 down to 1/512
 
 
+def penalty_sum(weights, w, l2=0.0):
+    """sum_q v_q (|w_q| + l2 w_q^2 / 2): the working set's penalty over n lam (the L1
+    norm alone, bit for bit, where l2 = 0)."""
+    value = float(np.sum(weights * np.abs(w)))
+    return value + 0.5 * l2 * weighted_square_sum(w, weights) if l2 else value
+
+
 def gram_newton_steps(sums, w, b, n_lam, weights, positive, bound, intercept, tol, passes,
-                      max_steps=MAX_NEWTON_STEPS):
+                      max_steps=MAX_NEWTON_STEPS, l2=0.0):
     """Proximal Newton steps on W for a loss whose Hessian depends on the margins (L1
     logistic), from the Hessian on W: what Dis-DDSS's server runs from the workers'
     shares (``mpi.working_set.server_newton_step``) and the serial step once the
@@ -415,7 +437,8 @@ def gram_newton_steps(sums, w, b, n_lam, weights, positive, bound, intercept, to
       - ``sums.hessian_and_slope()``: H = sum_i f''(z_i) [a_iW, 1] [a_iW, 1]^T and
         g = sum_i f'(z_i) [a_iW, 1] at the current point;
       - the direction d minimising g^T d + d^T H d / 2 + n lam |w + d|_v (over
-        w + d >= 0 with ``positive``, so that every step keeps w >= 0) by ``passes``
+        w + d >= 0 with ``positive``, so that every step keeps w >= 0; plus the elastic
+        net's n lam l2 ||w + d||_v^2 / 2 with ``l2``, ``penalty_sum``) by ``passes``
         passes of coordinate descent on H (``gram_lasso_cd``); the steps stop where its
         model decrease Delta = g^T d + n lam (|w + d|_v - |w|_v) is not negative, or,
         where the sums do not know the gap (``sums.knows_gap`` False), above -tol after
@@ -439,26 +462,26 @@ def gram_newton_steps(sums, w, b, n_lam, weights, positive, bound, intercept, to
             steps -= 1
             break
         hessian, slope = sums.hessian_and_slope()
-        penalty_now = float(np.sum(weights * np.abs(w)))
+        penalty_now = penalty_sum(weights, w, l2)
         chosen = -1
         for attempt in range(2):
             if attempt:
                 hessian[np.diag_indices(dim)] += bound
             target = w.copy()
             d_b, _, _ = gram_lasso_cd(hessian, -slope, target, n_lam, weights, positive,
-                                      intercept, 0.0, 0.0, np.zeros(dim), -np.inf, passes,
-                                      passes, ANDERSON)
+                                      l2, intercept, 0.0, 0.0, np.zeros(dim), -np.inf,
+                                      passes, passes, ANDERSON)
             direction = np.append(target - w, d_b) if intercept else target - w
             decrease = float(slope @ direction) + n_lam * (
-                float(np.sum(weights * np.abs(target))) - penalty_now)
+                penalty_sum(weights, target, l2) - penalty_now)
             go = decrease < (0.0 if steps == 1 or sums.knows_gap else -tol)
             losses = sums.losses(go, direction)
             if not go:
                 break
             before = losses[-1] + n_lam * penalty_now
             for index, t in enumerate(NEWTON_GRID):
-                after = losses[index] + n_lam * float(np.sum(weights * np.abs(
-                    w + t * direction[:k])))
+                after = losses[index] + n_lam * penalty_sum(weights, w + t * direction[:k],
+                                                            l2)
                 if after <= before + 1e-4 * t * decrease:
                     chosen = index
                     break
@@ -522,13 +545,15 @@ class LocalNewtonSums:
     margins z at (w, b) on W (updated in place): z follows the steps (z += t (A_W d_w +
     d_b)), rho = -c f'(z) (c the rows' sample weights) and A^T rho are formed again
     after each (a pass over the rows each), the line search's losses from
-    u = A_W d_w + d_b (a pass; ``LazyLosses``), and ``solved`` is the subproblem's gap (``kernels.working_set.working_set_gap``'s,
-    from them; its dual constraint one-sided with ``positive``). ``reads``: the entries
-    read so far."""
+    u = A_W d_w + d_b (a pass; ``LazyLosses``), and ``solved`` is the subproblem's gap
+    (``kernels.working_set.working_set_gap``'s, from them; its dual constraint
+    one-sided with ``positive``; with the elastic net's ``l2``, c = A_W^T rho -
+    n lam l2 v w and the L2 terms). ``reads``: the entries read so far."""
 
-    def __init__(self, active, z, ws, weights, n_lam, positive=False, n_threads=1):
+    def __init__(self, active, z, ws, weights, n_lam, positive=False, n_threads=1, l2=0.0):
         self.active, self.ws, self.n_threads = active, ws, n_threads
         self.weights, self.n_lam, self.positive = weights, n_lam, positive
+        self.l2 = l2
         self.code = active.problem.loss.code
         self.intercept = active.problem.fit_intercept
         self.z = z
@@ -560,12 +585,18 @@ class LocalNewtonSums:
     def solved(self, w, tol):
         y, n, weights = self.active.y, self.z.shape[0], self.active.sample_weight
         live = self.weights > 0.0
-        dual_norm = float(np.max(l1_dual_norms(self.correlation[live], self.positive) /
+        correlation = self.correlation
+        if self.l2:
+            correlation = correlation - self.n_lam * self.l2 * self.weights * w
+        dual_norm = float(np.max(l1_dual_norms(correlation[live], self.positive) /
                                  self.weights[live])) if np.any(live) else 0.0
         scale = max(1.0, dual_norm / self.n_lam)
         gap = self.loss_now() - \
             n * mean_neg_conjugate(self.code, self.rho / scale, y, weights) + \
-            self.n_lam * float(np.sum(self.weights * np.abs(w)))
+            self.n_lam * penalty_sum(self.weights, w, self.l2)
+        if self.l2:
+            gap += 0.5 * self.n_lam * self.l2 * weighted_square_sum(w, self.weights) / \
+                (scale * scale)
         return gap <= tol
 
     def hessian_and_slope(self):

@@ -3,7 +3,7 @@ workers take contiguous row shards, solve_mpi runs, and rank 0 writes the result
 shard sizes every rank held) as JSON to argv[1].
 
     solve_shards.py OUT LOSS METHOD GROUPS [no-newton] [hessian-free] [a9a2] [screens]
-                    [positive]
+                    [positive] [enet]
 
 no-newton: run without the support Newton step; hessian-free: the step's direction (the
 group step's target) from Hessian-vector products the workers answer, on every support
@@ -12,7 +12,8 @@ product budget for nearly equal columns; a9a2: the first 3,000 rows of a9a's deg
 features (nearly equal columns) instead of the random data; screens: rank 0 records, for
 the Dis-DDSS run and the serial one, every screening test of the DDSS driver (the
 features it removes, whether it had the best dual point's sphere) and the records'
-keys; positive: the L1 penalty with coef >= 0 (``L1(positive=True)``), in both runs."""
+keys; positive: the L1 penalty with coef >= 0 (``L1(positive=True)``), in both runs;
+enet: the elastic net at l1_ratio 0.5 (``L1(l2=1.0)``, lam = alpha / 2), in both runs."""
 import json
 import sys
 
@@ -44,8 +45,8 @@ def main(out, loss, method, groups, options=(), batch=None, seed=0, n=400, p=150
         y = X @ w + 0.05 * rng.standard_normal(n)
         if loss == "logistic":
             y = np.where(y > np.median(y), 1.0, -1.0)
-    penalty = L1(p, positive="positive" in options) if groups == 1 else \
-        GroupL1(p, groups)
+    penalty = L1(p, positive="positive" in options, l2=1.0 if "enet" in options else 0.0) \
+        if groups == 1 else GroupL1(p, groups)
     full = Problem(X, y, loss, penalty, 1.0, True)
     lam = (0.01 if "a9a2" in options else 0.05 if loss == "squared" else 0.2) \
         * full.lam_max()
@@ -103,7 +104,7 @@ def record_screens():
         backend = self.backend
         keep = ddss.screen_blocks(cert, self.best, backend.block_column_norms(),
                                   backend.n_samples, backend.lipschitz, backend.lam,
-                                  backend.weights)
+                                  backend.weights, backend.penalty.l2)
         log.append({"backend": type(backend).__name__,
                     "spheres": 1 + (self.best.block_correlation is not None),
                     "removed": backend.features()[~keep].tolist()})

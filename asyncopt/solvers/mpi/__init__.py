@@ -25,6 +25,7 @@ from ...comm.wire import Wire
 from ...runtime import blas_threads, blas_threads_beside, check_switch, in_small_pages
 from ...losses import loss_of_code
 from ..ddss import Driver, Settings, SolverResult
+from ..methods import check_elastic_net
 from .inner import HEADER, REPLY_HEADER, default_batch
 from .protocol import ShardStatistics, close_channel, distributed_lam_max
 from .server import ServerBackend, load_server_kernels
@@ -65,6 +66,8 @@ def solve_mpi(comm, problem, penalty, n_features, loss_code, lam, fit_intercept,
     "svrg")."""
     if inner not in ("svrg", "working_set", "auto"):
         raise ValueError(f"inner must be 'svrg', 'working_set' or 'auto', not {inner!r}")
+    if saga or dense:
+        check_elastic_net("prox_asaga" if saga else "prox_asvrg", penalty)
     reason = working_set_supports(loss_of_code(loss_code), penalty)
     if inner == "working_set" and reason is not None:
         raise ValueError(reason)

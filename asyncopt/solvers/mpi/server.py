@@ -85,7 +85,10 @@ class ServerBackend:
 
     def certify(self, x, b):
         """The certificate at (x, b) from the workers' sums; ``rho_sum`` and the
-        correlation are over all rows (z and rho stay on the workers)."""
+        correlation are over all rows (z and rho stay on the workers). The elastic
+        net's L2 term is the server's, which holds x: the correlation becomes
+        c = A^T rho - n mu w x, P adds mu ||x||_w^2 / 2 and D subtracts
+        mu ||x||_w^2 / (2 s^2) (docs/design.md §1); the workers' sums are the loss's."""
         wire, n, code = self.wire, self.n_samples, self.code
         if not self.in_sync:
             wire.bcast(np.concatenate(([b], x)))
@@ -102,8 +105,10 @@ class ServerBackend:
             fold_intercept_shift(total, self.shift, weight, self.stats.y_total,
                                  self.column_sums)
             b += self.shift
-        block_corr = self.penalty.dual_block_norms(correlation)
-        dual_norm = float(np.max(block_corr / self.penalty.weights, initial=0.0))
+        penalty = self.penalty
+        correlation = penalty.constraint_correlation(correlation, x, n * self.lam)
+        block_corr = penalty.dual_block_norms(correlation)
+        dual_norm = float(np.max(block_corr / penalty.weights, initial=0.0))
         scale = max(1.0, dual_norm / (n * self.lam))
         if self.loss.quadratic:
             conjugate = squared_conjugate_sum(total[2], total[3], scale)
@@ -111,9 +116,12 @@ class ServerBackend:
             wire.bcast(np.array([scale]))
             conjugate = wire.reduce(np.zeros(1))[0]
         self.total = total
+        dual = -conjugate / n
+        if penalty.l2:
+            dual -= self.lam * penalty.l2_value(x) / (scale * scale)
         cert = Certificate(None, b, None, correlation, block_corr, scale,
-                           total[0] / n + self.lam * self.penalty.value(x),
-                           -conjugate / n, rho_sum=float(total[1]))
+                           total[0] / n + self.lam * penalty.value(x), dual,
+                           rho_sum=float(total[1]))
         if self.epoch_gap is not None:
             self.damping_power, self.calm = adapt_damping_power(
                 self.damping_power, self.calm, cert.gap > self.epoch_gap)

@@ -14,7 +14,9 @@ The move reaches the workers with the next certificate's [b, x]: one reduction a
 broadcasts per step, whatever the number of passes. For the logistic loss, whose
 Hessian moves with the margins, proximal Newton steps on W (``server_newton_step``):
 per step the workers' Hessian, slope and loss sums, the server's direction, the
-workers' losses along it. The L1 penalty only (``supports``).
+workers' losses along it. The L1 penalty only (``supports``). The elastic net's L2
+term is the server's alone: the workers' sums are the loss's, and ``gram_lasso_cd`` /
+``gram_newton_steps`` add the term from x (``l2``).
 """
 import numpy as np
 
@@ -111,13 +113,15 @@ def server_step(wire, x, b, cert, sums, n, lam, penalty, features, intercept, re
     dim = support.shape[0] + int(intercept)
     gram = reduce_support_hessian(wire, None, reduced, features[support], intercept, dim)
     y_corr = wire.reduce(np.zeros(dim), root_blank=True)
+    w = x[support].copy()
     corr = cert.correlation[support]
+    if penalty.l2:      # B^T r: A^T rho, the L2 term taken out of the certificate's c
+        corr = penalty.restricted(support).loss_correlation(corr, w, n * lam)
     if intercept:
         corr = np.append(corr, cert.rho_sum)
-    w = x[support].copy()
     db, passes, _ = gram_lasso_cd(
         np.ascontiguousarray(gram), corr, w, n * lam, weights[support], penalty.positive,
-        intercept, float(sums[2]), float(sums[3]), y_corr,
+        penalty.l2, intercept, float(sums[2]), float(sums[3]), y_corr,
         INNER_FRACTION * n * outer_gap, MAX_INNER_EPOCHS, CHECK_EVERY, ANDERSON)
     x[support] = w
     entries = float(np.sum(column_counts[support]))
@@ -154,7 +158,8 @@ def server_newton_step(wire, x, b, cert, n, lam, penalty, intercept, outer_gap,
     w = x[support].copy()
     b, steps = gram_newton_steps(ServerNewtonSums(wire, dim), w, b, n * lam,
                                  weights[support], penalty.positive, bound, intercept,
-                                 INNER_FRACTION * n * outer_gap, MAX_CD_PASSES)
+                                 INNER_FRACTION * n * outer_gap, MAX_CD_PASSES,
+                                 l2=penalty.l2)
     x[support] = w
     entries = float(np.sum(column_counts[support]))
     work = steps * (WORK["read"] * (4.0 * float(np.sum(column_counts)) +
