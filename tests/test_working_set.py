@@ -535,3 +535,24 @@ def test_working_rows_are_the_active_rows_on_the_working_set(path):
     np.testing.assert_array_equal(got, dense)
     x = np.array([0.5, -1.0, 2.0, 0.25])
     np.testing.assert_allclose(rows.margins(x, 0.3), dense @ x + 0.3, rtol=0, atol=1e-14)
+
+
+def test_lasso_working_sets_stay_within_the_gram_bound_while_the_support_does(
+        monkeypatch):
+    """With MAX_GRAM at 13 (12 features and the intercept): every Lasso working set
+    taken from a support of at most 12 features holds at most 12 (its violators stop at
+    the bound), and the fit still reaches scikit-learn's objective."""
+    from asyncopt.solvers import working_set as module
+    monkeypatch.setattr(module, "MAX_GRAM", 13)
+    X, y = tall_correlated_data(n=800, p=40, seed=12)
+    alpha = 0.002 * Problem(X, y, "squared", L1(40), 1.0, True).lam_max()
+    est = asyncopt.Lasso(alpha=alpha, tol=1e-10, method="working_set",
+                         max_epochs=1000).fit(X, y)
+    records = est.history_
+    sizes = [(before["coef_nnz"], record["working_set"])
+             for before, record in zip(records, records[1:]) if record["working_set"]]
+    assert all(size <= 12 for nnz, size in sizes if nnz <= 12)
+    assert any(size == 12 for nnz, size in sizes if nnz <= 12)     # the bound binds
+    coef, b = sklearn_solution(X, y, alpha, True)
+    ours = objective(X, y, est.coef_, float(est.intercept_), alpha)
+    assert abs(ours - objective(X, y, coef, b, alpha)) <= 1e-6 * ours

@@ -10,7 +10,8 @@ set W of blocks (features, for L1), to a fraction of the outer gap:
   else (for the positive L1 penalty, max(-grad_j - lam v_j, 0) at x_j = 0);
 - W: every non-zero block, then the zero blocks of largest positive score, up to
   max(FIRST_SIZE, 2 nnz) blocks (skglm's rule: the set grows geometrically while the
-  support does);
+  support does); for the Lasso on more rows than MAX_GRAM at most MAX_GRAM features
+  while the support fits, so that the set keeps the Gram matrix's route;
 - the subproblem on W, until its own duality gap is at most INNER_FRACTION times the
   outer gap (celer's inner tolerance, Massias et al., ICML 2018): for the squared loss
   cyclic (block) coordinate descent with Anderson extrapolation, for the logistic loss
@@ -240,7 +241,15 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
                               block_indptr, positive)
     singletons = block_indptr.shape[0] - 1 == x.shape[0]
     x_norms = np.abs(x) if singletons else contiguous_block_norms(x, block_indptr)
-    chosen = working_set(x_norms, scores)
+    support = int(np.count_nonzero(x_norms))
+    # where the Gram matrix could serve (squared loss, L1; a pass on it, dim^2, below
+    # one on the columns, up to n dim, needs dim < n) and the support fits in it, the
+    # set's violators stop at its bound rather than push the set past it
+    bound = MAX_GRAM - int(prob.fit_intercept)       # the intercept's row
+    gram_bound = prob.loss.quadratic and singletons and grams is not None and \
+        support <= bound < n
+    chosen = working_set(x_norms, scores, min(max(FIRST_SIZE, 2 * support), bound)
+                         if gram_bound else None)
     if singletons:
         ws, pointer = chosen, np.arange(chosen.shape[0] + 1, dtype=np.int64)
         lipschitz = active.column_sq_norms[ws]
