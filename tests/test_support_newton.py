@@ -307,6 +307,19 @@ def test_server_trial_sums_from_the_reduced_sums_are_the_losses_over_all_rows(in
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dim", [1, 2, 63, 64, 65, 130])
+def test_a_packed_upper_triangle_unpacks_to_its_symmetric_matrix(dim):
+    rng = np.random.default_rng(dim)
+    a = rng.standard_normal((dim, dim))
+    matrix = a + a.T
+    packed = upper_triangle(matrix)
+    assert packed.shape == (dim * (dim + 1) // 2,)
+    np.testing.assert_array_equal(from_upper_triangle(packed, dim), matrix)
+    out = np.full((dim, dim), np.nan)          # every entry written, into ``out``
+    assert from_upper_triangle(packed, dim, out) is out
+    np.testing.assert_array_equal(out, matrix)
+
+
 def test_symmetric_times_is_the_product_with_the_symmetric_matrix():
     rng = np.random.default_rng(8)
     a = rng.standard_normal((40, 40))

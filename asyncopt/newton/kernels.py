@@ -531,20 +531,44 @@ def lower_from_upper_triangle(values, dim, out=None):
     the rows. What the Dis-DDSS server's step reads of its summed Hessian
     (``model.dense_move``, ``symmetric_times``)."""
     matrix = np.empty((dim, dim)) if out is None else out
-    for j in range(dim):
-        matrix[j, :j + 1] = values[j * (j + 1) // 2:(j + 1) * (j + 2) // 2]
+    _fill_lower(values, matrix)
     return matrix
+
+
+@njit(cache=True, nogil=True)
+def _fill_lower(values, matrix):
+    """Row j's first j + 1 entries of ``matrix`` from column j's piece of the packed
+    upper triangle ``values``."""
+    start = 0
+    for j in range(matrix.shape[0]):
+        for i in range(j + 1):
+            matrix[j, i] = values[start + i]
+        start += j + 1
 
 
 def from_upper_triangle(values, dim, out=None):
     """The symmetric dim x dim matrix whose ``upper_triangle`` is ``values`` (into
-    ``out`` when given): each column's piece copied into the column and the row."""
-    matrix = np.empty((dim, dim)) if out is None else out
-    for j in range(dim):
-        piece = values[j * (j + 1) // 2:(j + 1) * (j + 2) // 2]
-        matrix[j, :j + 1] = piece
-        matrix[:j + 1, j] = piece
+    ``out`` when given, C-ordered): each column's piece copied into the row
+    (``lower_from_upper_triangle``), then the lower triangle mirrored above the
+    diagonal (``_mirror_lower``)."""
+    matrix = lower_from_upper_triangle(values, dim, out)
+    _mirror_lower(matrix)
     return matrix
+
+
+@njit(cache=True, nogil=True)
+def _mirror_lower(matrix):
+    """matrix[i, j] = matrix[j, i] for i < j, in tiles of MIRROR_TILE x MIRROR_TILE, so
+    that the rows read and the rows written stay in cache."""
+    dim = matrix.shape[0]
+    for top in range(0, dim, MIRROR_TILE):
+        for left in range(top, dim, MIRROR_TILE):
+            for i in range(top, min(top + MIRROR_TILE, dim)):
+                for j in range(max(left, i + 1), min(left + MIRROR_TILE, dim)):
+                    matrix[i, j] = matrix[j, i]
+
+
+MIRROR_TILE = 64            # 32 KB of doubles: one tile's rows fit in L1/L2
 
 
 @njit(cache=True)
