@@ -649,6 +649,24 @@ def test_logistic_intercept_sums_match_the_row_by_row_sums():
                                    rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("n", [1, 511, 512, 513, 5000])
+def test_mean_logistic_loss_is_the_exactly_summed_mean(n):
+    """losses.mean_loss's logistic sum (one log per block of rows) is the mean of
+    log(1 + exp(-y z)) summed exactly (math.fsum of numpy's logaddexp) to rounding:
+    1e-14 relative, plus 1e-15 absolute for the rows' factors 1 + e^-|t| rounded once
+    each (a row of loss below 1e-16 adds 0), margins far past exp's range included;
+    weighted, the c-weighted mean."""
+    from asyncopt.losses import mean_loss
+    rng = np.random.default_rng(n)
+    z = rng.standard_normal(n) * rng.choice([0.01, 3.0, 40.0, 800.0], n)
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    exact = math.fsum(np.logaddexp(0.0, -y * z)) / n
+    assert abs(mean_loss(LOGISTIC, z, y, UNWEIGHTED) - exact) <= 1e-14 * exact + 1e-15
+    c = rng.random(n) * 2.0
+    exact = math.fsum(c * np.logaddexp(0.0, -y * z)) / n
+    assert abs(mean_loss(LOGISTIC, z, y, c) - exact) <= 1e-14 * exact + 1e-15
+
+
 # ---------------------------------------------------------------------------------------
 # 2. lam_max
 # ---------------------------------------------------------------------------------------
