@@ -15,6 +15,13 @@ from .serial import SerialInnerLoop
 from .working_set import ColumnStore, GramStore, step
 
 
+def blas_limit(inner_loop):
+    """The BLAS threads a solve of this process may use beside ``inner_loop``'s (None:
+    the serial loop): ``blas_threads_beside`` its threads, one for a serial solve (one
+    core: BLAS's threads would only spin on the others)."""
+    return blas_threads_beside(getattr(inner_loop, "n_jobs", 1)) or 1
+
+
 class LocalBackend:
     """The problem's data in this process.
 
@@ -35,8 +42,7 @@ class LocalBackend:
         self.n_original = problem.n_features
         self.saga, self.dense, self.memory = saga, dense, None
         self.active = problem.full_active_set(own=True)
-        # one core serial: BLAS's threads would only spin on the others
-        self.blas_limit = blas_threads_beside(self.n_threads) or 1
+        self.blas_limit = blas_limit(self.inner_loop)
         self.newton_max_support = problem.penalty.newton_max_support
         self._newton = problem.penalty.newton_step()
         self.hessian_cache = HessianCache()
