@@ -36,7 +36,7 @@ import numpy as np
 
 from ..kernels.workspace import SvrgStep
 from ..runtime import check_switch
-from ..penalties import contiguous_block_norms, l1_dual_norms
+from ..penalties import contiguous_block_norms, l1_dual_norms, per_feature
 from ..screening import BestDual, screen_blocks
 from ..newton.policy import StallWatch, firm_support, prunes_for_step, violating_zeros
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -183,7 +183,7 @@ def epoch_plan(cert, x, eta, eta_intercept, lam, n, reweighting, weights, block_
     if variance_reduced and not saga:
         weighted_mu = (cert.correlation if correlation is None else correlation) / -n
         if not dense:
-            weighted_mu *= np.repeat(reweighting, np.diff(block_indptr))
+            weighted_mu *= per_feature(reweighting, block_indptr)
         mu_intercept = -cert.rho_sum / n
     else:
         weighted_mu, mu_intercept = np.zeros(p), 0.0
@@ -191,7 +191,7 @@ def epoch_plan(cert, x, eta, eta_intercept, lam, n, reweighting, weights, block_
     if prox_svrg_epochs(variance_reduced, saga, dense):
         frozen = optimal_zeros(x, eta, weighted_mu, thresholds, group_indptr, positive)
         thresholds = np.where(frozen, np.inf, thresholds)
-        weighted_mu[np.repeat(frozen, np.diff(block_indptr))] = 0.0
+        weighted_mu[per_feature(frozen, block_indptr)] = 0.0
     return EpochPlan(eta, eta_intercept, mu_intercept, weighted_mu, thresholds, frozen,
                      reweighting, variance_reduced)
 
@@ -539,7 +539,7 @@ class Driver:
         keep = self._screen(cert, final) if self.settings.screening else None
         if keep is None:
             return x, cert
-        feature_keep = np.repeat(keep, np.diff(self.backend.block_indptr))
+        feature_keep = per_feature(keep, self.backend.block_indptr)
         if final and not np.any(x[~feature_keep]):
             self.final_keep = feature_keep
             nnz = self.backend.nnz

@@ -9,6 +9,7 @@ import numpy as np
 from ..kernels.linalg import csr_rmatvec
 from ..kernels.workspace import SagaStep
 from ..newton.kernels import HessianCache
+from ..penalties import per_feature
 from ..runtime import blas_threads_beside
 from .ddss import epoch_rows
 from .serial import SerialInnerLoop
@@ -115,7 +116,7 @@ class LocalBackend:
         average = csr_rmatvec(active.indptr, active.indices, active.data, self.memory,
                               active.n_features, self.n_threads) / self.n_samples
         step = SagaStep(self.memory, average, np.array([float(np.mean(self.memory))]),
-                        np.repeat(plan.reweighting, np.diff(active.block_indptr)),
+                        per_feature(plan.reweighting, active.block_indptr),
                         plan.thresholds, plan.eta, plan.eta_intercept)
         return self.inner_loop.run_saga(active, x, intercept, step, samples)
 
