@@ -33,6 +33,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .penalties import L1, GroupL1, check_l1_ratio, elastic_net_strengths
 from .problem import Problem, check_lam, encode_binary_labels, rescaled_sample_weight
 from .runtime import blas_threads
+from .solvers.choice import InnerChoice
 from .solvers.local import blas_limit
 from .solvers.methods import (BACKENDS, METHODS, MPI_METHODS, solve_method,  # noqa: F401
                               solver_flags)
@@ -839,6 +840,9 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     coef, intercept = None, 0.0
     if len(alphas) > 1:
         problem.full_columns()      # every solve of the path reads its columns
+    # one InnerChoice for the path's solves (``solve_ddss``'s inner_choice)
+    shared = {"inner_choice": InnerChoice()} if METHODS[method].get("inner") == "auto" \
+        else {}
     # the solves' BLAS cap entered once for the path (``runtime.blas_threads``)
     with blas_threads(None if "pse" in METHODS[method] else blas_limit(inner_loop)):
         for k, alpha in enumerate(alphas):
@@ -846,7 +850,7 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
                                   max_epochs=max_epochs, screening=screening,
                                   coef_init=coef, intercept_init=intercept,
                                   random_state=random_state, verbose=verbose,
-                                  inner_loop=inner_loop)
+                                  inner_loop=inner_loop, **shared)
             coef, intercept = result.coef, result.intercept
             coefs[:, k] = coef
             gaps[k] = result.gap

@@ -269,6 +269,7 @@ class Settings:
     verbose: int = 0
     label: str = "ddss"
     inner: str = "svrg"
+    choice: object = None
 
 
 @dataclass
@@ -326,7 +327,8 @@ class Driver:
         self.firm_before, self.firm_at = None, (None, None)
         self.working_set_size = None      # features of the last working-set step
         self.final_keep = None            # the last screening's features, uncompacted
-        self.choice = InnerChoice() if settings.inner == "auto" else None
+        self.choice = None if settings.inner != "auto" else \
+            InnerChoice() if settings.choice is None else settings.choice
         self.pending = None               # (kind, gap before) of the step to credit
         self.work = 0.0                   # the last step's work (``choice``)
         self.phases = {"certificate_s": 0.0, "inner_s": 0.0, "newton_s": 0.0,
@@ -648,7 +650,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                sampling="chunked", random_state=None, verbose=0, inner_loop=None,
                label="ddss", callback=None, max_time=None, checkpoint=None,
                checkpoint_interval=60.0, saga=False, dense=False, support_newton=True,
-               inner="svrg"):
+               inner="svrg", inner_choice=None):
     """Solve ``problem`` (a Problem) with DDSS in this process (serial, or threads with a
     ``ThreadsInnerLoop``); returns a SolverResult.
 
@@ -672,6 +674,9 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     blocks; ``working_set.supports`` says which problems) or "auto" (per outer
     iteration the one of the two that has cut the gap fastest per unit of work,
     ``choice.InnerChoice``; "svrg" where the working set does not solve the problem).
+    inner_choice: the InnerChoice that "auto" goes on with (a path's solves share one,
+    so that what the steps did at one lam guides the next; ``lasso_path``), None for a
+    new one.
     """
     from .local import LocalBackend
     from .methods import check_elastic_net
@@ -698,5 +703,5 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                         support_newton=support_newton, step_scale=step_scale,
                         callback=callback, max_time=max_time, checkpoint=checkpoint,
                         checkpoint_interval=checkpoint_interval, verbose=verbose,
-                        label=label, inner=inner)
+                        label=label, inner=inner, choice=inner_choice)
     return Driver(backend, settings, coef_init, intercept_init).run()
