@@ -32,6 +32,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .penalties import L1, GroupL1, check_l1_ratio, elastic_net_strengths
 from .problem import Problem, check_lam, encode_binary_labels, rescaled_sample_weight
+from .runtime import blas_threads
+from .solvers.choice import InnerChoice
+from .solvers.local import blas_limit
 from .solvers.methods import (BACKENDS, METHODS, MPI_METHODS, solve_method,  # noqa: F401
                               solver_flags)
 from .solvers.threads import ThreadsInnerLoop, effective_n_jobs
@@ -837,15 +840,21 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     coef, intercept = None, 0.0
     if len(alphas) > 1:
         problem.full_columns()      # every solve of the path reads its columns
-    for k, alpha in enumerate(alphas):
-        result = solve_method(problem.with_lam(alpha * l1_ratio), method, tol=tol,
-                              max_epochs=max_epochs, screening=screening, coef_init=coef,
-                              intercept_init=intercept, random_state=random_state,
-                              verbose=verbose, inner_loop=inner_loop)
-        coef, intercept = result.coef, result.intercept
-        coefs[:, k] = coef
-        gaps[k] = result.gap
-        results.append(result)
+    # one InnerChoice for the path's solves (``solve_ddss``'s inner_choice)
+    shared = {"inner_choice": InnerChoice()} if METHODS[method].get("inner") == "auto" \
+        else {}
+    # the solves' BLAS cap entered once for the path (``runtime.blas_threads``)
+    with blas_threads(None if "pse" in METHODS[method] else blas_limit(inner_loop)):
+        for k, alpha in enumerate(alphas):
+            result = solve_method(problem.with_lam(alpha * l1_ratio), method, tol=tol,
+                                  max_epochs=max_epochs, screening=screening,
+                                  coef_init=coef, intercept_init=intercept,
+                                  random_state=random_state, verbose=verbose,
+                                  inner_loop=inner_loop, **shared)
+            coef, intercept = result.coef, result.intercept
+            coefs[:, k] = coef
+            gaps[k] = result.gap
+            results.append(result)
     if return_results:
         return alphas, coefs, gaps, results
     return alphas, coefs, gaps

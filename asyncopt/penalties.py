@@ -310,6 +310,15 @@ class BlockPenalty:
         return HESSIAN_FREE_MAX_SUPPORT
 
 
+def per_feature(values, indptr):
+    """Per-block ``values`` repeated over each block's features (``indptr``: contiguous
+    blocks' ranges, none empty); ``values`` itself, not a copy, for singleton blocks (one
+    block per feature)."""
+    if indptr.shape[0] - 1 == indptr[-1]:
+        return values
+    return np.repeat(values, np.diff(indptr))
+
+
 def block_positions(indptr, blocks):
     """The positions indptr[g]:indptr[g+1] of every block g of ``blocks``, in that order,
     as one int64 array."""

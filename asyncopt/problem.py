@@ -44,7 +44,7 @@ from .kernels.workspace import Blocks, Rows
 from .losses import (LOGISTIC, UNWEIGHTED, generalized_residual, get_loss,
                      intercept_sums, kernel_weights, loss_of_code, mean_loss,
                      mean_neg_conjugate, weight_total)
-from .penalties import L1, BlockPenalty
+from .penalties import L1, BlockPenalty, per_feature
 from .runtime import IdlePageToucher
 
 
@@ -110,7 +110,7 @@ def dropped_share(column_counts, block_indptr, keep_blocks):
     """(share of the stored non-zeros, share of the features) in the blocks that
     ``keep_blocks`` drops; ``column_counts``: the stored non-zeros of each active feature,
     ``block_indptr``: the blocks' feature ranges."""
-    dropped = ~np.repeat(keep_blocks, np.diff(block_indptr))
+    dropped = ~per_feature(keep_blocks, block_indptr)
     nnz_share = column_counts[dropped].sum() / max(column_counts.sum(), 1)
     return float(nnz_share), float(dropped.mean()) if dropped.size else 0.0
 
@@ -326,7 +326,7 @@ class ActiveSet:
         self.column_counts = column_counts
         self.block_row_counts = block_row_counts
         self.block_indptr = self.penalty.indptr
-        self.feature_block = np.repeat(np.arange(len(blocks)), np.diff(self.block_indptr))
+        self.feature_block = per_feature(np.arange(len(blocks)), self.block_indptr)
         self.weights = self.penalty.weights
         self._rows_view = None     # the last RowsView of ``without_frozen``
         self._view_buffers = None  # the arrays it lies in (RowsView.of)
@@ -377,9 +377,17 @@ class ActiveSet:
     def block_column_norms(self):
         """||C^(1/2) A_g|| (C = diag(c), ||A_g|| without weights): the column norm
         sqrt(sum_i c_i a_ij^2) for L1, the Frobenius norm (a spectral-norm bound) for a
-        group: what the gap-safe test multiplies its radius by (``screening``)."""
-        return np.sqrt(np.add.reduceat(self.column_sq_norms, self.block_indptr[:-1])) \
-            if self.n_features else np.zeros(0)
+        group: what the gap-safe test multiplies its radius by (``screening``). Formed
+        once per set; the caller does not write to it."""
+        return self._block_column_norms
+
+    @functools.cached_property
+    def _block_column_norms(self):
+        if not self.n_features:
+            return np.zeros(0)
+        indptr = self.block_indptr
+        return np.sqrt(self.column_sq_norms if indptr.shape[0] - 1 == indptr[-1] else
+                       np.add.reduceat(self.column_sq_norms, indptr[:-1]))
 
     def reweighting(self):
         """d_g = n / n_g per block (eq. 3-6); blocks touching no row get d_g = n."""
@@ -483,7 +491,7 @@ class ActiveSet:
     def unfrozen_features(self, thresholds):
         """Per feature, whether its block moves this epoch: ``thresholds`` per block, +inf
         where the block is frozen at zero (``ddss.freeze_optimal_zeros``)."""
-        return np.repeat(np.isfinite(thresholds), np.diff(self.block_indptr))
+        return per_feature(np.isfinite(thresholds), self.block_indptr)
 
     def without_frozen(self, thresholds, moving=None):
         """This set for one inner epoch, its rows restricted to the columns of the
@@ -558,30 +566,39 @@ class ActiveSet:
         """(ActiveSet on the kept blocks, x restricted to them, whether a dropped
         coordinate was non-zero). When this set owns its arrays they are reused in place
         and this set must not be used afterwards."""
-        feature_keep = np.repeat(keep_blocks, np.diff(self.block_indptr))
-        column_map = np.where(feature_keep, np.cumsum(feature_keep) - 1, -1)
-        if self.owns_data:
-            indptr, indices, data = self.indptr, self.indices, self.data
-            nnz = csr_compact_columns_(indptr, indices, data, column_map)
-            indices, data = indices[:nnz], data[:nnz]
-        else:     # new arrays of the kept entries alone, not a copy of all compacted
-            columns = self.problem.full_columns(build=False)
-            kept = None if columns is None else columns.position[self.features[feature_keep]]
-            if kept is not None and 2 * columns.entries(kept) < self.nnz:
-                # the kept columns' rows from the full set's columns: their entries
-                # alone are read
-                indptr, indices, data = csc_rows(columns.indptr, columns.rows,
-                                                  columns.data, kept, self.y.shape[0])
-            else:
+        kept_blocks = np.flatnonzero(keep_blocks)
+        # the kept features' positions (the blocks' for singletons): indexing by them
+        # reads the kept entries alone
+        kept = np.flatnonzero(per_feature(keep_blocks, self.block_indptr)) \
+            if kept_blocks.shape[0] else kept_blocks
+        columns = None if self.owns_data else self.problem.full_columns(build=False)
+        full_kept = None if columns is None else columns.position[self.features[kept]]
+        if full_kept is not None and 2 * columns.entries(full_kept) < self.nnz:
+            # new arrays of the kept columns' rows from the full set's columns: their
+            # entries alone are read
+            indptr, indices, data = csc_rows(columns.indptr, columns.rows, columns.data,
+                                              full_kept, self.y.shape[0])
+        else:
+            column_map = np.full(self.n_features, -1, dtype=np.int64)
+            column_map[kept] = np.arange(kept.shape[0])
+            if self.owns_data:
+                indptr, indices, data = self.indptr, self.indices, self.data
+                nnz = csr_compact_columns_(indptr, indices, data, column_map)
+                indices, data = indices[:nnz], data[:nnz]
+            else:   # new arrays of the kept entries alone, not a copy of all compacted
                 indptr, indices, data = csr_select(self.indptr, self.indices, self.data,
                                                    column_map, np.arange(self.y.shape[0]))
         sums = self.__dict__.get("column_sums")     # formed already: restricted
-        new = ActiveSet(self.problem, self.blocks[keep_blocks], indptr, indices,
-                        data, self.column_sq_norms[feature_keep],
-                        self.column_counts[feature_keep], self.block_row_counts[keep_blocks],
-                        self.y, True, None if sums is None else sums[feature_keep],
+        new = ActiveSet(self.problem, self.blocks[kept_blocks], indptr, indices,
+                        data, self.column_sq_norms[kept], self.column_counts[kept],
+                        self.block_row_counts[kept_blocks], self.y, True,
+                        None if sums is None else sums[kept],
                         sample_weight=self.sample_weight)
-        return new, x[feature_keep], bool(np.any(x[~feature_keep] != 0))
+        norms = self.__dict__.get("_block_column_norms")
+        if norms is not None:
+            new._block_column_norms = norms[kept_blocks]
+        x_kept = x[kept]
+        return new, x_kept, np.count_nonzero(x_kept) < np.count_nonzero(x)
 
     def expand(self, x):
         """x on the active set -> vector over all original features (zeros elsewhere)."""
@@ -794,8 +811,8 @@ class Problem:
     def with_lam(self, lam):
         """Return the same data, loss and penalty at another lam.
 
-        The copy shares the cached data and P(0) (which does not depend on lam), not the
-        epoch views.
+        The copy shares the cached data, the full set's column norms and P(0) (which do
+        not depend on lam), not the epoch views.
 
         Parameters
         ----------
@@ -808,6 +825,8 @@ class Problem:
             A shallow copy with ``lam`` replaced.
         """
         self.null_objective()
+        if self._full is not None:
+            self._full.block_column_norms()     # formed here, shared by the copies
         other = copy.copy(self)
         other.lam = check_lam(lam)
         if self._full is not None:

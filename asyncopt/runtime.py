@@ -101,6 +101,8 @@ def blas_threads_beside(workers, cores=None):
 
 
 _CONTROLLER = []     # threadpoolctl's controller, made once (``_blas_pools``)
+# per thread, the caps of its ``blas_threads`` blocks open now, innermost last
+_BLAS_CAPS = threading.local()
 
 
 def _blas_pools():
@@ -119,21 +121,29 @@ def blas_threads(limit):
     """Run the block with the BLAS libraries' thread pools (numpy's and scipy's OpenBLAS,
     MKL, BLIS: threadpoolctl) limited to ``limit`` threads each, or to the fewest any of
     them had, then put them back. ``limit`` None, or the tuning off, leaves them as they
-    are.
+    are, and so does a block inside another whose cap is at most ``limit`` (the pools
+    are capped already; blocks of one thread): a path of solves enters the cap once, its
+    solves at no cost.
 
     The solvers that compute on several threads or ranks of one machine run inside it:
     after a call that used several threads, OpenBLAS's worker threads keep spinning on
     the cores where the solver's own threads or ranks compute. scikit-learn limits BLAS
     around its OpenMP loops the same way."""
-    if limit is None or not _TUNING:
+    caps = _BLAS_CAPS.__dict__.setdefault("open", [])
+    if limit is None or not _TUNING or (caps and caps[-1] <= int(limit)):
         yield
         return
     pools = _blas_pools()
     # a cap, never a raise: the pools keep fewer threads where the user asked for fewer
     # (OPENBLAS_NUM_THREADS=1 in a rank's environment)
     counts = [pool.num_threads for pool in pools.lib_controllers]
-    with pools.limit(limits=max(1, min([int(limit)] + counts))):
-        yield
+    cap = max(1, min([int(limit)] + counts))
+    with pools.limit(limits=cap):
+        caps.append(cap)
+        try:
+            yield
+        finally:
+            caps.pop()
 
 
 @contextlib.contextmanager

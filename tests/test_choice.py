@@ -118,3 +118,27 @@ def test_auto_takes_no_epoch_while_features_outnumber_rows(loss):
         theirs = objective(X, y, coef, b, problem.lam)
         ours = objective(X, y, result.coef, result.intercept, problem.lam)
         assert abs(ours - theirs) <= 1e-6 * theirs
+
+
+def test_a_shared_choice_goes_on_across_solves_and_a_path_tries_the_epoch_once():
+    """inner_choice: two solves given one InnerChoice credit every step of both to it
+    (one step per outer iteration), the second starting from what the first learned;
+    lasso_path's solves share one, so that the prox-SVRG epoch a new choice tries first
+    does not start every solve, and each solve is still certified (G <= tol P(0))."""
+    _, _, problem = mixed_problem()
+    choice = InnerChoice()
+    runs = [solve_ddss(problem.with_lam(problem.lam * scale), tol=1e-6, max_epochs=2000,
+                       inner="auto", random_state=0, inner_choice=choice)
+            for scale in (2.0, 1.0)]
+    credited = sum(len(steps) for steps in choice.steps.values())
+    assert credited == sum(run.n_iter for run in runs)
+    X, y, _ = mixed_problem()
+    alphas, _, gaps, results = asyncopt.lasso_path(X, y, n_alphas=8, eps=1e-2, tol=1e-6,
+                                                   random_state=0, return_results=True)
+    # the epoch's first step on a new choice (p <= n: a candidate); here some solves
+    # start with the working set instead, which a choice of their own never does
+    first_is_epoch = [result.history[1]["working_set"] is None for result in results
+                      if len(result.history) > 1]
+    assert len(first_is_epoch) >= 3 and not all(first_is_epoch)
+    null = Problem(sp.csr_matrix(X), y, "squared").null_objective()
+    assert np.all(gaps <= 1e-6 * null)

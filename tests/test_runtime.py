@@ -132,6 +132,42 @@ def test_blas_pools_are_limited_while_threads_or_ranks_compute(monkeypatch, tuni
         assert set(blas_pools()) == {2}
 
 
+def test_a_block_inside_a_tighter_cap_keeps_it(monkeypatch, tuning_on):
+    """blas_threads inside a block whose cap is at most its limit leaves the pools at
+    that cap, inside and after it (no set and restore of its own), a looser outer cap
+    is tightened and given back; lasso_path's solves run under the path's one cap."""
+    from threadpoolctl import threadpool_limits
+
+    from asyncopt import lasso_path
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        with runtime.blas_threads(1):
+            calls = []
+            monkeypatch.setattr(runtime, "_blas_pools",
+                                lambda: calls.append(1) or pytest.fail("pools reset"))
+            with runtime.blas_threads(1):
+                assert set(blas_pools()) == {1}
+            with runtime.blas_threads(4):
+                assert set(blas_pools()) == {1}
+            assert set(blas_pools()) == {1} and not calls
+            monkeypatch.undo()
+        with runtime.blas_threads(2):
+            with runtime.blas_threads(1):
+                assert set(blas_pools()) == {1}
+            assert set(blas_pools()) == {2}
+        problem = _small_lasso()
+        seen = []
+        real = runtime.blas_threads
+
+        def watched(limit):
+            seen.append(set(blas_pools()))
+            return real(limit)
+        monkeypatch.setattr(runtime, "blas_threads", watched)
+        lasso_path(problem.X, problem.y, n_alphas=4, random_state=0)
+        assert len(seen) == 4 and all(pools == {1} for pools in seen)
+        assert set(blas_pools()) == {2}
+
+
 def test_with_tuning_off_the_blas_pools_are_left_alone(monkeypatch, tuning_off):
     """Off: blas_threads(1) leaves every pool's count as it was, inside and after, and so
     does solve_ddss on 4 threads of 4 cores (on: one BLAS thread each)."""

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..kernels.workspace import SvrgStep
 from ..runtime import check_switch
-from ..penalties import contiguous_block_norms, l1_dual_norms
+from ..penalties import contiguous_block_norms, l1_dual_norms, per_feature
 from ..screening import BestDual, screen_blocks
 from ..newton.policy import StallWatch, firm_support, prunes_for_step, violating_zeros
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -183,7 +183,7 @@ def epoch_plan(cert, x, eta, eta_intercept, lam, n, reweighting, weights, block_
     if variance_reduced and not saga:
         weighted_mu = (cert.correlation if correlation is None else correlation) / -n
         if not dense:
-            weighted_mu *= np.repeat(reweighting, np.diff(block_indptr))
+            weighted_mu *= per_feature(reweighting, block_indptr)
         mu_intercept = -cert.rho_sum / n
     else:
         weighted_mu, mu_intercept = np.zeros(p), 0.0
@@ -191,7 +191,7 @@ def epoch_plan(cert, x, eta, eta_intercept, lam, n, reweighting, weights, block_
     if prox_svrg_epochs(variance_reduced, saga, dense):
         frozen = optimal_zeros(x, eta, weighted_mu, thresholds, group_indptr, positive)
         thresholds = np.where(frozen, np.inf, thresholds)
-        weighted_mu[np.repeat(frozen, np.diff(block_indptr))] = 0.0
+        weighted_mu[per_feature(frozen, block_indptr)] = 0.0
     return EpochPlan(eta, eta_intercept, mu_intercept, weighted_mu, thresholds, frozen,
                      reweighting, variance_reduced)
 
@@ -269,6 +269,7 @@ class Settings:
     verbose: int = 0
     label: str = "ddss"
     inner: str = "svrg"
+    choice: object = None
 
 
 @dataclass
@@ -326,7 +327,8 @@ class Driver:
         self.firm_before, self.firm_at = None, (None, None)
         self.working_set_size = None      # features of the last working-set step
         self.final_keep = None            # the last screening's features, uncompacted
-        self.choice = InnerChoice() if settings.inner == "auto" else None
+        self.choice = None if settings.inner != "auto" else \
+            InnerChoice() if settings.choice is None else settings.choice
         self.pending = None               # (kind, gap before) of the step to credit
         self.work = 0.0                   # the last step's work (``choice``)
         self.phases = {"certificate_s": 0.0, "inner_s": 0.0, "newton_s": 0.0,
@@ -539,7 +541,7 @@ class Driver:
         keep = self._screen(cert, final) if self.settings.screening else None
         if keep is None:
             return x, cert
-        feature_keep = np.repeat(keep, np.diff(self.backend.block_indptr))
+        feature_keep = per_feature(keep, self.backend.block_indptr)
         if final and not np.any(x[~feature_keep]):
             self.final_keep = feature_keep
             nnz = self.backend.nnz
@@ -648,7 +650,7 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                sampling="chunked", random_state=None, verbose=0, inner_loop=None,
                label="ddss", callback=None, max_time=None, checkpoint=None,
                checkpoint_interval=60.0, saga=False, dense=False, support_newton=True,
-               inner="svrg"):
+               inner="svrg", inner_choice=None):
     """Solve ``problem`` (a Problem) with DDSS in this process (serial, or threads with a
     ``ThreadsInnerLoop``); returns a SolverResult.
 
@@ -672,6 +674,9 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
     blocks; ``working_set.supports`` says which problems) or "auto" (per outer
     iteration the one of the two that has cut the gap fastest per unit of work,
     ``choice.InnerChoice``; "svrg" where the working set does not solve the problem).
+    inner_choice: the InnerChoice that "auto" goes on with (a path's solves share one,
+    so that what the steps did at one lam guides the next; ``lasso_path``), None for a
+    new one.
     """
     from .local import LocalBackend
     from .methods import check_elastic_net
@@ -698,5 +703,5 @@ def solve_ddss(problem, *, tol=1e-4, max_epochs=200, screening=True, variance_re
                         support_newton=support_newton, step_scale=step_scale,
                         callback=callback, max_time=max_time, checkpoint=checkpoint,
                         checkpoint_interval=checkpoint_interval, verbose=verbose,
-                        label=label, inner=inner)
+                        label=label, inner=inner, choice=inner_choice)
     return Driver(backend, settings, coef_init, intercept_init).run()

@@ -9,10 +9,18 @@ import numpy as np
 from ..kernels.linalg import csr_rmatvec
 from ..kernels.workspace import SagaStep
 from ..newton.kernels import HessianCache
+from ..penalties import per_feature
 from ..runtime import blas_threads_beside
 from .ddss import epoch_rows
 from .serial import SerialInnerLoop
 from .working_set import ColumnStore, GramStore, step
+
+
+def blas_limit(inner_loop):
+    """The BLAS threads a solve of this process may use beside ``inner_loop``'s (None:
+    the serial loop): ``blas_threads_beside`` its threads, one for a serial solve (one
+    core: BLAS's threads would only spin on the others)."""
+    return blas_threads_beside(getattr(inner_loop, "n_jobs", 1)) or 1
 
 
 class LocalBackend:
@@ -35,8 +43,7 @@ class LocalBackend:
         self.n_original = problem.n_features
         self.saga, self.dense, self.memory = saga, dense, None
         self.active = problem.full_active_set(own=True)
-        # one core serial: BLAS's threads would only spin on the others
-        self.blas_limit = blas_threads_beside(self.n_threads) or 1
+        self.blas_limit = blas_limit(self.inner_loop)
         self.newton_max_support = problem.penalty.newton_max_support
         self._newton = problem.penalty.newton_step()
         self.hessian_cache = HessianCache()
@@ -109,7 +116,7 @@ class LocalBackend:
         average = csr_rmatvec(active.indptr, active.indices, active.data, self.memory,
                               active.n_features, self.n_threads) / self.n_samples
         step = SagaStep(self.memory, average, np.array([float(np.mean(self.memory))]),
-                        np.repeat(plan.reweighting, np.diff(active.block_indptr)),
+                        per_feature(plan.reweighting, active.block_indptr),
                         plan.thresholds, plan.eta, plan.eta_intercept)
         return self.inner_loop.run_saga(active, x, intercept, step, samples)
 
