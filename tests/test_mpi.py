@@ -782,11 +782,13 @@ def test_killed_worker_ends_the_job_and_the_checkpoint_resumes(tmp_path, ranks):
     data = _write_libsvm(tmp_path / "killed_worker.svm", n=20000, p=120)
     ckpt = tmp_path / "run.npz"
     env = rank_env()
-    # one step per message keeps the job running for seconds: the support Newton step can
-    # certify even 1e-15 (a gap at rounding level, or 0) within a few tenths of a second
+    # prox-SVRG epochs of one step per message keep the job running for seconds (auto's
+    # working set, solved on the server, certifies 1e-15 within three outer iterations, a
+    # second); the support Newton step can certify even 1e-15 (a gap at rounding level,
+    # or 0) within a few tenths of a second once it is taken
     argv = [MPIRUN, "-n", ranks, sys.executable, "-m", "asyncopt.cli.lasso", str(data),
             "--checkpoint", str(ckpt), "--tol", "1e-15", "--max-epochs", "100000",
-            "--batch", "1", "--quiet"]
+            "--method", "ddss", "--batch", "1", "--quiet"]
     job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
     try:
