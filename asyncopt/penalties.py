@@ -242,8 +242,9 @@ class BlockPenalty:
                                                    self._feature_weights())
 
     def _feature_weights(self):
-        """w per feature (the blocks' weights repeated over their features)."""
-        return np.repeat(self.weights, np.diff(self.indptr))
+        """w per feature (the blocks' weights repeated over their features,
+        ``per_feature``: the weights themselves for singleton blocks)."""
+        return per_feature(self.weights, self.indptr)
 
     def prox(self, x, step):
         """prox_{step * Omega}(x) (a new array)."""
@@ -391,9 +392,6 @@ class L1(BlockPenalty):
         out = super().prox(x, step)
         out = np.maximum(out, 0.0) if self.positive else out
         return out / (1.0 + step * self.l2 * self.weights) if self.l2 else out
-
-    def _feature_weights(self):
-        return self.weights
 
     def projection(self, x):
         return np.maximum(x, 0.0) if self.positive else x

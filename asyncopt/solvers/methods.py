@@ -31,6 +31,8 @@ def check_elastic_net(label, penalty):
     if penalty.l2 and label not in ELASTIC_NET_METHODS:
         raise ValueError(f"method {label!r} (a baseline) has no elastic net: l1_ratio < 1 "
                          f"needs one of {ELASTIC_NET_METHODS}")
+
+
 MPI_METHODS = ("auto", "ddss", "ddss_naive", "prox_asaga", "prox_asvrg", "working_set")
 
 
