@@ -36,10 +36,10 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from .kernels.linalg import (csc_rows, csr_column_stats, csr_columns,
-                             csr_compact_columns_, csr_keep_columns, csr_margins,
-                             csr_permute, csr_rmatvec, csr_row_sq_norms, csr_select,
-                             csr_stored_counts)
+from .kernels.linalg import (csc_rows, csr_column_stats, csr_compact_columns_,
+                             csr_keep_columns, csr_margins, csr_permute, csr_rmatvec,
+                             csr_row_sq_norms, csr_select, csr_stored_counts,
+                             csr_transpose)
 from .kernels.workspace import Blocks, Rows
 from .losses import (LOGISTIC, UNWEIGHTED, generalized_residual, get_loss,
                      intercept_sums, kernel_weights, loss_of_code, mean_loss,
@@ -613,9 +613,8 @@ class FullColumns:
     column q its feature q; ``position[j]``: the column of original feature j."""
 
     def __init__(self, full):
-        self.indptr, self.rows, self.data = csr_columns(
-            full.indptr, full.indices, full.data, np.arange(full.n_features),
-            full.n_features)
+        self.indptr, self.rows, self.data = csr_transpose(
+            full.indptr, full.indices, full.data, full.n_features)
         self.position = np.full(full.problem.n_features, -1, dtype=np.int64)
         self.position[full.features] = np.arange(full.n_features)
 

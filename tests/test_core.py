@@ -168,6 +168,20 @@ def test_csr_permute_moves_rows_and_renumbers_columns():
     np.testing.assert_array_equal(got, X[row_order][:, np.argsort(column_map)].toarray())
 
 
+def test_csr_transpose_is_scipys_csc():
+    """csr_transpose: the CSC form of the rows (scipy's ``tocsc``, rows increasing in a
+    column), explicit zeros and empty rows and columns kept, int64 row ids."""
+    from asyncopt.kernels.linalg import csr_transpose
+    X = sp.random(90, 40, density=0.1, format="csr", random_state=8)
+    X.data[5] = 0.0
+    indptr, rows, data = csr_transpose(X.indptr.astype(np.int64), X.indices, X.data, 40)
+    expected = X.tocsc()
+    assert rows.dtype == np.int64
+    np.testing.assert_array_equal(indptr, expected.indptr)
+    np.testing.assert_array_equal(rows, expected.indices)
+    np.testing.assert_array_equal(data, expected.data)
+
+
 def test_a_compaction_from_the_full_columns_equals_one_from_the_rows(monkeypatch):
     """With the full set's columns formed (``Problem.full_columns``, a path's), a
     compaction that keeps few entries builds the kept rows from those columns: the same

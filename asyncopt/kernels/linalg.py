@@ -9,6 +9,14 @@ from numba import njit
 from ..losses import row_weight
 
 
+def large_empty(size, dtype=np.float64):
+    """An uninitialised array allocated by numpy, for a kernel to fill: numpy asks the
+    kernel for huge pages on large arrays (where the system grants them on request) and
+    an array a numba kernel allocates gets none, so a kernel writing a fresh array of
+    many entries takes page faults several times over."""
+    return np.empty(int(size), dtype=dtype)
+
+
 @njit(cache=True, nogil=True)
 def csr_margins_rows(indptr, indices, data, x, b, out, start, end):
     """out_i = a_i^T x + b for rows start <= i < end."""
@@ -162,29 +170,33 @@ def csr_select(indptr, indices, data, column_map, row_order):
     return new_indptr, new_indices, new_data
 
 
-@njit(cache=True)
 def csr_permute(indptr, indices, data, column_map, row_order):
     """``csr_select`` where column_map is a permutation (every column kept): row r of
     the new CSR is row row_order[r], column j renumbered column_map[j]. The rows are read
     in order and written where they go (a scatter: stores do not wait on their cache
     misses as the loads of a gather do)."""
+    new_indptr = np.zeros(row_order.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.diff(indptr)[row_order], out=new_indptr[1:])
+    new_indices = large_empty(new_indptr[-1], np.int32)
+    new_data = large_empty(new_indptr[-1])
+    _permute_into(indptr, indices, data, column_map, row_order, new_indptr, new_indices,
+                  new_data)
+    return new_indptr, new_indices, new_data
+
+
+@njit(cache=True)
+def _permute_into(indptr, indices, data, column_map, row_order, new_indptr, new_indices,
+                  new_data):
     n = row_order.shape[0]
-    new_indptr = np.zeros(n + 1, dtype=np.int64)
-    for r in range(n):
-        i = row_order[r]
-        new_indptr[r + 1] = new_indptr[r] + indptr[i + 1] - indptr[i]
-    start = np.empty(n, dtype=np.int64)
+    start = np.empty(indptr.shape[0] - 1, dtype=np.int64)
     for r in range(n):
         start[row_order[r]] = new_indptr[r]
-    new_indices = np.empty(new_indptr[n], dtype=np.int32)
-    new_data = np.empty(new_indptr[n])
-    for i in range(n):
+    for i in range(indptr.shape[0] - 1):
         pos = start[i]
         for k in range(indptr[i], indptr[i + 1]):
             new_indices[pos] = column_map[indices[k]]
             new_data[pos] = data[k]
             pos += 1
-    return new_indptr, new_indices, new_data
 
 
 @njit(cache=True)
@@ -264,6 +276,36 @@ def csc_rows(indptr, rows, data, cols, n_rows):
             values[fill[i]] = data[k]
             fill[i] += 1
     return row_indptr, indices, values
+
+
+def csr_transpose(indptr, indices, data, n_cols):
+    """``csr_columns`` with column_map = arange(n_cols), every column kept: the CSC form
+    (indptr, row ids (int64), data), its arrays allocated by numpy (``large_empty``)."""
+    col_indptr = _column_counts(indptr, indices, n_cols)
+    rows, values = large_empty(col_indptr[-1], np.int64), large_empty(col_indptr[-1])
+    _transpose_into(indptr, indices, data, col_indptr, rows, values)
+    return col_indptr, rows, values
+
+
+@njit(cache=True)
+def _column_counts(indptr, indices, n_cols):
+    col_indptr = np.zeros(n_cols + 1, dtype=np.int64)
+    for k in range(indptr[0], indptr[-1]):
+        col_indptr[indices[k] + 1] += 1
+    for c in range(n_cols):
+        col_indptr[c + 1] += col_indptr[c]
+    return col_indptr
+
+
+@njit(cache=True)
+def _transpose_into(indptr, indices, data, col_indptr, rows, values):
+    fill = col_indptr[:-1].copy()
+    for i in range(indptr.shape[0] - 1):
+        for k in range(indptr[i], indptr[i + 1]):
+            c = indices[k]
+            rows[fill[c]] = i
+            values[fill[c]] = data[k]
+            fill[c] += 1
 
 
 @njit(cache=True)

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from ..kernels.linalg import csr_columns, csr_rmatvec
+from ..kernels.linalg import csr_rmatvec, csr_transpose
 from ..screening import screen_active_set, strong_rule_keep
 from .ddss import SolverResult, history_record
 from .methods import check_elastic_net
@@ -54,8 +54,7 @@ def kkt_violators(full, keep, rho, dual_scale, n_threads=1):
 
 def column_major(active):
     """(indptr, rows, data) of the active data in CSC, rows in the ActiveSet's order."""
-    return csr_columns(active.indptr, active.indices, active.data,
-                       np.arange(active.n_features), active.n_features)
+    return csr_transpose(active.indptr, active.indices, active.data, active.n_features)
 
 
 def coordinate_steps(active, columns, centred_steps=True):
