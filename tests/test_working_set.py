@@ -513,12 +513,16 @@ def test_extrapolate_is_andersons_combination_of_the_iterates():
     assert np.isnan(_extrapolate(singular, past_r, np.zeros(keep), out_w, out_r))
 
 
+@pytest.mark.parametrize("in_cache", [0, 1 << 20])
 @pytest.mark.parametrize("path", [False, True])
-def test_working_rows_are_the_active_rows_on_the_working_set(path):
+def test_working_rows_are_the_active_rows_on_the_working_set(path, in_cache, monkeypatch):
     """``WorkingRows`` (the Hessian steps' rows, from the column store, or from the
     full set's columns on a path): A_W as CSR with column q W's q-th feature, rows in
-    the active set's order, and its margins A_W x + b."""
+    the active set's order, and its margins A_W x + b; the store forming the set's
+    columns alone or every active column (``IN_CACHE``)."""
+    from asyncopt.solvers import working_set as module
     from asyncopt.solvers.working_set import ColumnStore, WorkingRows
+    monkeypatch.setattr(module, "IN_CACHE", in_cache)
     X, t = tall_correlated_data(n=300, p=25, seed=11)
     y = np.where(t > np.median(t), 1.0, -1.0)
     prob = Problem(sp.csr_matrix(X * (np.abs(X) > 0.8)), y, "logistic", L1(25), 0.01, True)
@@ -535,6 +539,29 @@ def test_working_rows_are_the_active_rows_on_the_working_set(path):
     np.testing.assert_array_equal(got, dense)
     x = np.array([0.5, -1.0, 2.0, 0.25])
     np.testing.assert_allclose(rows.margins(x, 0.3), dense @ x + 0.3, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_a_column_store_of_the_sets_columns_alone_reaches_the_same_solution(loss,
+                                                                           monkeypatch):
+    """With the column store forming each set's columns (and the next sets') rather
+    than every active column (``IN_CACHE`` 0: data too large for the cache), the
+    working-set solves reach the same objective, to 1e-9 relative, as with every
+    column formed at once."""
+    from asyncopt.solvers import working_set as module
+    X, t = correlated_data(n=80, p=150, seed=12)
+    y = t if loss == "squared" else np.where(t > np.median(t), 1.0, -1.0)
+    model = asyncopt.Lasso if loss == "squared" else asyncopt.SparseLogisticRegression
+    alpha = 0.02 * Problem(X, y, loss, L1(150), 1.0, True).lam_max()
+    objectives = []
+    for in_cache in (1 << 20, 0):
+        monkeypatch.setattr(module, "IN_CACHE", in_cache)
+        est = model(alpha=alpha, tol=1e-10, method="working_set",
+                    max_epochs=1000).fit(sp.csr_matrix(X), y)
+        prob = Problem(X, y, loss, L1(150), alpha, True)
+        objectives.append(prob.objective(est.coef_.ravel(),
+                                         float(np.ravel(est.intercept_)[0])))
+    assert abs(objectives[0] - objectives[1]) <= 1e-9 * objectives[0]
 
 
 def test_lasso_working_sets_stay_within_the_gram_bound_while_the_support_does(

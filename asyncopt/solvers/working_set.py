@@ -51,6 +51,7 @@ MAX_INNER_EPOCHS = 10_000
 MAX_NEWTON_STEPS = 50
 MAX_CD_PASSES = 20       # skglm's max_cd_iter: passes of the Newton direction's CD
 AHEAD = 4                # the column store holds sets this many times the current one
+IN_CACHE = 1 << 20       # active entries whose columns (16 MB) a store forms at once
 MAX_GRAM = 2048          # the Gram matrix's side (32 MB)
 MAX_NEWTON_PASSES = 1000
 HESSIAN_STEPS = 2        # Newton steps from the Hessian that end a set, about (quadratic)
@@ -107,7 +108,10 @@ def working_set(x_norms, scores, size=None):
 class ColumnStore:
     """The working sets' columns of the active data (CSC, rows in the ActiveSet's
     order), formed for the first set and formed again, for every column stored before
-    and still active plus the new ones, when a set holds a column it lacks.
+    and still active plus the new ones, when a set holds a column it lacks; where the
+    active data has at most IN_CACHE entries, every active column at once (a
+    transpose whose arrays stay in the cache costs about what a formation of a few
+    columns does, a pass over the rows, and none is formed again).
     Where the problem has its full set's columns (``Problem.full_columns``: a path),
     those are the store, and nothing is formed.
     ``columns(active, features, ahead)`` -> the column numbers of ``features`` (original
@@ -127,7 +131,8 @@ class ColumnStore:
             return full.position[features]
         cols = self.column_of[features]
         if cols.shape[0] and cols.min() < 0:
-            self._form(active, np.union1d(features, ahead()))
+            self._form(active, active.features if active.nnz <= IN_CACHE else
+                       np.union1d(features, ahead()))
             cols = self.column_of[features]
         return cols
 
