@@ -147,7 +147,9 @@ class ColumnStore:
         self.column_of[self.stored] = -1
         self.column_of[keep] = np.arange(keep.shape[0])
         self.stored = keep
-        self.work += WORK["read"] * active.nnz + WORK["transpose"] * self.rows.shape[0]
+        # a copied entry's cost: a read where the store stays in the cache
+        copied = WORK["read" if active.nnz <= IN_CACHE else "transpose"]
+        self.work += WORK["read"] * active.nnz + copied * self.rows.shape[0]
 
     def taken(self):
         work, self.work = self.work, 0.0
