@@ -771,7 +771,7 @@ class Problem:
             if pen.n_blocks == self.n_features:     # singletons: rows = stored entries
                 counts = stored.copy()
             else:
-                feature_block = np.repeat(np.arange(pen.n_blocks), np.diff(pen.indptr))
+                feature_block = per_feature(np.arange(pen.n_blocks), pen.indptr)
                 counts = csr_block_row_counts(indptr, indices, feature_block, pen.n_blocks)
             self._full = ActiveSet(self, np.arange(pen.n_blocks), indptr, indices, data,
                                    sq, column_counts, counts, self.y[row_order], False,

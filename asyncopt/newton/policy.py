@@ -12,7 +12,7 @@ group penalty ||A_g^T rho|| <= n lam w_g at a zero group. For the positive L1 pe
 coordinate enters S with the sign +1 (``positive`` below)."""
 import numpy as np
 
-from ..penalties import contiguous_block_norms, l1_dual_norms
+from ..penalties import contiguous_block_norms, l1_dual_norms, per_feature
 
 MAX_SUPPORT = 2000       # |S| above which the step is not tried
 MIN_PRODUCTS = 100       # Hessian-vector products a step may take at least
@@ -51,7 +51,7 @@ def firm_support(x, correlation, n, lam, weights, block_indptr=None):
     firm = (contiguous_block_norms(x, block_indptr) > 0.0) & \
         (contiguous_block_norms(correlation, block_indptr) >=
          (1.0 - DROP_MARGIN) * n * lam * np.asarray(weights, np.float64))
-    return np.repeat(firm, np.diff(block_indptr))
+    return per_feature(firm, block_indptr)
 
 
 def uses_hessian_free(support_size):

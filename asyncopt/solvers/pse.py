@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from ..kernels.linalg import csr_rmatvec, csr_transpose
+from ..penalties import per_feature
 from ..screening import screen_active_set, strong_rule_keep
 from .ddss import SolverResult, history_record
 from .methods import check_elastic_net
@@ -133,7 +134,7 @@ def solve_pse(problem, rule="safe", *, tol=1e-4, max_epochs=200, coef_init=None,
                     break
                 readded += int(violators.sum())
                 x_full = np.zeros(full.n_features)
-                x_full[np.repeat(keep, np.diff(full.block_indptr))] = x
+                x_full[per_feature(keep, full.block_indptr)] = x
                 keep = keep | violators
                 active, x, _ = full.compact(keep, x_full)
                 columns = column_major(active)

@@ -19,6 +19,7 @@ import numpy as np
 from ...comm.messages import decode_index, index_length, write_index, bitmap_words
 from ...comm.wire import Wire, _mpi
 from ...losses import UNWEIGHTED, intercept_sums, loss_of_code, mean_loss
+from ...penalties import per_feature
 from ...problem import refit_intercept
 
 CERTIFICATE_SUMS = 4    # the scalars ahead of A^T rho in a certificate's reduction
@@ -111,7 +112,7 @@ def send_anchor(wire, plan, block_indptr):
     their positions (``write_index``: int32 indices or their bitmap, whichever is
     shorter). A frozen coordinate stays at zero for the epoch whatever its mu_j."""
     p = plan.weighted_mu.shape[0]
-    free = np.flatnonzero(~np.repeat(plan.frozen, np.diff(block_indptr))).astype(np.int32)
+    free = np.flatnonzero(~per_feature(plan.frozen, block_indptr)).astype(np.int32)
     wire.bcast(np.array([plan.mu_intercept, float(free.shape[0])]))
     scratch = np.empty(bitmap_words(p), dtype=np.uint32)
     count = free.shape[0]

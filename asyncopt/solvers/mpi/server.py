@@ -18,6 +18,7 @@ import numpy as np
 from ...comm.messages import ChangeLog, add_weighted_delta, changed_since
 from ...losses import generalized_residual, loss_of_code
 from ...newton.kernels import ReducedHessian
+from ...penalties import per_feature
 from ...problem import Certificate, dropped_share
 from ...runtime import blas_threads_beside
 from ..ddss import (EPOCH, NEWTON, REJECT, START_ERROR, START_FRESH, WORKING_SET,
@@ -159,7 +160,7 @@ class ServerBackend:
     def compact(self, keep, x):
         """The server's statistics on the kept blocks; the positions removed go to the
         workers with the next control word."""
-        feature_keep = np.repeat(keep, np.diff(self.penalty.indptr))
+        feature_keep = per_feature(keep, self.penalty.indptr)
         self.dropped = np.flatnonzero(~keep)
         self.column_sq = self.column_sq[feature_keep]
         if self.folded:

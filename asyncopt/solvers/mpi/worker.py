@@ -10,6 +10,7 @@ from ...kernels.svrg import dense_svrg_epoch
 from ...kernels.workspace import Clock, SagaStep, SvrgStep
 from ...losses import generalized_residual, loss_of_code, mean_neg_conjugate
 from ...newton.kernels import ReducedHessian
+from ...penalties import per_feature
 from ..ddss import (EPOCH, NEWTON, RECERTIFY, REJECT, START_ERROR, START_FRESH, STOP,
                     WORKING_SET, epoch_thresholds, prox_svrg_epochs)
 from .inner import work_epoch
@@ -34,7 +35,7 @@ class Shard:
         """Drop the blocks at positions ``dropped``; the rows too unless the run stops."""
         keep = np.ones(self.penalty.n_blocks, dtype=bool)
         keep[dropped] = False
-        feature_keep = np.repeat(keep, np.diff(self.penalty.indptr))
+        feature_keep = per_feature(keep, self.penalty.indptr)
         self.blocks = self.blocks[keep]
         self.penalty = self.full_penalty.restricted(self.blocks)
         if status != STOP:
@@ -190,7 +191,7 @@ class EpochRunner:
         average_all = wire.allreduce(local_sum) / self.stats.n
         average, average_b = average_all[1:].copy(), average_all[:1].copy()
         step = SagaStep(memory, average, average_b,
-                        np.repeat(self.reweighting, np.diff(active.block_indptr)),
+                        per_feature(self.reweighting, active.block_indptr),
                         thresholds, eta, eta_intercept)
         kernel, rows, blocks = (active.penalty.saga_kernel(), active.kernel_rows(),
                                 active.kernel_blocks())
