@@ -144,8 +144,12 @@ def test_n_jobs_meaning():
 
 
 @pytest.mark.parametrize("n_threads", [1, 2, 3, 7])
-def test_threaded_margins_and_rmatvec_match_scipy(n_threads):
+def test_threaded_margins_and_rmatvec_match_scipy(n_threads, monkeypatch):
+    """Split over the threads (every pass, however small: PARALLEL_MIN_ENTRIES 0), the
+    margins and A^T r are scipy's."""
+    from asyncopt.kernels import linalg
     from asyncopt.kernels.linalg import csr_margins, csr_rmatvec
+    monkeypatch.setattr(linalg, "PARALLEL_MIN_ENTRIES", 0)
     X = sp.random(101, 37, density=0.2, random_state=n_threads, format="csr")
     rng = np.random.default_rng(n_threads)
     x, r = rng.standard_normal(37), rng.standard_normal(101)
@@ -154,6 +158,26 @@ def test_threaded_margins_and_rmatvec_match_scipy(n_threads):
     np.testing.assert_allclose(z, X @ x + 0.5, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(csr_rmatvec(indptr, X.indices, X.data, r, 37, n_threads),
                                X.T @ r, rtol=1e-12, atol=1e-13)
+
+
+def test_a_pass_over_few_entries_stays_on_the_calling_thread(monkeypatch):
+    """``pass_threads``: below PARALLEL_MIN_ENTRIES stored entries a pass runs on one
+    thread (no task reaches the pool), at or above it on the threads asked for."""
+    from asyncopt.kernels import linalg
+    X = sp.random(50, 20, density=0.3, random_state=0, format="csr")
+    indptr = X.indptr.astype(np.int64)
+    calls = []
+    real = linalg.run_in_parallel
+    monkeypatch.setattr(linalg, "run_in_parallel",
+                        lambda tasks: calls.append(len(tasks)) or real(tasks))
+    monkeypatch.setattr(linalg, "PARALLEL_MIN_ENTRIES", X.nnz + 1)
+    linalg.csr_rmatvec(indptr, X.indices, X.data, np.ones(50), 20, 4)
+    linalg.csr_margins(indptr, X.indices, X.data, np.ones(20), 0.0, np.empty(50), 4)
+    assert calls == []
+    monkeypatch.setattr(linalg, "PARALLEL_MIN_ENTRIES", X.nnz)
+    linalg.csr_rmatvec(indptr, X.indices, X.data, np.ones(50), 20, 4)
+    linalg.csr_margins(indptr, X.indices, X.data, np.ones(20), 0.0, np.empty(50), 4)
+    assert calls == [4, 4]
 
 
 def test_lasso_path_on_threads_matches_serial():

@@ -38,6 +38,16 @@ def csr_rmatvec_rows(indptr, indices, data, r, out, start, end):
             out[indices[k]] += data[k] * ri
 
 
+PARALLEL_MIN_ENTRIES = 1 << 18     # a pass over fewer entries stays on one thread
+
+
+def pass_threads(indptr, n_threads):
+    """The threads a pass over the rows ``indptr`` delimits runs on: ``n_threads``, or 1
+    below PARALLEL_MIN_ENTRIES entries, where waking the pool's threads (~0.15 ms on a
+    2-core VM) costs more than the half pass they take over."""
+    return n_threads if indptr[-1] - indptr[0] >= PARALLEL_MIN_ENTRIES else 1
+
+
 def row_ranges(n_rows, n_threads):
     """n_threads contiguous (start, end) row ranges covering range(n_rows)."""
     bounds = np.linspace(0, n_rows, n_threads + 1).astype(np.int64)
@@ -84,8 +94,10 @@ def _run_on_threads(kernel, ranges):
 
 
 def csr_margins(indptr, indices, data, x, b, out, n_threads=1):
-    """out_i = a_i^T x + b for every row i, rows split over n_threads threads."""
+    """out_i = a_i^T x + b for every row i, rows split over n_threads threads
+    (``pass_threads``)."""
     n = indptr.shape[0] - 1
+    n_threads = pass_threads(indptr, n_threads)
     if n_threads <= 1:
         csr_margins_rows(indptr, indices, data, x, b, out, 0, n)
     else:
@@ -95,9 +107,10 @@ def csr_margins(indptr, indices, data, x, b, out, n_threads=1):
 
 
 def csr_rmatvec(indptr, indices, data, r, n_cols, n_threads=1):
-    """A^T r (length n_cols); with n_threads > 1 each thread sums its rows into its own
-    vector and the partial sums are added."""
+    """A^T r (length n_cols); with n_threads > 1 (``pass_threads``) each thread sums its
+    rows into its own vector and the partial sums are added."""
     n = indptr.shape[0] - 1
+    n_threads = pass_threads(indptr, n_threads)
     if n_threads <= 1:
         out = np.zeros(n_cols)
         csr_rmatvec_rows(indptr, indices, data, r, out, 0, n)
