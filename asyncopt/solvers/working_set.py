@@ -34,7 +34,8 @@ A^T rho (``penalties.L1.loss_correlation``).
 """
 import numpy as np
 
-from ..kernels.linalg import csc_rows, csr_columns, csr_margins, csr_rmatvec
+from ..kernels.linalg import (csc_rows, csr_columns, csr_margins, csr_rmatvec,
+                               csr_transpose)
 from ..kernels.working_set import (gram_lasso_cd, gram_start, lasso_working_set_cd,
                                    prox_newton_working_set)
 from ..losses import generalized_residual, mean_loss, mean_neg_conjugate
@@ -131,12 +132,25 @@ class ColumnStore:
             return full.position[features]
         cols = self.column_of[features]
         if cols.shape[0] and cols.min() < 0:
-            self._form(active, active.features if active.nnz <= IN_CACHE else
-                       np.union1d(features, ahead()))
+            in_cache = active.nnz <= IN_CACHE
+            if in_cache:                    # every active column: the transpose
+                keep = active.features
+                self.indptr, self.rows, self.data = csr_transpose(
+                    active.indptr, active.indices, active.data, active.n_features)
+            else:
+                keep = self._form(active, np.union1d(features, ahead()))
+            self.column_of[self.stored] = -1
+            self.column_of[keep] = np.arange(keep.shape[0])
+            self.stored = keep
+            # a copied entry's cost: a read where the store stays in the cache
+            copied = WORK["read" if in_cache else "transpose"]
+            self.work += WORK["read"] * active.nnz + copied * self.rows.shape[0]
             cols = self.column_of[features]
         return cols
 
     def _form(self, active, features):
+        """Form the active columns of ``features`` (original ids) and of those stored
+        before (a pass over the rows); returns their ids, by column."""
         position = np.full(self.column_of.shape[0], -1, dtype=np.int64)
         position[active.features] = np.arange(active.n_features)
         keep = np.union1d(self.stored[position[self.stored] >= 0], features)
@@ -144,12 +158,7 @@ class ColumnStore:
         column_map[position[keep]] = np.arange(keep.shape[0])
         self.indptr, self.rows, self.data = csr_columns(
             active.indptr, active.indices, active.data, column_map, keep.shape[0])
-        self.column_of[self.stored] = -1
-        self.column_of[keep] = np.arange(keep.shape[0])
-        self.stored = keep
-        # a copied entry's cost: a read where the store stays in the cache
-        copied = WORK["read" if active.nnz <= IN_CACHE else "transpose"]
-        self.work += WORK["read"] * active.nnz + copied * self.rows.shape[0]
+        return keep
 
     def taken(self):
         work, self.work = self.work, 0.0
