@@ -12,7 +12,7 @@ from sklearn.linear_model import Lasso as SkLasso
 import asyncopt
 from asyncopt.data import load_libsvm
 from asyncopt.kernels.working_set import (_extrapolate, _solve_spd, gram_lasso_cd,
-                                          lasso_objective,
+                                          lasso_objective, lasso_orthant_newton,
                                           lasso_working_set_cd, prox_newton_working_set)
 from asyncopt.losses import UNWEIGHTED
 from asyncopt.penalties import L1
@@ -117,6 +117,113 @@ def test_epochs_and_extrapolations_never_raise_the_subproblems_objective():
                                       blocks))
     assert all(later <= earlier + 1e-12 for earlier, later in zip(values, values[1:]))
     assert kept > 0
+
+
+def orthant_problem(n=60, p=30, seed=0, weighted=False):
+    """A CSC problem of p columns (every column in W) with y, row weights c (sum n, or
+    the kernels' empty array) and its sklearn Lasso / ElasticNet solution helper."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p)) * (rng.random((n, p)) < 0.5)
+    X[:, 1] = X[:, 0] + 0.01 * rng.standard_normal(n)      # nearly collinear pair
+    y = X[:, :6] @ rng.standard_normal(6) + 0.1 * rng.standard_normal(n) + 0.7
+    c = rng.uniform(0.5, 2.0, n) if weighted else np.ones(n)
+    c *= n / c.sum()
+    csc = sp.csc_matrix(X)
+    return X, y, c, csc, (c if weighted else UNWEIGHTED)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("l2", [0.0, 0.5])
+@pytest.mark.parametrize("positive", [False, True])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_an_orthant_newton_step_solves_the_problem_on_the_solutions_orthant(
+        weighted, l2, positive, fit_intercept):
+    """From a perturbed solution with its signs and zeros, one step with enough CG
+    iterations lands on scikit-learn's Lasso / ElasticNet solution (F is quadratic on the
+    orthant), keeping r = y - A w - b."""
+    from sklearn.linear_model import ElasticNet as SkElasticNet
+    X, y, c, csc, kernel_c = orthant_problem(seed=7, weighted=weighted)
+    n, p = X.shape
+    alpha, l1_ratio = 0.05, 1.0 / (1.0 + l2)    # l2 = (1 - l1_ratio) / l1_ratio
+    sk = SkElasticNet(alpha=alpha, l1_ratio=l1_ratio, fit_intercept=fit_intercept,
+                      positive=positive, tol=1e-14, max_iter=1_000_000).fit(
+        X, y, sample_weight=c)
+    n_lam = n * alpha * l1_ratio
+    rng = np.random.default_rng(1)
+    w = sk.coef_ * (1.0 + 0.2 * rng.random(p))                # same signs and zeros
+    b = float(sk.intercept_) + (0.3 if fit_intercept else 0.0)
+    r = y - X @ w - b
+    cols = np.arange(p, dtype=np.int64)
+    assert 2 <= np.count_nonzero(w) < n
+    b, iterations = lasso_orthant_newton(csc.indptr, csc.indices, csc.data, cols, w, r, b,
+                                         kernel_c, n_lam, np.ones(p), positive, l2,
+                                         fit_intercept, 200)
+    assert 0 < iterations <= 200
+    np.testing.assert_allclose(w, sk.coef_, atol=1e-8)
+    assert b == pytest.approx(float(sk.intercept_), abs=1e-8)
+    np.testing.assert_allclose(r, y - X @ w - b, atol=1e-10)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_orthant_newton_steps_never_raise_f_and_keep_zeros_zero(seed):
+    """From arbitrary starts (random signs, half the coordinates zero) and a few CG
+    iterations: F never rises, zeros stay zero, signs never flip, r stays exact."""
+    X, y, c, csc, kernel_c = orthant_problem(seed=seed, weighted=seed % 2 == 1)
+    n, p = X.shape
+    rng = np.random.default_rng(seed)
+    positive = seed % 3 == 0
+    l2 = 0.3 if seed % 2 == 0 else 0.0
+    w = rng.standard_normal(p) * (rng.random(p) < 0.5)
+    if positive:
+        w = np.abs(w)
+    b = 0.5
+    r = y - X @ w - b
+    cols = np.arange(p, dtype=np.int64)
+    blocks = np.arange(p + 1, dtype=np.int64)
+    weights = rng.uniform(0.5, 2.0, p)
+    n_lam = 2.0
+    for _ in range(5):
+        before = lasso_objective(w, r, kernel_c, n_lam, weights, positive, l2, blocks)
+        start = w.copy()
+        b, _ = lasso_orthant_newton(csc.indptr, csc.indices, csc.data, cols, w, r, b,
+                                    kernel_c, n_lam, weights, positive, l2, True, 3)
+        assert lasso_objective(w, r, kernel_c, n_lam, weights, positive, l2, blocks) \
+            <= before
+        assert np.all(w[start == 0] == 0) and np.all(w * start >= 0)
+        np.testing.assert_allclose(r, y - X @ w - b, atol=1e-10)
+
+
+@pytest.mark.parametrize("options", [{}, {"positive": True}, {"l1_ratio": 0.6},
+                                     {"sample_weight": True}])
+def test_orthant_newton_steps_after_every_pass_reach_sklearns_objective(options,
+                                                                         monkeypatch):
+    """The working-set step with an orthant Newton step after every column pass (where
+    the solver takes one after ORTHANT_EVERY) still reaches scikit-learn's objective to
+    1e-6, with a certified gap."""
+    from sklearn.linear_model import ElasticNet as SkElasticNet
+    import asyncopt.solvers.working_set as ws_module
+    monkeypatch.setattr(ws_module, "ORTHANT_EVERY", 1)
+    X, y = correlated_data(n=60, p=150, seed=11)
+    options = dict(options)
+    weights = np.random.default_rng(0).uniform(0.5, 2.0, 60) \
+        if options.pop("sample_weight", False) else None
+    l1_ratio = options.pop("l1_ratio", 1.0)
+    alpha = 0.02 * Problem(X, y, "squared", L1(150), 1.0, True).lam_max()
+    est = asyncopt.ElasticNet(alpha=alpha, l1_ratio=l1_ratio, tol=1e-10,
+                              method="working_set", max_epochs=1000, **options).fit(
+        sp.csr_matrix(X), y, sample_weight=weights)
+    sk = SkElasticNet(alpha=alpha, l1_ratio=l1_ratio, tol=1e-14, max_iter=1_000_000,
+                      **options).fit(X, y, sample_weight=weights)
+    c = np.ones(60) if weights is None else weights * 60 / weights.sum()
+
+    def value(coef, b):
+        r = y - X @ coef - b
+        return 0.5 * np.mean(c * r * r) + alpha * (
+            l1_ratio * np.abs(coef).sum() + 0.5 * (1 - l1_ratio) * coef @ coef)
+    ours, theirs = value(est.coef_, est.intercept_), value(sk.coef_, sk.intercept_)
+    assert abs(ours - theirs) <= 1e-6 * theirs
+    assert ours - theirs <= est.dual_gap_ + 1e-12 * theirs
+    assert np.count_nonzero(est.coef_) > 0
 
 
 @pytest.mark.parametrize("fit_intercept", [True, False])

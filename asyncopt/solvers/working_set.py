@@ -16,7 +16,12 @@ set W of blocks (features, for L1), to a fraction of the outer gap:
   outer gap (celer's inner tolerance, Massias et al., ICML 2018): for the squared loss
   cyclic (block) coordinate descent with Anderson extrapolation, for the logistic loss
   (L1) proximal Newton steps (coordinate descent on the second-order model, then a line
-  search), both in ``kernels.working_set``; for the Lasso, where a pass on the Gram
+  search), both in ``kernels.working_set``; for the L1 squared loss, after every
+  ORTHANT_EVERY column passes that have not solved it, one projected Newton step on the
+  orthant of the set's non-zeros, its direction by conjugate gradients
+  (``lasso_orthant_newton``: where coordinate descent's residual converges slowly, on
+  sets with about as many columns as rows or nearly collinear columns, CG needs about
+  the square root of its passes); for the Lasso, where a pass on the Gram
   matrix of [A_W, 1] is cheaper than one on the columns, the passes go on on it once
   the column passes have cost what forming it does (``gram_passes``, ``GramStore``),
   and for the logistic loss the Newton directions come from the Hessian on W once the
@@ -36,8 +41,8 @@ import numpy as np
 
 from ..kernels.linalg import (csc_rows, csr_columns, csr_margins, csr_rmatvec,
                                csr_transpose)
-from ..kernels.working_set import (gram_lasso_cd, gram_start, lasso_working_set_cd,
-                                   prox_newton_working_set)
+from ..kernels.working_set import (gram_lasso_cd, gram_start, lasso_orthant_newton,
+                                   lasso_working_set_cd, prox_newton_working_set)
 from ..losses import generalized_residual, mean_loss, mean_neg_conjugate
 from ..newton.kernels import HessianCache, SupportRows, shard_slope
 from ..penalties import (block_positions, contiguous_block_norms, l1_dual_norms,
@@ -55,6 +60,8 @@ AHEAD = 4                # the column store holds sets this many times the curre
 IN_CACHE = 1 << 20       # active entries whose columns (16 MB) a store forms at once
 MAX_GRAM = 2048          # the Gram matrix's side (32 MB)
 MAX_NEWTON_PASSES = 1000
+ORTHANT_EVERY = 20       # column passes between two orthant Newton steps (squared loss)
+ORTHANT_CG = 20          # CG iterations of one such step, each costing about a pass
 HESSIAN_STEPS = 2        # Newton steps from the Hessian that end a set, about (quadratic)
 
 
@@ -248,7 +255,10 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
     have not solved the subproblem, on the Gram matrix of [A_W, 1] (``grams``: the
     run's ``GramStore``, ``n_threads`` form it); other losses: proximal Newton
     steps. With the positive L1 penalty every solver keeps x >= 0; with the elastic net
-    (``l2``) each has the L2 term (module docstring)."""
+    (``l2``) each has the L2 term (module docstring). For the L1 squared loss, after
+    every ORTHANT_EVERY column passes that have not solved the subproblem, one orthant
+    Newton step (``lasso_orthant_newton``, ORTHANT_CG CG iterations at most: its passes
+    at most those of the coordinate descent between two steps)."""
     prob = active.problem
     n = prob.n_samples
     block_indptr = active.block_indptr
@@ -297,10 +307,22 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
         work += store.taken()
     if rent > 0 and prob.loss.quadratic:
         r = active.y - cert.z                    # y - A x - b (rho = C r)
-        b, epochs, gap, _ = lasso_working_set_cd(
-            store.indptr, store.rows, store.data, cols, w, r, float(cert.intercept),
-            active.y, active.sample_weight, n * prob.lam, active.weights[chosen], positive,
-            l2, lipschitz, pointer, prob.fit_intercept, tol, rent, ANDERSON, CHECK_EVERY)
+        b, epochs, gap, newton = float(cert.intercept), 0, np.inf, 0
+        while True:     # ORTHANT_EVERY passes, then an orthant Newton step (L1), again
+            cap = min(ORTHANT_EVERY, rent - epochs) if singletons else rent
+            b, done, gap, _ = lasso_working_set_cd(
+                store.indptr, store.rows, store.data, cols, w, r, b, active.y,
+                active.sample_weight, n * prob.lam, active.weights[chosen], positive, l2,
+                lipschitz, pointer, prob.fit_intercept, tol, cap, ANDERSON, CHECK_EVERY)
+            epochs += done
+            if gap <= tol or epochs >= rent or not singletons:
+                break
+            b, its = lasso_orthant_newton(
+                store.indptr, store.rows, store.data, cols, w, r, b, active.sample_weight,
+                n * prob.lam, active.weights[chosen], positive, l2, prob.fit_intercept,
+                ORTHANT_CG)
+            newton += its
+        work += WORK["read"] * newton * (2.0 * entries + 2.0 * n)
         work += WORK["read"] * (epochs * (2.0 * entries + 2.0 * n) +
                                 (epochs // CHECK_EVERY + 1) * (entries + 2.0 * n) +
                                 (epochs // (ANDERSON + 1)) * 4.0 * (ANDERSON + 1) *
