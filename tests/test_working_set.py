@@ -197,12 +197,18 @@ def test_orthant_newton_steps_never_raise_f_and_keep_zeros_zero(seed):
                                      {"sample_weight": True}])
 def test_orthant_newton_steps_after_every_pass_reach_sklearns_objective(options,
                                                                          monkeypatch):
-    """The working-set step with an orthant Newton step after every column pass (where
-    the solver takes one after ORTHANT_EVERY) still reaches scikit-learn's objective to
-    1e-6, with a certified gap."""
+    """The working-set step with orthant Newton steps offered after every column pass
+    (where the solver offers one after ORTHANT_EVERY) still reaches scikit-learn's
+    objective to 1e-6, with a certified gap."""
     from sklearn.linear_model import ElasticNet as SkElasticNet
     import asyncopt.solvers.working_set as ws_module
     monkeypatch.setattr(ws_module, "ORTHANT_EVERY", 1)
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return lasso_orthant_newton(*args)
+    monkeypatch.setattr(ws_module, "lasso_orthant_newton", counted)
     X, y = correlated_data(n=60, p=150, seed=11)
     options = dict(options)
     weights = np.random.default_rng(0).uniform(0.5, 2.0, 60) \
@@ -224,6 +230,7 @@ def test_orthant_newton_steps_after_every_pass_reach_sklearns_objective(options,
     assert abs(ours - theirs) <= 1e-6 * theirs
     assert ours - theirs <= est.dual_gap_ + 1e-12 * theirs
     assert np.count_nonzero(est.coef_) > 0
+    assert calls
 
 
 @pytest.mark.parametrize("fit_intercept", [True, False])

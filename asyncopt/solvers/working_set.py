@@ -17,8 +17,9 @@ set W of blocks (features, for L1), to a fraction of the outer gap:
   cyclic (block) coordinate descent with Anderson extrapolation, for the logistic loss
   (L1) proximal Newton steps (coordinate descent on the second-order model, then a line
   search), both in ``kernels.working_set``; for the L1 squared loss, after every
-  ORTHANT_EVERY column passes that have not solved it, one projected Newton step on the
-  orthant of the set's non-zeros, its direction by conjugate gradients
+  ORTHANT_EVERY column passes that have not solved it and, at their rate, would not by
+  the next ORTHANT_EVERY, one projected Newton step on the orthant of the set's
+  non-zeros, its direction by conjugate gradients
   (``lasso_orthant_newton``: where coordinate descent's residual converges slowly, on
   sets with about as many columns as rows or nearly collinear columns, CG needs about
   the square root of its passes); for the Lasso, where a pass on the Gram
@@ -256,7 +257,8 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
     run's ``GramStore``, ``n_threads`` form it); other losses: proximal Newton
     steps. With the positive L1 penalty every solver keeps x >= 0; with the elastic net
     (``l2``) each has the L2 term (module docstring). For the L1 squared loss, after
-    every ORTHANT_EVERY column passes that have not solved the subproblem, one orthant
+    every ORTHANT_EVERY column passes that have not solved the subproblem and, at their
+    rate (the gap's ratio over them), would not by the next ORTHANT_EVERY, one orthant
     Newton step (``lasso_orthant_newton``, ORTHANT_CG CG iterations at most: its passes
     at most those of the coordinate descent between two steps)."""
     prob = active.problem
@@ -308,6 +310,7 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
     if rent > 0 and prob.loss.quadratic:
         r = active.y - cert.z                    # y - A x - b (rho = C r)
         b, epochs, gap, newton = float(cert.intercept), 0, np.inf, 0
+        previous = n * outer_gap            # about the subproblem's gap at the start
         while True:     # ORTHANT_EVERY passes, then an orthant Newton step (L1), again
             cap = min(ORTHANT_EVERY, rent - epochs) if singletons else rent
             b, done, gap, _ = lasso_working_set_cd(
@@ -317,11 +320,13 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
             epochs += done
             if gap <= tol or epochs >= rent or not singletons:
                 break
-            b, its = lasso_orthant_newton(
-                store.indptr, store.rows, store.data, cols, w, r, b, active.sample_weight,
-                n * prob.lam, active.weights[chosen], positive, l2, prob.fit_intercept,
-                ORTHANT_CG)
-            newton += its
+            if gap * gap > tol * previous:  # at the last passes' rate, not solved by the next
+                b, its = lasso_orthant_newton(
+                    store.indptr, store.rows, store.data, cols, w, r, b,
+                    active.sample_weight, n * prob.lam, active.weights[chosen], positive,
+                    l2, prob.fit_intercept, ORTHANT_CG)
+                newton += its
+            previous = gap
         work += WORK["read"] * newton * (2.0 * entries + 2.0 * n)
         work += WORK["read"] * (epochs * (2.0 * entries + 2.0 * n) +
                                 (epochs // CHECK_EVERY + 1) * (entries + 2.0 * n) +
