@@ -120,8 +120,8 @@ def test_epochs_and_extrapolations_never_raise_the_subproblems_objective():
 
 
 def orthant_problem(n=60, p=30, seed=0, weighted=False):
-    """A CSC problem of p columns (every column in W) with y, row weights c (sum n, or
-    the kernels' empty array) and its sklearn Lasso / ElasticNet solution helper."""
+    """A CSC problem of p columns (every column in W): (X, y, row weights c summing to
+    n, its CSC, c in the kernels' form (empty where unweighted), ||A_q||_C^2)."""
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, p)) * (rng.random((n, p)) < 0.5)
     X[:, 1] = X[:, 0] + 0.01 * rng.standard_normal(n)      # nearly collinear pair
@@ -129,7 +129,7 @@ def orthant_problem(n=60, p=30, seed=0, weighted=False):
     c = rng.uniform(0.5, 2.0, n) if weighted else np.ones(n)
     c *= n / c.sum()
     csc = sp.csc_matrix(X)
-    return X, y, c, csc, (c if weighted else UNWEIGHTED)
+    return X, y, c, csc, (c if weighted else UNWEIGHTED), c @ (X * X)
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -142,7 +142,7 @@ def test_an_orthant_newton_step_solves_the_problem_on_the_solutions_orthant(
     iterations lands on scikit-learn's Lasso / ElasticNet solution (F is quadratic on the
     orthant), keeping r = y - A w - b."""
     from sklearn.linear_model import ElasticNet as SkElasticNet
-    X, y, c, csc, kernel_c = orthant_problem(seed=7, weighted=weighted)
+    X, y, c, csc, kernel_c, sq = orthant_problem(seed=7, weighted=weighted)
     n, p = X.shape
     alpha, l1_ratio = 0.05, 1.0 / (1.0 + l2)    # l2 = (1 - l1_ratio) / l1_ratio
     sk = SkElasticNet(alpha=alpha, l1_ratio=l1_ratio, fit_intercept=fit_intercept,
@@ -156,7 +156,7 @@ def test_an_orthant_newton_step_solves_the_problem_on_the_solutions_orthant(
     cols = np.arange(p, dtype=np.int64)
     assert 2 <= np.count_nonzero(w) < n
     b, iterations = lasso_orthant_newton(csc.indptr, csc.indices, csc.data, cols, w, r, b,
-                                         kernel_c, n_lam, np.ones(p), positive, l2,
+                                         kernel_c, n_lam, np.ones(p), positive, l2, sq,
                                          fit_intercept, 200)
     assert 0 < iterations <= 200
     np.testing.assert_allclose(w, sk.coef_, atol=1e-8)
@@ -168,7 +168,7 @@ def test_an_orthant_newton_step_solves_the_problem_on_the_solutions_orthant(
 def test_orthant_newton_steps_never_raise_f_and_keep_zeros_zero(seed):
     """From arbitrary starts (random signs, half the coordinates zero) and a few CG
     iterations: F never rises, zeros stay zero, signs never flip, r stays exact."""
-    X, y, c, csc, kernel_c = orthant_problem(seed=seed, weighted=seed % 2 == 1)
+    X, y, c, csc, kernel_c, sq = orthant_problem(seed=seed, weighted=seed % 2 == 1)
     n, p = X.shape
     rng = np.random.default_rng(seed)
     positive = seed % 3 == 0
@@ -186,7 +186,7 @@ def test_orthant_newton_steps_never_raise_f_and_keep_zeros_zero(seed):
         before = lasso_objective(w, r, kernel_c, n_lam, weights, positive, l2, blocks)
         start = w.copy()
         b, _ = lasso_orthant_newton(csc.indptr, csc.indices, csc.data, cols, w, r, b,
-                                    kernel_c, n_lam, weights, positive, l2, True, 3)
+                                    kernel_c, n_lam, weights, positive, l2, sq, True, 3)
         assert lasso_objective(w, r, kernel_c, n_lam, weights, positive, l2, blocks) \
             <= before
         assert np.all(w[start == 0] == 0) and np.all(w * start >= 0)

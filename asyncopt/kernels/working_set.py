@@ -379,14 +379,15 @@ def _hessian_times(indptr, rows, data, cols, free, p, sample_weight, n_lam, weig
 
 @njit(cache=True, nogil=True)
 def lasso_orthant_newton(indptr, rows, data, cols, w, r, b, sample_weight, n_lam, weights,
-                         positive, l2, fit_intercept, max_iterations):
+                         positive, l2, sq_norms, fit_intercept, max_iterations):
     """One projected Newton step on the L1 subproblem F (module docstring; singleton
     blocks) over the orthant of w's non-zeros S, from (w, b). On that orthant F is
     smooth, 1/2 ||r||_C^2 + n lam sum_{q in S} v_q (s_q w_q + l2 w_q^2 / 2) with
     s = sign(w); its Newton direction d solves H d = -g (g its gradient in (w_S, b), H =
     [A_S, 1]^T C [A_S, 1] + n lam l2 diag(v_S, 0), ``_hessian_times``), here by at most
     ``max_iterations`` iterations of conjugate gradients preconditioned by diag(H), each
-    about one pass over S's columns. The step is w(t) = the projection of w + t d onto
+    about one pass over S's columns (``sq_norms[q]`` = ||A_q||_C^2, the CD kernel's
+    ``lipschitz``, for the diagonal). The step is w(t) = the projection of w + t d onto
     the orthant (a coordinate that would cross zero stops at zero), b + t d_b, for the
     first t of 1, 1/2, ..., 1/2^9 with F(w(t), b + t d_b) < F(w, b); none where none
     lowers F. w and r = y - A w - b are updated in place; returns (b, CG iterations).
@@ -404,21 +405,17 @@ def lasso_orthant_newton(indptr, rows, data, cols, w, r, b, sample_weight, n_lam
     dim = k + intercept
     if dim == 0:
         return b, 0
-    cr = r * sample_weight if sample_weight.shape[0] != 0 else r.copy()
     gradient = np.empty(dim)
     diagonal = np.empty(dim)
     for j in range(k):
         q = free[j]
-        c = cols[q]
-        sq = 0.0
-        for e in range(indptr[c], indptr[c + 1]):
-            sq += data[e] * data[e] * (1.0 if sample_weight.shape[0] == 0
-                                       else sample_weight[rows[e]])
-        gradient[j] = -_column_dot(indptr, rows, data, c, cr) + \
+        gradient[j] = -_weighted_column_dot(indptr, rows, data, cols[q], r,
+                                            sample_weight) + \
             n_lam * weights[q] * (np.sign(w[q]) + l2 * w[q])
-        diagonal[j] = sq + n_lam * l2 * weights[q]
+        diagonal[j] = sq_norms[q] + n_lam * l2 * weights[q]
     if fit_intercept:
-        gradient[k] = -np.sum(cr)
+        gradient[k] = -(np.sum(r) if sample_weight.shape[0] == 0
+                        else np.dot(sample_weight, r))
         diagonal[k] = weight_total(sample_weight, n)
     for j in range(dim):
         if diagonal[j] <= 0.0:
@@ -450,16 +447,12 @@ def lasso_orthant_newton(indptr, rows, data, cols, w, r, b, sample_weight, n_lam
     # the projected search: A_F d once, the crossing coordinates corrected per t
     ad = np.empty(n)
     _columns_times(indptr, rows, data, cols, free, d, d[k] if fit_intercept else 0.0, ad)
-    before = 0.5 * _weighted_sq(r, sample_weight)
-    penalty_before = 0.0
-    for j in range(k):
-        q = free[j]
-        penalty_before += weights[q] * (abs(w[q]) + 0.5 * l2 * w[q] * w[q])
-    before += n_lam * penalty_before
+    singletons = np.arange(w.shape[0] + 1)
+    before = lasso_objective(w, r, sample_weight, n_lam, weights, positive, l2, singletons)
     t = 1.0
     for _ in range(10):
-        trial = r - t * ad
-        penalty = 0.0
+        trial_r = r - t * ad
+        trial_w = w.copy()
         for j in range(k):
             q = free[j]
             moved = w[q] + t * d[j]
@@ -467,17 +460,15 @@ def lasso_orthant_newton(indptr, rows, data, cols, w, r, b, sample_weight, n_lam
                 c = cols[q]
                 back = t * d[j] + w[q]       # undo the part of t d_j past zero
                 for e in range(indptr[c], indptr[c + 1]):
-                    trial[rows[e]] += back * data[e]
+                    trial_r[rows[e]] += back * data[e]
                 moved = 0.0
-            penalty += weights[q] * (abs(moved) + 0.5 * l2 * moved * moved)
-        if 0.5 * _weighted_sq(trial, sample_weight) + n_lam * penalty < before:
-            for j in range(k):
-                q = free[j]
-                moved = w[q] + t * d[j]
-                w[q] = 0.0 if moved * w[q] <= 0.0 else moved
+            trial_w[q] = moved
+        if lasso_objective(trial_w, trial_r, sample_weight, n_lam, weights, positive, l2,
+                           singletons) < before:
+            w[:] = trial_w
+            r[:] = trial_r
             if fit_intercept:
                 b += t * d[k]
-            r[:] = trial
             break
         t *= 0.5
     return b, iterations

@@ -324,11 +324,11 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
                 b, its = lasso_orthant_newton(
                     store.indptr, store.rows, store.data, cols, w, r, b,
                     active.sample_weight, n * prob.lam, active.weights[chosen], positive,
-                    l2, prob.fit_intercept, ORTHANT_CG)
+                    l2, lipschitz, prob.fit_intercept, ORTHANT_CG)
                 newton += its
             previous = gap
-        work += WORK["read"] * newton * (2.0 * entries + 2.0 * n)
-        work += WORK["read"] * (epochs * (2.0 * entries + 2.0 * n) +
+        # a CG iteration reads S's entries twice, as a pass W's
+        work += WORK["read"] * ((epochs + newton) * (2.0 * entries + 2.0 * n) +
                                 (epochs // CHECK_EVERY + 1) * (entries + 2.0 * n) +
                                 (epochs // (ANDERSON + 1)) * 4.0 * (ANDERSON + 1) *
                                 (w.shape[0] + n))
