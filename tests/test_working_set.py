@@ -13,7 +13,8 @@ import asyncopt
 from asyncopt.data import load_libsvm
 from asyncopt.kernels.working_set import (_extrapolate, _solve_spd, gram_lasso_cd,
                                           lasso_objective, lasso_orthant_newton,
-                                          lasso_working_set_cd, prox_newton_working_set)
+                                          lasso_working_set_cd, prox_newton_working_set,
+                                          TRUST_MARGIN)
 from asyncopt.losses import UNWEIGHTED
 from asyncopt.penalties import L1
 from asyncopt.problem import Problem
@@ -455,6 +456,47 @@ def test_prox_newton_steps_never_raise_the_subproblems_objective():
         values.append(np.sum(np.logaddexp(0.0, -active.y * z)) + n_lam * np.abs(w).sum())
     assert all(later <= earlier + 1e-12 for earlier, later in zip(values, values[1:]))
     assert values[-1] < values[0]
+
+
+def test_prox_newton_steps_bring_back_a_coefficient_whose_rows_are_flat():
+    """A feature in one row only, its coefficient so large that the row's margin is 800
+    (f'' = 0 in floating point there: the quadratic model is flat along it). The first
+    direction moves no margin by more than TRUST_MARGIN through one coordinate (the
+    trust region), n P falls with every step count, and within 20 steps (the region
+    doubling after each full step) the subproblem is solved: its n P is that of 200
+    steps, and the coefficient is where that run leaves it."""
+    X, t = correlated_data(n=60, p=80, seed=5, density=0.6)
+    y = np.where(t > np.median(t), 1.0, -1.0)
+    X[:, 3] = 0.0
+    X[7, 3] = 2.0                        # feature 3: row 7 alone
+    active = Problem(sp.csr_matrix(X), y, "logistic", L1(80), 1.0, True).full_active_set()
+    indptr, rows, data = column_major(active)
+    csc = sp.csc_matrix((data, rows, indptr), shape=X.shape)
+    cols = np.arange(0, 80, 3, dtype=np.int64)              # holds column 3
+    sq = np.asarray(csc.multiply(csc).sum(axis=0)).ravel()[cols]
+    top = np.asarray(abs(csc).max(axis=0).todense()).ravel()[cols]
+    n_lam = 0.02 * np.max(np.abs(csc.T @ active.y))
+    weights = np.ones(cols.shape[0])
+    flat = int(np.flatnonzero(cols == 3)[0])
+    start = np.zeros(cols.shape[0])
+    start[flat] = 400.0 * active.y[csc[:, 3].nonzero()[0][0]]     # margin 800 there
+
+    def run(steps):
+        w = start.copy()
+        z = csc[:, cols] @ w
+        b, _, _, _ = prox_newton_working_set(indptr, rows, data, cols, w, z, 0.0,
+                                             active.y, UNWEIGHTED, 1, n_lam, weights,
+                                             False, 0.0, sq, 0.25, True, 0.0, steps, 20)
+        np.testing.assert_allclose(z, csc[:, cols] @ w + b, atol=1e-8)
+        return w, b, np.sum(np.logaddexp(0.0, -active.y * z)) + n_lam * np.abs(w).sum()
+
+    w1, b1, _ = run(1)
+    assert np.all(np.abs(w1 - start) * top <= TRUST_MARGIN * (1.0 + 1e-12))
+    assert abs(b1) <= TRUST_MARGIN * (1.0 + 1e-12)
+    values = [run(steps) for steps in (1, 5, 20, 200)]
+    assert all(later[2] <= earlier[2] for earlier, later in zip(values, values[1:]))
+    assert values[2][2] <= values[3][2] * (1.0 + 1e-8)
+    assert abs(values[2][0][flat] - values[3][0][flat]) <= 1e-6 * 400.0
 
 
 @pytest.mark.filterwarnings("ignore:'@' is faster")      # inside skglm's solver

@@ -532,21 +532,33 @@ def _objective_along(z, xdelta, t, y, sample_weight, code, w, delta, n_lam, weig
     return total + n_lam * penalty
 
 
+TRUST_MARGIN = 4.0         # the trust region's first radius, in margin units
+DIRECTION_FORCING = 0.3    # skglm's EPS_TOL: the direction's passes' accuracy, relative
+FLAT = 1e-300              # the least curvature a coordinate's model has
+
+
 @njit(cache=True)
 def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights, positive,
-                      l2, fit_intercept, max_passes, delta, xdelta):
+                      l2, fit_intercept, max_passes, margin, delta, xdelta):
     """Coordinate descent on the quadratic model of n P at w, in (delta, and the
     intercept's move db, returned; xdelta = A_ws delta + db):
         sum_i grad_i (A delta + db)_i + 1/2 sum_i hess_i (A delta + db)_i^2
         + n lam |w + delta|_v      (over w + delta >= 0 with ``positive``)
         (+ n lam l2 ||w + delta||_v^2 / 2, exact in the model, with ``l2``),
-    at most ``max_passes`` passes, stopping once a pass over every coordinate moves
-    none by more than 1e-4 of the first pass's largest move (in the model's metric).
-    A coordinate a pass leaves at zero is skipped by the passes after it until they
-    converge, then a pass over all follows (liblinear's shrinking). The passes keep
-    u = A_ws delta apart from db, with h_q = sum_i hess_i a_iq and sum_i hess_i u_i, so
-    the intercept's update costs O(1) and the columns' O(their entries). Returns (db,
-    the entries and rows the passes read)."""
+    over the trust region |delta_q| max_i |a_iq| <= ``margin`` (and |db| <= ``margin``):
+    no coordinate moves a margin by more than ``margin``, over which the logistic
+    loss's f'' changes by a factor e^margin at most (|f'''| <= f''), so that a
+    coordinate whose rows the model sees as flat (f'' ~ 0 on separated rows, where the
+    model's step is huge or, at f'' = 0, undefined) moves a bounded way and the line
+    search keeps the step for the others. At most ``max_passes`` passes, stopping once
+    a pass over every coordinate moves none by more than DIRECTION_FORCING times the
+    first pass's largest move (in the model's metric): an inexact Newton direction,
+    which the next directions complete. A coordinate a pass leaves at zero is skipped
+    by the passes after it until they converge, then a pass over all follows
+    (liblinear's shrinking). The passes keep u = A_ws delta apart from db, with
+    h_q = sum_i hess_i a_iq and sum_i hess_i u_i, so the intercept's update costs O(1)
+    and the columns' O(their entries). Returns (db, the entries and rows the passes
+    read)."""
     m = cols.shape[0]
     n = xdelta.shape[0]
     delta[:] = 0.0
@@ -554,15 +566,19 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights, p
     lipschitz = np.empty(m)
     gradient = np.empty(m)
     hess_col = np.empty(m)
+    radius = np.empty(m)
     for q in range(m):
         c = cols[q]
-        acc, g, h = 0.0, 0.0, 0.0
+        acc, g, h, top = 0.0, 0.0, 0.0, 0.0
         for k in range(indptr[c], indptr[c + 1]):
             hk = hess[rows[k]] * data[k]
             acc += hk * data[k]
             h += hk
             g += grad[rows[k]] * data[k]
-        lipschitz[q], gradient[q], hess_col[q] = acc, g, h
+            top = max(top, abs(data[k]))
+        # a curvature that underflowed to 0 still steps (to the region's edge)
+        lipschitz[q], gradient[q], hess_col[q] = max(acc, FLAT), g, h
+        radius[q] = margin / top if top > 0.0 else np.inf
     grad_b, hess_b = np.sum(grad), np.sum(hess)
     intercept = fit_intercept and hess_b > 0.0
     db = 0.0
@@ -577,8 +593,6 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights, p
             if not live[q]:
                 every = False
                 continue
-            if lipschitz[q] <= 0.0:
-                continue
             c = cols[q]
             reads += indptr[c + 1] - indptr[c]
             model = gradient[q] + db * hess_col[q]
@@ -587,6 +601,7 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights, p
             old = w[q] + delta[q]
             new = prox_elastic_net(old - model / lipschitz[q],
                                    n_lam * weights[q] / lipschitz[q], positive, l2)
+            new = min(max(new, w[q] - radius[q]), w[q] + radius[q])
             step = new - old
             if step != 0.0:
                 delta[q] += step
@@ -598,12 +613,13 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights, p
             elif new == 0.0:
                 live[q] = False
         if intercept:
-            step = -(grad_b + hess_u + db * hess_b) / hess_b
+            step = min(max(-(grad_b + hess_u + db * hess_b) / hess_b, -margin - db),
+                       margin - db)
             db += step
             largest = max(largest, abs(step) * np.sqrt(hess_b))
         if sweep == 0:
             first = largest
-        if largest <= 1e-4 * first:
+        if largest <= DIRECTION_FORCING * first:
             if every:
                 break
             live[:] = True
@@ -660,7 +676,9 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, sample_weight,
     z = A_ws w + b (the working set holds every non-zero), w and z updated in place, on
     n P = sum_i c_i f(z_i) + n lam |w|_v (``sample_weight``: the c_i in the kernel form):
     the direction minimises the loss's second-order model plus the penalty by
-    coordinate descent (``_newton_direction``), then a backtracking line search halves
+    coordinate descent (``_newton_direction``, over a trust region of radius
+    TRUST_MARGIN in the margins, doubled after each full step t = 1 and set back after
+    a shorter one, as a trust-region method's), then a backtracking line search halves
     the step until n P falls (so no step raises it), and where no step does, one pass
     of ``_majorized_pass`` (sq_norms[q] = ||A_q||_C^2, ``curvature`` >= f''); until the
     subproblem's gap (``working_set_gap``) is at most ``tol`` or ``max_steps`` steps.
@@ -679,6 +697,7 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, sample_weight,
     gap = np.inf
     steps = 0
     reads = 0
+    margin = TRUST_MARGIN
     while steps < max_steps:
         gap = working_set_gap(indptr, rows, data, cols, w, z, y, sample_weight, code,
                               n_lam, weights, positive, l2)
@@ -691,7 +710,7 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, sample_weight,
             hess[i] = c * loss_second_derivative(code, z[i], y[i])
         db, passes_read = _newton_direction(indptr, rows, data, cols, w, grad, hess,
                                             n_lam, weights, positive, l2, fit_intercept,
-                                            max_passes, delta, xdelta)
+                                            max_passes, margin, delta, xdelta)
         reads += 2 * n + nnz + passes_read
         before = _objective_along(z, xdelta, 0.0, y, sample_weight, code, w, delta, n_lam,
                                   weights, l2)
@@ -705,6 +724,7 @@ def prox_newton_working_set(indptr, rows, data, cols, w, z, b, y, sample_weight,
                 break
             t *= 0.5
         steps += 1
+        margin = 2.0 * margin if t == 1.0 else TRUST_MARGIN
         if not moved:       # the model misleads (f'' ~ 0 on separated rows): majorize
             reads += 2 * nnz + n
             b, moved = _majorized_pass(indptr, rows, data, cols, w, z, b, y,
