@@ -604,7 +604,7 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights, p
             new = min(max(new, w[q] - radius[q]), w[q] + radius[q])
             step = new - old
             if step != 0.0:
-                delta[q] += step
+                delta[q] = new - w[q]       # at new = 0, w + t delta = (1 - t) w >= 0
                 hess_u += step * hess_col[q]
                 reads += indptr[c + 1] - indptr[c]
                 for k in range(indptr[c], indptr[c + 1]):
