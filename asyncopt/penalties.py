@@ -311,11 +311,17 @@ class BlockPenalty:
         return HESSIAN_FREE_MAX_SUPPORT
 
 
+def singleton_blocks(indptr):
+    """Whether the contiguous blocks of ``indptr`` (their ranges, none empty) are one
+    feature each: the L1 penalty's."""
+    return indptr.shape[0] - 1 == indptr[-1]
+
+
 def per_feature(values, indptr):
     """Per-block ``values`` repeated over each block's features (``indptr``: contiguous
     blocks' ranges, none empty); ``values`` itself, not a copy, for singleton blocks (one
     block per feature)."""
-    if indptr.shape[0] - 1 == indptr[-1]:
+    if singleton_blocks(indptr):
         return values
     return np.repeat(values, np.diff(indptr))
 

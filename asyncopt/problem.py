@@ -44,7 +44,7 @@ from .kernels.workspace import Blocks, Rows
 from .losses import (LOGISTIC, UNWEIGHTED, generalized_residual, get_loss,
                      intercept_sums, kernel_weights, loss_of_code, mean_loss,
                      mean_neg_conjugate, weight_total)
-from .penalties import L1, BlockPenalty, per_feature
+from .penalties import L1, BlockPenalty, per_feature, singleton_blocks
 from .runtime import IdlePageToucher
 
 
@@ -386,7 +386,7 @@ class ActiveSet:
         if not self.n_features:
             return np.zeros(0)
         indptr = self.block_indptr
-        return np.sqrt(self.column_sq_norms if indptr.shape[0] - 1 == indptr[-1] else
+        return np.sqrt(self.column_sq_norms if singleton_blocks(indptr) else
                        np.add.reduceat(self.column_sq_norms, indptr[:-1]))
 
     def reweighting(self):

@@ -47,7 +47,7 @@ from ..kernels.working_set import (gram_lasso_cd, gram_start, lasso_orthant_newt
 from ..losses import generalized_residual, mean_loss, mean_neg_conjugate
 from ..newton.kernels import HessianCache, SupportRows, shard_slope
 from ..penalties import (block_positions, contiguous_block_norms, l1_dual_norms,
-                         weighted_square_sum)
+                         singleton_blocks, weighted_square_sum)
 from .choice import WORK
 
 FIRST_SIZE = 10          # skglm's p0
@@ -84,7 +84,7 @@ def violation_scores(x, correlation, n, lam, weights, block_indptr, positive=Fal
     one-sided max(-grad_j - lam v_j, 0) at x_j = 0)."""
     grad = correlation / -n
     thresholds = lam * weights
-    if block_indptr.shape[0] - 1 == x.shape[0]:            # singletons: L1
+    if singleton_blocks(block_indptr):
         return np.where(x == 0.0,
                         np.maximum(l1_dual_norms(-grad, positive) - thresholds, 0.0),
                         np.abs(grad + thresholds * np.sign(x)))
@@ -267,7 +267,7 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
     positive, l2 = active.penalty.positive, active.penalty.l2
     scores = violation_scores(x, cert.correlation, n, prob.lam, active.weights,
                               block_indptr, positive)
-    singletons = block_indptr.shape[0] - 1 == x.shape[0]
+    singletons = singleton_blocks(block_indptr)
     x_norms = np.abs(x) if singletons else contiguous_block_norms(x, block_indptr)
     support = int(np.count_nonzero(x_norms))
     # where the Gram matrix could serve (squared loss, L1; a pass on it, dim^2, below
