@@ -55,6 +55,13 @@ def _column_dot(indptr, rows, data, c, r):
 
 
 @njit(cache=True, inline="always")
+def _column_axpy(indptr, rows, data, c, alpha, out):
+    """out += alpha A_c over column c's entries."""
+    for k in range(indptr[c], indptr[c + 1]):
+        out[rows[k]] += alpha * data[k]
+
+
+@njit(cache=True, inline="always")
 def _weighted_column_dot(indptr, rows, data, c, r, sample_weight):
     """A_c^T C r = sum_k a_kc c_k r_k over column c's entries (A_c^T r where
     ``sample_weight`` is empty: the unweighted loop, no weight read)."""
@@ -168,8 +175,7 @@ def _lasso_epoch(indptr, rows, data, cols, w, r, sample_weight, total, n_lam, we
             if new != old:
                 delta = new - old
                 w[start] = new
-                for k in range(indptr[c], indptr[c + 1]):
-                    r[rows[k]] -= delta * data[k]
+                _column_axpy(indptr, rows, data, c, -delta, r)
             continue
         sq = 0.0
         for q in range(start, stop):
@@ -182,9 +188,7 @@ def _lasso_epoch(indptr, rows, data, cols, w, r, sample_weight, total, n_lam, we
             delta = scale * scratch[q - start] - w[q]
             if delta != 0.0:
                 w[q] += delta
-                c = cols[q]
-                for k in range(indptr[c], indptr[c + 1]):
-                    r[rows[k]] -= delta * data[k]
+                _column_axpy(indptr, rows, data, cols[q], -delta, r)
     shift = 0.0
     if fit_intercept and total > 0.0:
         if sample_weight.shape[0] == 0:
@@ -355,9 +359,7 @@ def _columns_times(indptr, rows, data, cols, free, values, shift, out):
     """out = A_F values + shift (F = cols[free], ``shift`` added to every row)."""
     out[:] = shift
     for j in range(free.shape[0]):
-        c = cols[free[j]]
-        for e in range(indptr[c], indptr[c + 1]):
-            out[rows[e]] += values[j] * data[e]
+        _column_axpy(indptr, rows, data, cols[free[j]], values[j], out)
 
 
 @njit(cache=True)
@@ -457,10 +459,8 @@ def lasso_orthant_newton(indptr, rows, data, cols, w, r, b, sample_weight, n_lam
             q = free[j]
             moved = w[q] + t * d[j]
             if moved * w[q] <= 0.0:          # crosses zero: stops there
-                c = cols[q]
-                back = t * d[j] + w[q]       # undo the part of t d_j past zero
-                for e in range(indptr[c], indptr[c + 1]):
-                    trial_r[rows[e]] += back * data[e]
+                # undo the part of t d_j past zero
+                _column_axpy(indptr, rows, data, cols[q], t * d[j] + w[q], trial_r)
                 moved = 0.0
             trial_w[q] = moved
         if lasso_objective(trial_w, trial_r, sample_weight, n_lam, weights, positive, l2,
@@ -607,8 +607,7 @@ def _newton_direction(indptr, rows, data, cols, w, grad, hess, n_lam, weights, p
                 delta[q] = new - w[q]       # at new = 0, w + t delta = (1 - t) w >= 0
                 hess_u += step * hess_col[q]
                 reads += indptr[c + 1] - indptr[c]
-                for k in range(indptr[c], indptr[c + 1]):
-                    xdelta[rows[k]] += step * data[k]
+                _column_axpy(indptr, rows, data, c, step, xdelta)
                 largest = max(largest, abs(step) * np.sqrt(lipschitz[q]))
             elif new == 0.0:
                 live[q] = False
@@ -653,8 +652,7 @@ def _majorized_pass(indptr, rows, data, cols, w, z, b, y, sample_weight, code, n
             step = new - w[q]
             w[q] = new
             moved = True
-            for k in range(indptr[c], indptr[c + 1]):
-                z[rows[k]] += step * data[k]
+            _column_axpy(indptr, rows, data, c, step, z)
     total = weight_total(sample_weight, z.shape[0])
     if fit_intercept and total > 0.0:
         g = 0.0
