@@ -35,6 +35,7 @@ from .problem import Problem, check_lam, encode_binary_labels, rescaled_sample_w
 from .runtime import blas_threads
 from .solvers.choice import InnerChoice
 from .solvers.local import blas_limit
+from .solvers.path import CompiledPath, compiled_path_applies
 from .solvers.methods import (BACKENDS, METHODS, MPI_METHODS, solve_method,  # noqa: F401
                               solver_flags)
 from .solvers.threads import ThreadsInnerLoop, effective_n_jobs
@@ -726,7 +727,10 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     (1 - l1_ratio) / 2 ||w||^2), l1_ratio fixed along the path as in scikit-learn's
     ``enet_path``) is solved by DDSS from the solution at alpha_{k-1}, so its first
     gap-safe test (at the warm start, with the dual point of the previous solution)
-    already removes most features: screening is carried along the path. The layout is
+    already removes most features: screening is carried along the path. The squared
+    loss with the L1 penalty, serially with method "auto" or "working_set" and
+    ``verbose`` 0, solves each alpha in one compiled call, the working-set DDSS loop
+    (``solvers.path``); every other path runs ``solve_ddss`` per alpha. The layout is
     scikit-learn's ``lasso_path`` (``enet_path`` with ``l1_ratio``).
 
     Parameters
@@ -843,14 +847,19 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     # one InnerChoice for the path's solves (``solve_ddss``'s inner_choice)
     shared = {"inner_choice": InnerChoice()} if METHODS[method].get("inner") == "auto" \
         else {}
+    compiled = CompiledPath(problem) if len(alphas) > 1 and \
+        compiled_path_applies(problem, method, backend, verbose) else None
     # the solves' BLAS cap entered once for the path (``runtime.blas_threads``)
     with blas_threads(None if "pse" in METHODS[method] else blas_limit(inner_loop)):
         for k, alpha in enumerate(alphas):
-            result = solve_method(problem.with_lam(alpha * l1_ratio), method, tol=tol,
-                                  max_epochs=max_epochs, screening=screening,
-                                  coef_init=coef, intercept_init=intercept,
-                                  random_state=random_state, verbose=verbose,
-                                  inner_loop=inner_loop, **shared)
+            if compiled is not None:
+                result = compiled.solve(alpha * l1_ratio, tol, max_epochs, screening)
+            else:
+                result = solve_method(problem.with_lam(alpha * l1_ratio), method, tol=tol,
+                                      max_epochs=max_epochs, screening=screening,
+                                      coef_init=coef, intercept_init=intercept,
+                                      random_state=random_state, verbose=verbose,
+                                      inner_loop=inner_loop, **shared)
             coef, intercept = result.coef, result.intercept
             coefs[:, k] = coef
             gaps[k] = result.gap

@@ -34,11 +34,13 @@ check the KKT conditions at the end.
 import math
 
 import numpy as np
+from numba import njit
 
 
 ROUNDING = 1e-11     # relative allowance for rounding in G = P - D (see gap_safe_radius)
 
 
+@njit(cache=True)
 def gap_safe_radius(n_samples, lipschitz, gap, primal=0.0):
     """r = sqrt(2 n L_f (G + ROUNDING |P|)), G clipped at 0.
 
@@ -50,6 +52,7 @@ def gap_safe_radius(n_samples, lipschitz, gap, primal=0.0):
                      * (max(gap, 0.0) + ROUNDING * abs(primal)))
 
 
+@njit(cache=True)
 def augmented_column_norms(block_column_norms, n_samples, lipschitz, lam, l2, weights):
     """The data's column norms with the elastic net's L2 rows appended (module
     docstring): sqrt(||A_j||^2 + n lam l2 w_j / L_f); the norms themselves where l2 = 0
@@ -60,6 +63,7 @@ def augmented_column_norms(block_column_norms, n_samples, lipschitz, lam, l2, we
                    n_samples * lam * l2 * weights / lipschitz)
 
 
+@njit(cache=True)
 def gap_safe_keep(block_correlation, dual_scale, radius, block_column_norms, n_samples,
                   lam, weights):
     """Mask of the blocks that the gap-safe sphere test cannot remove.

@@ -163,7 +163,8 @@ def test_a_block_inside_a_tighter_cap_keeps_it(monkeypatch, tuning_on):
             seen.append(set(blas_pools()))
             return real(limit)
         monkeypatch.setattr(runtime, "blas_threads", watched)
-        lasso_path(problem.X, problem.y, n_alphas=4, random_state=0)
+        # method "ddss": the Driver's solves (the Lasso's default path is compiled)
+        lasso_path(problem.X, problem.y, n_alphas=4, method="ddss", random_state=0)
         assert len(seen) == 4 and all(pools == {1} for pools in seen)
         assert set(blas_pools()) == {2}
 

@@ -13,7 +13,8 @@ import asyncopt
 from asyncopt.data import load_libsvm
 from asyncopt.kernels.working_set import (_extrapolate, _solve_spd, gram_lasso_cd,
                                           lasso_objective, lasso_orthant_newton,
-                                          lasso_working_set_cd, prox_newton_working_set,
+                                          lasso_working_set_cd, lasso_working_set_solve,
+                                          prox_newton_working_set,
                                           TRUST_MARGIN)
 from asyncopt.losses import UNWEIGHTED
 from asyncopt.penalties import L1
@@ -207,9 +208,10 @@ def test_orthant_newton_steps_after_every_pass_reach_sklearns_objective(options,
     calls = []
 
     def counted(*args):
-        calls.append(1)
-        return lasso_orthant_newton(*args)
-    monkeypatch.setattr(ws_module, "lasso_orthant_newton", counted)
+        result = lasso_working_set_solve(*args)
+        calls.append(result[3])         # the orthant steps' CG iterations
+        return result
+    monkeypatch.setattr(ws_module, "lasso_working_set_solve", counted)
     X, y = correlated_data(n=60, p=150, seed=11)
     options = dict(options)
     weights = np.random.default_rng(0).uniform(0.5, 2.0, 60) \
@@ -231,7 +233,7 @@ def test_orthant_newton_steps_after_every_pass_reach_sklearns_objective(options,
     assert abs(ours - theirs) <= 1e-6 * theirs
     assert ours - theirs <= est.dual_gap_ + 1e-12 * theirs
     assert np.count_nonzero(est.coef_) > 0
-    assert calls
+    assert sum(calls) > 0
 
 
 @pytest.mark.parametrize("fit_intercept", [True, False])
@@ -302,7 +304,7 @@ def test_the_gram_path_reaches_sklearns_objective_with_a_true_gap(layout, fit_in
                            fit_intercept).lam_max()
     est = asyncopt.Lasso(alpha=alpha, fit_intercept=fit_intercept, tol=1e-10,
                          method="working_set", max_epochs=1000).fit(data, y)
-    assert calls
+    assert sum(calls) > 0
     coef, b = sklearn_solution(X, y, alpha, fit_intercept)
     ours = objective(X, y, est.coef_, est.intercept_, alpha)
     theirs = objective(X, y, coef, b, alpha)
@@ -519,7 +521,7 @@ def test_l1_logistic_newton_steps_on_the_hessian_reach_the_peers_objective(
     est = asyncopt.SparseLogisticRegression(alpha=alpha, fit_intercept=fit_intercept,
                                             tol=1e-10, method="working_set",
                                             max_epochs=1000).fit(data, y)
-    assert calls
+    assert sum(calls) > 0
     theirs = peer_logistic_objective(X, y, alpha, fit_intercept)
     ours = logistic_objective(X, y, est.coef_.ravel(), float(np.ravel(est.intercept_)[0]),
                               alpha)

@@ -141,14 +141,22 @@ def lasso_dual_gap(indptr, rows, data, cols, w, r, y, sample_weight, n_lam, weig
                 norm = np.sqrt(sq)
             dual_norm = max(dual_norm, norm / weights[g])
     scale = 1.0 if dual_norm <= n_lam else n_lam / dual_norm
+    return lasso_objective(w, r, sample_weight, n_lam, weights, positive, l2, blocks) - \
+        lasso_dual(r, y, sample_weight, scale, n_lam, l2, w, weights)
+
+
+@njit(cache=True)
+def lasso_dual(r, y, sample_weight, scale, n_lam, l2, w, weights):
+    """D(u) = 1/2 ||y||_C^2 - 1/2 ||y - scale r||_C^2 at the dual point u = scale C r
+    (``scale`` <= 1 puts u in the constraints), less n lam l2 sum_q v_q w_q^2 scale^2 / 2
+    for the elastic net (l2 > 0, singleton blocks: w and ``weights`` per feature)."""
     dual = 0.0
     for i in range(r.shape[0]):
         d = y[i] - scale * r[i]
         dual += row_weight(sample_weight, i) * (y[i] * y[i] - d * d)
-    if l2 > 0.0 and blocks.shape[0] - 1 == w.shape[0]:
+    if l2 > 0.0:
         dual -= n_lam * l2 * weighted_square_sum(w, weights) * scale * scale
-    return lasso_objective(w, r, sample_weight, n_lam, weights, positive, l2, blocks) - \
-        0.5 * dual
+    return 0.5 * dual
 
 
 @njit(cache=True)
@@ -472,6 +480,38 @@ def lasso_orthant_newton(indptr, rows, data, cols, w, r, b, sample_weight, n_lam
             break
         t *= 0.5
     return b, iterations
+
+
+@njit(cache=True, nogil=True)
+def lasso_working_set_solve(indptr, rows, data, cols, w, r, b, y, sample_weight, n_lam,
+                            weights, positive, l2, lipschitz, blocks, fit_intercept, tol,
+                            max_epochs, anderson, check_every, orthant_every, orthant_cg,
+                            start_gap):
+    """The squared loss's working-set subproblem (``lasso_working_set_cd``'s arguments)
+    solved from (w, b) until its gap is at most ``tol`` or ``max_epochs`` passes: for L1
+    (singleton ``blocks``), passes of ``lasso_working_set_cd`` ``orthant_every`` at a
+    time, each run of them that has not solved it and, at its rate (the gap's ratio over
+    it, from ``start_gap`` before the first), would not by the next, followed by one
+    orthant Newton step (``lasso_orthant_newton``, ``orthant_cg`` CG iterations at most);
+    for a group penalty, the passes alone. w and r updated in place; returns (b, passes,
+    gap, CG iterations)."""
+    singletons = blocks.shape[0] - 1 == w.shape[0]
+    epochs, gap, newton, previous = 0, np.inf, 0, start_gap
+    while True:
+        cap = min(orthant_every, max_epochs - epochs) if singletons else max_epochs
+        b, done, gap, _ = lasso_working_set_cd(
+            indptr, rows, data, cols, w, r, b, y, sample_weight, n_lam, weights, positive,
+            l2, lipschitz, blocks, fit_intercept, tol, cap, anderson, check_every)
+        epochs += done
+        if gap <= tol or epochs >= max_epochs or not singletons:
+            break
+        if gap * gap > tol * previous:
+            b, its = lasso_orthant_newton(indptr, rows, data, cols, w, r, b, sample_weight,
+                                          n_lam, weights, positive, l2, lipschitz,
+                                          fit_intercept, orthant_cg)
+            newton += its
+        previous = gap
+    return b, epochs, gap, newton
 
 
 @njit(cache=True)

@@ -42,8 +42,8 @@ import numpy as np
 
 from ..kernels.linalg import (csc_rows, csr_columns, csr_margins, csr_rmatvec,
                                csr_transpose)
-from ..kernels.working_set import (gram_lasso_cd, gram_start, lasso_orthant_newton,
-                                   lasso_working_set_cd, prox_newton_working_set)
+from ..kernels.working_set import (gram_lasso_cd, gram_start, lasso_working_set_solve,
+                                   prox_newton_working_set)
 from ..losses import generalized_residual, mean_loss, mean_neg_conjugate
 from ..newton.kernels import HessianCache, SupportRows, shard_slope
 from ..penalties import (block_positions, contiguous_block_norms, l1_dual_norms,
@@ -309,24 +309,12 @@ def step(store, active, x, cert, outer_gap, grams=None, n_threads=1):
         work += store.taken()
     if rent > 0 and prob.loss.quadratic:
         r = active.y - cert.z                    # y - A x - b (rho = C r)
-        b, epochs, gap, newton = float(cert.intercept), 0, np.inf, 0
-        previous = n * outer_gap            # about the subproblem's gap at the start
-        while True:     # ORTHANT_EVERY passes, then an orthant Newton step (L1), again
-            cap = min(ORTHANT_EVERY, rent - epochs) if singletons else rent
-            b, done, gap, _ = lasso_working_set_cd(
-                store.indptr, store.rows, store.data, cols, w, r, b, active.y,
-                active.sample_weight, n * prob.lam, active.weights[chosen], positive, l2,
-                lipschitz, pointer, prob.fit_intercept, tol, cap, ANDERSON, CHECK_EVERY)
-            epochs += done
-            if gap <= tol or epochs >= rent or not singletons:
-                break
-            if gap * gap > tol * previous:  # at the last passes' rate, not solved by the next
-                b, its = lasso_orthant_newton(
-                    store.indptr, store.rows, store.data, cols, w, r, b,
-                    active.sample_weight, n * prob.lam, active.weights[chosen], positive,
-                    l2, lipschitz, prob.fit_intercept, ORTHANT_CG)
-                newton += its
-            previous = gap
+        # the subproblem's gap at the start is about n times the outer one
+        b, epochs, gap, newton = lasso_working_set_solve(
+            store.indptr, store.rows, store.data, cols, w, r, float(cert.intercept),
+            active.y, active.sample_weight, n * prob.lam, active.weights[chosen], positive,
+            l2, lipschitz, pointer, prob.fit_intercept, tol, rent, ANDERSON, CHECK_EVERY,
+            ORTHANT_EVERY, ORTHANT_CG, n * outer_gap)
         # a CG iteration reads S's entries twice, as a pass W's
         work += WORK["read"] * ((epochs + newton) * (2.0 * entries + 2.0 * n) +
                                 (epochs // CHECK_EVERY + 1) * (entries + 2.0 * n) +
