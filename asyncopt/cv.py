@@ -542,6 +542,12 @@ class SparseLogisticRegressionCV(LinearClassifierMixin, ClassifierMixin, _PathCV
         return y_pm, y
 
     def _held_out(self, X_test, y_test, coefs, intercepts, sample_weight=None):
+        if self.scoring in (None, "accuracy"):
+            # the default score, accuracy, of every alpha at once: the class of the
+            # decision's sign, as LinearClassifierMixin.predict gives it
+            predicted = self.classes_[(X_test @ coefs + intercepts > 0).astype(int)]
+            return np.average(predicted == np.asarray(y_test)[:, np.newaxis], axis=0,
+                              weights=sample_weight)
         scorer = check_scoring(SparseLogisticRegression(), scoring=self.scoring)
         weighted = {} if sample_weight is None else {"sample_weight": sample_weight}
         model = SparseLogisticRegression()       # a fitted shell for the scorer

@@ -727,10 +727,11 @@ def lasso_path(X, y, *, alphas=None, n_alphas=100, eps=1e-3, fit_intercept=True,
     (1 - l1_ratio) / 2 ||w||^2), l1_ratio fixed along the path as in scikit-learn's
     ``enet_path``) is solved by DDSS from the solution at alpha_{k-1}, so its first
     gap-safe test (at the warm start, with the dual point of the previous solution)
-    already removes most features: screening is carried along the path. The squared
-    loss with the L1 penalty, serially with method "auto" or "working_set" and
-    ``verbose`` 0, solves each alpha in one compiled call, the working-set DDSS loop
-    (``solvers.path``); every other path runs ``solve_ddss`` per alpha. The layout is
+    already removes most features: screening is carried along the path. The L1
+    penalty, serially with method "auto" or "working_set" and ``verbose`` 0 (for the
+    logistic loss, on data with at most as many rows as features), solves each alpha
+    in one compiled call, the working-set DDSS loop (``solvers.path``); every other
+    path runs ``solve_ddss`` per alpha. The layout is
     scikit-learn's ``lasso_path`` (``enet_path`` with ``l1_ratio``).
 
     Parameters

@@ -199,6 +199,47 @@ def _intercept_sums(code, z0, b, y, sample_weight):
 
 
 @njit(cache=True)
+def _rows_intercept_sums(code, z0, v, y, sample_weight, b):
+    """(sum_i c_i f'(z0_i + b), sum_i c_i f''(z0_i + b)) over these rows, for
+    ``intercept_newton``: the logistic loss's from v = exp(y z0) (``intercept_sums``)."""
+    if code == LOGISTIC:
+        sums = _logistic_intercept_sums(v, y, sample_weight, b)
+    else:
+        sums = _intercept_sums(code, z0, b, y, sample_weight)
+    return sums[0], sums[1]
+
+
+@njit(cache=True)
+def intercept_newton(code, z0, y, sample_weight, b, total):
+    """argmin_b sum_i c_i f(z0_i + b, y_i) over these rows (a loss that is not
+    quadratic; ``total`` = sum c > 0): the Newton steps of ``problem.refit_intercept``,
+    with its sums formed here, in one process (under mpirun each sum is a reduction and
+    ``refit_intercept`` runs them): from b to |sum c f'| <= 1e-13 total (or 100
+    steps), a step halved while |sum c f'| grows at the trial, except once it is below
+    rounding of b (|step| <= 1e-6 (1 + |b|))."""
+    v = np.exp(y * z0) if code == LOGISTIC else z0
+    grad, hess = _rows_intercept_sums(code, z0, v, y, sample_weight, b)
+    for _ in range(100):
+        if abs(grad) <= 1e-13 * total:
+            break
+        step = grad / max(hess, 1e-12 * total)
+        accepted = False
+        for _ in range(60):
+            trial_grad, trial_hess = _rows_intercept_sums(code, z0, v, y, sample_weight,
+                                                          b - step)
+            if abs(step) <= 1e-6 * (1.0 + abs(b)) or abs(trial_grad) <= abs(grad):
+                accepted = True
+                break
+            step *= 0.5
+        if not accepted:
+            trial_grad, trial_hess = _rows_intercept_sums(code, z0, v, y, sample_weight,
+                                                          b - step)
+        b -= step
+        grad, hess = trial_grad, trial_hess
+    return b
+
+
+@njit(cache=True)
 def generalized_residual(code, z, y, sample_weight, out):
     """rho_i = -c_i f'(z_i) into ``out`` (the dual point before scaling, docs/design.md
     §1; c_i = ``row_weight``)."""

@@ -42,7 +42,7 @@ from .kernels.linalg import (csc_rows, csr_column_stats, csr_compact_columns_,
                              csr_transpose)
 from .kernels.workspace import Blocks, Rows
 from .losses import (LOGISTIC, UNWEIGHTED, generalized_residual, get_loss,
-                     intercept_sums, kernel_weights, loss_of_code, mean_loss,
+                     intercept_newton, kernel_weights, loss_of_code, mean_loss,
                      mean_neg_conjugate, weight_total)
 from .penalties import L1, BlockPenalty, per_feature, singleton_blocks
 from .runtime import IdlePageToucher
@@ -52,9 +52,10 @@ def refit_intercept(sums, b, n):
     """argmin_b (1/n) sum_i c_i f(z0_i + b, y_i) for a loss that is not quadratic, by
     Newton steps from b to |sum c f'| <= 1e-13 n (or 100 steps); ``sums(b)`` gives (sum
     c f', sum c f'') at the intercept b over all rows (``losses.intercept_sums``), ``n``
-    their total weight sum c (the row count without weights): one process's rows
-    (``intercept_optimum``) or every shard's (Dis-DDSS's ``mpi.protocol.intercept_refit``,
-    each call one reduction). A Newton step is halved while |sum c f'| grows at the trial
+    their total weight sum c (the row count without weights): every shard's
+    (Dis-DDSS's ``mpi.protocol.intercept_refit``, each call one reduction; one
+    process's rows take the same steps compiled, ``losses.intercept_newton``). A Newton
+    step is halved while |sum c f'| grows at the trial
     (the objective is convex in b, so a short enough step along -f' shrinks it), except
     once the step is below rounding of b (|step| <= 1e-6 (1 + |b|)), where the quadratic
     model is accurate; the sums at the accepted trial serve the next step, so a step that is not
@@ -80,7 +81,8 @@ def refit_intercept(sums, b, n):
 def intercept_optimum(code, z0, y, b, sample_weight=UNWEIGHTED):
     """argmin_b (1/n) sum_i c_i f(z0_i + b, y_i) over these rows from b
     (``sample_weight``: the c_i in the kernel form, ``losses.row_weight``): the
-    c-weighted mean of y - z0 for a quadratic loss, else ``refit_intercept``. Where
+    c-weighted mean of y - z0 for a quadratic loss, else ``losses.intercept_newton``
+    (``refit_intercept``'s steps, compiled). Where
     every c_i is 0 no b is better than another: b is returned."""
     total = weight_total(sample_weight, z0.shape[0])
     if not total > 0.0:
@@ -89,7 +91,7 @@ def intercept_optimum(code, z0, y, b, sample_weight=UNWEIGHTED):
         if sample_weight.shape[0]:
             return float(sample_weight @ (y - z0)) / total
         return float(np.mean(y - z0))
-    return refit_intercept(intercept_sums(code, z0, y, sample_weight), b, total)
+    return intercept_newton(code, z0, y, sample_weight, float(b), total)
 
 
 @njit(cache=True)

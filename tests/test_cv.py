@@ -95,6 +95,23 @@ def test_logistic_cv_chooses_the_best_alpha_of_independent_fits(scoring):
     np.testing.assert_allclose(ours.scores_, ref, atol=atol)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_logistic_cvs_default_accuracy_is_the_scorers(weighted):
+    """The default scoring's held-out accuracies (every alpha at once) equal scikit-learn's
+    accuracy scorer applied to each alpha's model, labels spelled as strings, with and
+    without the test rows' sample weights."""
+    from sklearn.metrics import accuracy_score, make_scorer
+    X, y01 = _classification(n=120, p=15)
+    y = np.array(["ham", "spam"], dtype=object)[y01]
+    weights = np.random.default_rng(1).uniform(0.1, 2.0, y.shape[0]) if weighted else None
+    kw = dict(alphas=8, eps=1e-2, cv=3, random_state=0)
+    fast = SparseLogisticRegressionCV(**kw).fit(X, y, sample_weight=weights)
+    scored = SparseLogisticRegressionCV(scoring=make_scorer(accuracy_score), **kw).fit(
+        X, y, sample_weight=weights)
+    np.testing.assert_allclose(fast.scores_, scored.scores_, rtol=1e-12, atol=1e-15)
+    assert len(np.unique(np.round(fast.scores_, 12))) > 3
+
+
 def test_logistic_cv_any_labels_and_sparse_input():
     X, y01 = _classification(n=120, p=15)
     y = np.array(["ham", "spam"], dtype=object)[y01]
