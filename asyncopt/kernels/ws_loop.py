@@ -52,11 +52,12 @@ def _refit_intercept(code, z, b, y, sample_weight, total):
     ``problem.intercept_optimum``; returns it."""
     if not total > 0.0:
         return b
-    if code == SQUARED:
-        new_b = b
+    if code == SQUARED:                 # the c-weighted mean of y - (z - b)
+        acc = 0.0
         for i in range(z.shape[0]):
-            new_b += (y[i] - z[i]) * (1.0 if sample_weight.shape[0] == 0
-                                      else sample_weight[i]) / total
+            acc += (y[i] - (z[i] - b)) * (1.0 if sample_weight.shape[0] == 0
+                                          else sample_weight[i])
+        new_b = acc / total
     else:
         new_b = intercept_newton(code, z - b, y, sample_weight, b, total)
     shift = new_b - b
