@@ -158,3 +158,28 @@ def test_the_compiled_route_is_taken_for_serial_l1_paths_alone():
     assert not compiled_path_applies(squared, "auto", "threads", 0)
     assert not compiled_path_applies(squared, "auto", "serial", 1)
     assert not compiled_path_applies(group, "auto", "serial", 0)
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_the_compiled_logistic_elastic_net_path_is_certified(fit_intercept):
+    """L1 logistic with an L2 part (l1_ratio 0.5), with and without intercept: each
+    alpha's objective that of the Driver's solve of that alpha alone (tol 1e-12) to
+    1e-8, and its certificate, computed by Problem, within tol 1e-10."""
+    X, y = correlated(n=40, p=60, seed=4)
+    y = np.where(y > np.median(y), 1.0, -1.0)
+    data = sp.csr_matrix(X)
+    kwargs = dict(loss="logistic", l1_ratio=0.5, fit_intercept=fit_intercept,
+                  return_results=True)
+    alphas, coefs, _, results = lasso_path(data, y, n_alphas=6, eps=0.05, tol=1e-10,
+                                           max_epochs=1000, **kwargs)
+    assert all(len(result.history) == 1 for result in results)     # the compiled route
+    for k, alpha in enumerate(alphas):
+        problem = Problem(data, y, "logistic", L1(X.shape[1], l2=1.0), 0.5 * alpha,
+                          fit_intercept)
+        _, alone, _, alone_results = lasso_path(data, y, alphas=[alpha], tol=1e-12,
+                                                max_epochs=5000, **kwargs)
+        theirs = problem.objective(alone[:, 0], alone_results[0].intercept)
+        ours = problem.objective(coefs[:, k], results[k].intercept)
+        assert abs(ours - theirs) <= 1e-8 * theirs, (k, ours, theirs)
+        cert = problem.certificate(coefs[:, k], results[k].intercept)
+        assert cert.gap <= 1e-10 * problem.null_objective() * (1 + 1e-3)
