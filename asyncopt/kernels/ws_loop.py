@@ -69,26 +69,28 @@ def _refit_intercept(code, z, b, y, sample_weight, total):
 @njit(cache=True)
 def _certify(code, indptr, rows, data, row_data, kept, n_kept, kept_entries, w, z, b, y,
              sample_weight, total, n_lam, weights, positive, l2, fit_intercept, rho,
-             correlation):
+             raw, correlation, reuse):
     """Refit b (z moved with it), then rho and c_j (module docstring) into ``rho`` and
     ``correlation`` for the features kept[:n_kept] (``kept_entries`` entries in their
-    columns); returns (b, F, D, s). A^T rho comes from a pass over the rows
-    (``row_data``: the CSR arrays) where the kept columns hold more than a quarter of
-    the entries: a column's loop costs about four times a row's per entry (the columns
-    are short), the rows are read in full."""
-    if fit_intercept:
+    columns); returns (b, F, D, s, whether ``raw`` holds A^T rho at (w, b) for every
+    feature). A^T rho comes from a pass over the rows (``row_data``: the CSR arrays)
+    into ``raw`` where the kept columns hold more than a quarter of the entries: a
+    column's loop costs about four times a row's per entry (the columns are short), the
+    rows are read in full. ``reuse``: ``raw`` already holds A^T rho at (w, b), b
+    refitted (the last certificate of the path's previous alpha, at the same point):
+    neither the refit nor the pass is repeated."""
+    if fit_intercept and not reuse:
         b = _refit_intercept(code, z, b, y, sample_weight, total)
     generalized_residual(code, z, y, sample_weight, rho)
     row_indptr, row_indices, row_values = row_data
-    by_rows = 4 * kept_entries > row_indptr[-1]
-    if by_rows:
-        correlation[:] = 0.0
-        csr_rmatvec_rows(row_indptr, row_indices, row_values, rho, correlation, 0,
-                         rho.shape[0])
+    by_rows = reuse or 4 * kept_entries > row_indptr[-1]
+    if by_rows and not reuse:
+        raw[:] = 0.0
+        csr_rmatvec_rows(row_indptr, row_indices, row_values, rho, raw, 0, rho.shape[0])
     dual_norm = 0.0
     for t in range(n_kept):
         j = kept[t]
-        c = correlation[j] if by_rows else _column_dot(indptr, rows, data, j, rho)
+        c = raw[j] if by_rows else _column_dot(indptr, rows, data, j, rho)
         if l2 > 0.0:
             c -= n_lam * l2 * weights[j] * w[j]
         correlation[j] = c
@@ -102,7 +104,7 @@ def _certify(code, indptr, rows, data, row_data, kept, n_kept, kept_entries, w, 
         n_lam * (penalty + 0.5 * l2 * squares)
     dual = n * mean_neg_conjugate(code, rho / dual_scale, y, sample_weight) - \
         0.5 * n_lam * l2 * squares / (dual_scale * dual_scale)
-    return b, primal, dual, dual_scale
+    return b, primal, dual, dual_scale, by_rows
 
 
 @njit(cache=True)
@@ -187,8 +189,8 @@ def _inner_solve(code, indptr, rows, data, cols, w, z, b, y, sample_weight, n_la
 
 
 @njit(cache=True, nogil=True)
-def working_set_ddss_solve(code, lipschitz, indptr, rows, data, row_data, kept, y,
-                           sample_weight, sq_norms, weights, lam, positive, l2,
+def working_set_ddss_solve(code, lipschitz, indptr, rows, data, row_data, kept, raw,
+                           fresh, y, sample_weight, sq_norms, weights, lam, positive, l2,
                            fit_intercept, w, z, b, target, max_outer, screening,
                            first_size, inner_fraction, anderson, check_every,
                            orthant_every, orthant_cg, max_inner, max_newton_steps,
@@ -200,8 +202,11 @@ def working_set_ddss_solve(code, lipschitz, indptr, rows, data, row_data, kept, 
     (F's scale: n times P's) or ``max_outer`` outer iterations; ``sq_norms`` =
     ||C^(1/2) A_j||^2, ``weights`` = v_j; the working-set step's constants as
     ``solvers.working_set``'s. w and z are updated in place, kept[:m] holds the m
-    features the test kept (``kept``: p entries, written over); returns (b, F, D, outer
-    iterations, inner passes or Newton steps, m).
+    features the test kept (``kept``: p entries, written over); ``raw`` (p) holds A^T
+    rho at (w, b) for every feature where ``fresh`` (the previous solve returned True
+    at this point: its last certificate's) and is written over; returns (b, F, D, outer
+    iterations, inner passes or Newton steps, m, whether ``raw`` holds A^T rho at the
+    returned point).
     Guarantees: the returned (F, D) are those of the returned (w, b), D that of a
     feasible dual point, so (F - D) / n certifies P(w, b) - P*."""
     n = y.shape[0]
@@ -217,13 +222,13 @@ def working_set_ddss_solve(code, lipschitz, indptr, rows, data, row_data, kept, 
     outer = 0
     steps = 0
     while True:
-        b, primal, dual, dual_scale = _certify(
+        b, primal, dual, dual_scale, covers = _certify(
             code, indptr, rows, data, row_data, kept, n_kept, kept_entries, w, z, b, y,
-            sample_weight, total, n_lam, weights, positive, l2, fit_intercept, rho,
-            correlation)
+            sample_weight, total, n_lam, weights, positive, l2, fit_intercept, rho, raw,
+            correlation, fresh and outer == 0)
         gap = primal - dual
         if gap <= target or outer >= max_outer:
-            return b, primal, dual, outer, steps, n_kept
+            return b, primal, dual, outer, steps, n_kept, covers
         outer += 1
         if screening:
             radius = gap_safe_radius(n, lipschitz, gap / n, primal / n)

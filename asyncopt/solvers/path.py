@@ -55,14 +55,18 @@ class CompiledPath:
         self.z = np.zeros(full.y.shape[0])        # the margins A w + b
         self.b = 0.0
         self.kept = np.empty(full.n_features, dtype=np.int64)
+        # A^T rho at (w, b) by feature, valid where ``fresh``: the next alpha's first
+        # certificate, at the same point, reuses it
+        self.raw = np.zeros(full.n_features)
+        self.fresh = False
 
     def solve(self, lam, tol, max_epochs, screening=True):
         problem, penalty = self.problem, self.problem.penalty
         n = problem.n_samples
         began = time.perf_counter()
-        self.b, primal, dual, outer, steps, kept = working_set_ddss_solve(
+        self.b, primal, dual, outer, steps, kept, self.fresh = working_set_ddss_solve(
             problem.loss.code, problem.loss.lipschitz, *self.columns, self.rows,
-            self.kept, self.y, self.sample_weight, self.sq_norms, self.weights,
+            self.kept, self.raw, self.fresh, self.y, self.sample_weight, self.sq_norms, self.weights,
             float(lam), penalty.positive, penalty.l2, problem.fit_intercept, self.w,
             self.z, float(self.b), tol * n * self.reference, max_epochs,
             bool(screening), ws.FIRST_SIZE, ws.INNER_FRACTION, ws.ANDERSON,
