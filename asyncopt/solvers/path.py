@@ -25,8 +25,8 @@ def compiled_path_applies(problem, method, backend, verbose):
     start), serially, without the live line (``verbose`` 0: the Driver's solves print
     it); for a loss that is not quadratic, on data with at most as many rows as
     features: on taller data the Driver's Newton directions from the Hessian on W,
-    which the compiled loop leaves out, end its sets in fewer outer iterations (CTR
-    200,000 x 100,000: 106 against 170 over a 100-alpha path, 1.2x faster)."""
+    which the compiled loop leaves out, end its sets in fewer outer iterations
+    (benchmarks/notes/path_overhead.md)."""
     return (problem.penalty.kernels == "l1" and backend == "serial" and
             method in ("auto", "working_set") and not verbose and
             (problem.loss.quadratic or problem.n_samples <= problem.n_features))
@@ -66,12 +66,12 @@ class CompiledPath:
         began = time.perf_counter()
         self.b, primal, dual, outer, steps, kept, self.fresh = working_set_ddss_solve(
             problem.loss.code, problem.loss.lipschitz, *self.columns, self.rows,
-            self.kept, self.raw, self.fresh, self.y, self.sample_weight, self.sq_norms, self.weights,
-            float(lam), penalty.positive, penalty.l2, problem.fit_intercept, self.w,
-            self.z, float(self.b), tol * n * self.reference, max_epochs,
-            bool(screening), ws.FIRST_SIZE, ws.INNER_FRACTION, ws.ANDERSON,
-            ws.CHECK_EVERY, ws.ORTHANT_EVERY, ws.ORTHANT_CG, ws.MAX_INNER_EPOCHS,
-            ws.MAX_NEWTON_STEPS, ws.MAX_CD_PASSES)
+            self.kept, self.raw, self.fresh, self.y, self.sample_weight, self.sq_norms,
+            self.weights, float(lam), penalty.positive, penalty.l2,
+            problem.fit_intercept, self.w, self.z, float(self.b),
+            tol * n * self.reference, max_epochs, bool(screening), ws.FIRST_SIZE,
+            ws.INNER_FRACTION, ws.ANDERSON, ws.CHECK_EVERY, ws.ORTHANT_EVERY,
+            ws.ORTHANT_CG, ws.MAX_INNER_EPOCHS, ws.MAX_NEWTON_STEPS, ws.MAX_CD_PASSES)
         primal, dual = primal / n, dual / n
         kept = self.kept[:kept]
         coef = np.zeros(problem.n_features)
