@@ -11,11 +11,11 @@ In the kernels' scaling (docs/design.md §1 times n): on the columns of the full
 
 every outer iteration
 
-1. certifies (w, b): b refitted (``losses.intercept_newton``; the c-weighted mean of the
-   residual for the squared loss), rho = -c f'(z) (``generalized_residual``), c_j =
-   A_j^T rho - n lam l2 v_j w_j on the features not yet screened, the dual point rho / s
-   with s = max(1, max_j |c_j| / (n lam v_j)) (one-sided with ``positive``), and
-   G = F(w, b) - D(rho / s) (``mean_neg_conjugate``, the elastic net's term as
+1. certifies (w, b): b refitted (``losses.intercept_newton``; the c-weighted mean of
+   the residual for the squared loss), rho = -c f'(z) (``generalized_residual``),
+   c_j = A_j^T rho - n lam l2 v_j w_j on the features not yet screened, the dual point
+   rho / s with s = max(1, max_j |c_j| / (n lam v_j)) (one-sided with ``positive``),
+   and G = F(w, b) - D(rho / s) (``mean_neg_conjugate``, the elastic net's term as
    ``Problem``'s), P = F / n and the gap G / n in P's scale;
 2. stops where G <= ``target`` (the caller's tol n P(0));
 3. screens: the gap-safe sphere test (``screening.gap_safe_keep``, radius
@@ -37,7 +37,7 @@ warm start whose support is set), checkpoints and the live line.
 import numpy as np
 from numba import njit
 
-from ..losses import (SQUARED, generalized_residual, intercept_newton, mean_loss,
+from ..losses import (generalized_residual, intercept_newton, mean_loss,
                       mean_neg_conjugate, weight_total)
 from ..penalties import dual_magnitude, weighted_l1_value, weighted_square_sum
 from ..screening import augmented_column_norms, gap_safe_keep, gap_safe_radius
@@ -47,12 +47,12 @@ from .working_set import (_column_axpy, _column_dot, lasso_working_set_solve,
 
 
 @njit(cache=True)
-def _refit_intercept(code, z, b, y, sample_weight, total):
+def _refit_intercept(code, quadratic, z, b, y, sample_weight, total):
     """Move b to its optimum for the margins z, z with it (in place), as
     ``problem.intercept_optimum``; returns it."""
     if not total > 0.0:
         return b
-    if code == SQUARED:                 # the c-weighted mean of y - (z - b)
+    if quadratic:                       # the c-weighted mean of y - (z - b)
         acc = 0.0
         for i in range(z.shape[0]):
             acc += (y[i] - (z[i] - b)) * (1.0 if sample_weight.shape[0] == 0
@@ -67,9 +67,9 @@ def _refit_intercept(code, z, b, y, sample_weight, total):
 
 
 @njit(cache=True)
-def _certify(code, indptr, rows, data, row_data, kept, n_kept, kept_entries, w, z, b, y,
-             sample_weight, total, n_lam, weights, positive, l2, fit_intercept, rho,
-             raw, correlation, reuse):
+def _certify(code, quadratic, indptr, rows, data, row_data, kept, n_kept, kept_entries,
+             w, z, b, y, sample_weight, total, n_lam, weights, positive, l2,
+             fit_intercept, rho, raw, correlation, reuse):
     """Refit b (z moved with it), then rho and c_j (module docstring) into ``rho`` and
     ``correlation`` for the features kept[:n_kept] (``kept_entries`` entries in their
     columns); returns (b, F, D, s, whether ``raw`` holds A^T rho at (w, b) for every
@@ -80,7 +80,7 @@ def _certify(code, indptr, rows, data, row_data, kept, n_kept, kept_entries, w, 
     refitted (the last certificate of the path's previous alpha, at the same point):
     neither the refit nor the pass is repeated."""
     if fit_intercept and not reuse:
-        b = _refit_intercept(code, z, b, y, sample_weight, total)
+        b = _refit_intercept(code, quadratic, z, b, y, sample_weight, total)
     generalized_residual(code, z, y, sample_weight, rho)
     row_indptr, row_indices, row_values = row_data
     by_rows = reuse or 4 * kept_entries > row_indptr[-1]
@@ -163,15 +163,15 @@ def _working_set(kept, n_kept, w, correlation, n_lam, weights, positive, first_s
 
 
 @njit(cache=True)
-def _inner_solve(code, indptr, rows, data, cols, w, z, b, y, sample_weight, n_lam,
-                 weights, positive, l2, sq_norms, lipschitz, fit_intercept, tol, gap,
-                 anderson, check_every, orthant_every, orthant_cg, max_inner,
+def _inner_solve(code, quadratic, indptr, rows, data, cols, w, z, b, y, sample_weight,
+                 n_lam, weights, positive, l2, sq_norms, lipschitz, fit_intercept, tol,
+                 gap, anderson, check_every, orthant_every, orthant_cg, max_inner,
                  max_newton_steps, max_cd_passes):
     """The working-set subproblem on ``cols`` from (w[cols], b) at margins z, solved to
     its gap ``tol`` (module docstring, step 4); w and z updated in place; returns (b,
     inner passes or Newton steps)."""
     ws_w = w[cols]
-    if code == SQUARED:
+    if quadratic:
         r = y - z                       # the residual the squared loss's solver keeps
         b, done, _, _ = lasso_working_set_solve(
             indptr, rows, data, cols, ws_w, r, b, y, sample_weight, n_lam, weights[cols],
@@ -189,24 +189,25 @@ def _inner_solve(code, indptr, rows, data, cols, w, z, b, y, sample_weight, n_la
 
 
 @njit(cache=True, nogil=True)
-def working_set_ddss_solve(code, lipschitz, indptr, rows, data, row_data, kept, raw,
-                           fresh, y, sample_weight, sq_norms, weights, lam, positive, l2,
-                           fit_intercept, w, z, b, target, max_outer, screening,
-                           first_size, inner_fraction, anderson, check_every,
+def working_set_ddss_solve(code, quadratic, lipschitz, indptr, rows, data, row_data,
+                           kept, raw, fresh, y, sample_weight, sq_norms, weights, lam,
+                           positive, l2, fit_intercept, w, z, b, target, max_outer,
+                           screening, first_size, inner_fraction, anderson, check_every,
                            orthant_every, orthant_cg, max_inner, max_newton_steps,
                            max_cd_passes):
     """Solve the L1 (or elastic-net, ``l2``; ``positive``: w >= 0) problem of the loss
-    ``code`` (L_f = ``lipschitz``) at ``lam`` from (w, b) with margins z = A w + b, on
-    the columns (indptr, rows, data) of every feature and the same data's rows
-    (``row_data``: CSR indptr, indices, data; module docstring), until G <= ``target``
-    (F's scale: n times P's) or ``max_outer`` outer iterations; ``sq_norms`` =
-    ||C^(1/2) A_j||^2, ``weights`` = v_j; the working-set step's constants as
-    ``solvers.working_set``'s. w and z are updated in place, kept[:m] holds the m
-    features the test kept (``kept``: p entries, written over); ``raw`` (p) holds A^T
-    rho at (w, b) for every feature where ``fresh`` (the previous solve returned True
-    at this point: its last certificate's) and is written over; returns (b, F, D, outer
-    iterations, inner passes or Newton steps, m, whether ``raw`` holds A^T rho at the
-    returned point).
+    ``code`` (L_f = ``lipschitz``; ``quadratic``: the Loss's fact, which picks the
+    intercept's refit and the inner solver) at ``lam`` from (w, b) with margins
+    z = A w + b, on the columns (indptr, rows, data) of every feature and the same
+    data's rows (``row_data``: CSR indptr, indices, data; module docstring), until
+    G <= ``target`` (F's scale: n times P's) or ``max_outer`` outer iterations;
+    ``sq_norms`` = ||C^(1/2) A_j||^2, ``weights`` = v_j; the working-set step's
+    constants as ``solvers.working_set``'s. w and z are updated in place, kept[:m]
+    holds the m features the test kept (``kept``: p entries, written over); ``raw``
+    (p) holds A^T rho at (w, b) for every feature where ``fresh`` (the previous solve
+    returned True at this point: its last certificate's) and is written over; returns
+    (b, F, D, outer iterations, inner passes or Newton steps, m, whether ``raw`` holds
+    A^T rho at the returned point).
     Guarantees: the returned (F, D) are those of the returned (w, b), D that of a
     feasible dual point, so (F - D) / n certifies P(w, b) - P*."""
     n = y.shape[0]
@@ -223,8 +224,9 @@ def working_set_ddss_solve(code, lipschitz, indptr, rows, data, row_data, kept, 
     steps = 0
     while True:
         b, primal, dual, dual_scale, covers = _certify(
-            code, indptr, rows, data, row_data, kept, n_kept, kept_entries, w, z, b, y,
-            sample_weight, total, n_lam, weights, positive, l2, fit_intercept, rho, raw,
+            code, quadratic, indptr, rows, data, row_data, kept, n_kept, kept_entries, w,
+            z, b, y, sample_weight, total, n_lam, weights, positive, l2, fit_intercept,
+            rho, raw,
             correlation, fresh and outer == 0)
         gap = primal - dual
         if gap <= target or outer >= max_outer:
@@ -239,9 +241,9 @@ def working_set_ddss_solve(code, lipschitz, indptr, rows, data, row_data, kept, 
                             first_size)
         if cols.shape[0] == 0:          # only the intercept moves: the next refit
             continue
-        b, done = _inner_solve(code, indptr, rows, data, cols, w, z, b, y, sample_weight,
-                               n_lam, weights, positive, l2, sq_norms, lipschitz,
-                               fit_intercept, inner_fraction * gap, gap, anderson,
-                               check_every, orthant_every, orthant_cg, max_inner,
-                               max_newton_steps, max_cd_passes)
+        b, done = _inner_solve(code, quadratic, indptr, rows, data, cols, w, z, b, y,
+                               sample_weight, n_lam, weights, positive, l2, sq_norms,
+                               lipschitz, fit_intercept, inner_fraction * gap, gap,
+                               anderson, check_every, orthant_every, orthant_cg,
+                               max_inner, max_newton_steps, max_cd_passes)
         steps += done

@@ -65,10 +65,11 @@ class CompiledPath:
         n = problem.n_samples
         began = time.perf_counter()
         self.b, primal, dual, outer, steps, kept, self.fresh = working_set_ddss_solve(
-            problem.loss.code, problem.loss.lipschitz, *self.columns, self.rows,
-            self.kept, self.raw, self.fresh, self.y, self.sample_weight, self.sq_norms,
-            self.weights, float(lam), penalty.positive, penalty.l2,
-            problem.fit_intercept, self.w, self.z, float(self.b),
+            problem.loss.code, problem.loss.quadratic, problem.loss.lipschitz,
+            *self.columns, self.rows, self.kept, self.raw, self.fresh, self.y,
+            self.sample_weight, self.sq_norms, self.weights, float(lam),
+            penalty.positive, penalty.l2, problem.fit_intercept, self.w, self.z,
+            float(self.b),
             tol * n * self.reference, max_epochs, bool(screening), ws.FIRST_SIZE,
             ws.INNER_FRACTION, ws.ANDERSON, ws.CHECK_EVERY, ws.ORTHANT_EVERY,
             ws.ORTHANT_CG, ws.MAX_INNER_EPOCHS, ws.MAX_NEWTON_STEPS, ws.MAX_CD_PASSES)
