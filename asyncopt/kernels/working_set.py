@@ -141,22 +141,14 @@ def lasso_dual_gap(indptr, rows, data, cols, w, r, y, sample_weight, n_lam, weig
                 norm = np.sqrt(sq)
             dual_norm = max(dual_norm, norm / weights[g])
     scale = 1.0 if dual_norm <= n_lam else n_lam / dual_norm
-    return lasso_objective(w, r, sample_weight, n_lam, weights, positive, l2, blocks) - \
-        lasso_dual(r, y, sample_weight, scale, n_lam, l2, w, weights)
-
-
-@njit(cache=True)
-def lasso_dual(r, y, sample_weight, scale, n_lam, l2, w, weights):
-    """D(u) = 1/2 ||y||_C^2 - 1/2 ||y - scale r||_C^2 at the dual point u = scale C r
-    (``scale`` <= 1 puts u in the constraints), less n lam l2 sum_q v_q w_q^2 scale^2 / 2
-    for the elastic net (l2 > 0, singleton blocks: w and ``weights`` per feature)."""
     dual = 0.0
     for i in range(r.shape[0]):
         d = y[i] - scale * r[i]
         dual += row_weight(sample_weight, i) * (y[i] * y[i] - d * d)
-    if l2 > 0.0:
+    if l2 > 0.0 and blocks.shape[0] - 1 == w.shape[0]:
         dual -= n_lam * l2 * weighted_square_sum(w, weights) * scale * scale
-    return 0.5 * dual
+    return lasso_objective(w, r, sample_weight, n_lam, weights, positive, l2, blocks) - \
+        0.5 * dual
 
 
 @njit(cache=True)
